@@ -1,0 +1,35 @@
+"""``autoglm``: the umbrella command. ``autoglm <component> ...`` runs that component's CLI."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMPONENTS = {
+    "exporter": ("exporter.cli", "NVML-backed, dcgm-exporter-compatible Prometheus exporter"),
+    "batcher": ("batcher.cli", "dynamic batching runtime for torch models (Open Inference Protocol)"),
+    "predictor": ("predictor.cli", "forecasts with prediction intervals, selected by backtest"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: autoglm <component> [args...]\n\ncomponents:")
+        for name, (_, summary) in COMPONENTS.items():
+            print(f"  {name:<12} {summary}")
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMPONENTS:
+        print(
+            f"autoglm: error: unknown component {name!r}; choose one of: {', '.join(COMPONENTS)}",
+            file=sys.stderr,
+        )
+        return 2
+    module = importlib.import_module(COMPONENTS[name][0])
+    return module.main(rest) or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

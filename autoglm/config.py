@@ -1,0 +1,239 @@
+"""One way to configure every component: CLI flags that mirror a YAML file.
+
+A component describes its settings once, as a dataclass whose fields carry help text in their
+metadata and whose ``__post_init__`` validates values by raising :class:`ConfigError`. From that
+single description this module builds the argparse flags (``field_name`` becomes
+``--field-name``), reads an optional ``--config FILE`` whose keys are the same names, and merges
+defaults < file < flags. Anything wrong -- an unknown key, a value of the wrong type, a failed
+validation -- ends the process with one line naming the problem and exit code 2, before any work
+starts.
+
+Example::
+
+    @dataclass(frozen=True)
+    class ExporterConfig:
+        listen: str = field(default=":9400", metadata={"help": "HOST:PORT to serve on"})
+        interval: float = field(default=1.0, metadata={"help": "seconds between collections"})
+
+        def __post_init__(self) -> None:
+            if self.interval <= 0:
+                raise ConfigError("interval must be > 0 (e.g. --interval 1)")
+
+    cfg = load_config(ExporterConfig, argv, prog="autoglm-exporter")
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+EXIT_USAGE = 2
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message names it and says how to fix it."""
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add ``--config`` and one flag per dataclass field to ``parser``.
+
+    Flags default to ``None`` so that :func:`config_from_args` can tell what was given on the
+    command line from what should come from the file or the dataclass default.
+    """
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML file with the same keys as the flags (flags win over the file)",
+    )
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init or f.metadata.get("cli") is False:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = hints[f.name]
+        help_text = f.metadata.get("help", "")
+        default = _default_of(f)
+        if default is not None and default != [] and default != {}:
+            help_text = f"{help_text} (default: {default})"
+        choices = _literal_choices(kind)
+        if _base_type(kind) is bool:
+            parser.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                help=help_text,
+            )
+        elif _base_type(kind) is list:
+            parser.add_argument(
+                flag, dest=f.name, action="append", default=None, metavar="VALUE",
+                help=help_text + " (repeatable)",
+            )
+        else:
+            parser.add_argument(
+                flag, dest=f.name, default=None, choices=choices, metavar=None if choices else
+                f.metadata.get("metavar", f.name.upper()), help=help_text,
+            )
+
+
+def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
+    """Merge defaults < YAML file < flags into ``cls``; raise :class:`ConfigError` on a problem."""
+    values: dict[str, Any] = {}
+    path = getattr(args, "config", None)
+    if path:
+        values.update(read_yaml_mapping(path, cls))
+    for f in dataclasses.fields(cls):
+        given = getattr(args, f.name, None)
+        if given is not None:
+            values[f.name] = given
+    return build_config(cls, values, source=path or "flags")
+
+
+def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+    """Convert raw values (strings from flags, YAML scalars) to field types and construct ``cls``."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown setting {unknown[0]!r}; valid settings are: {', '.join(sorted(known))}"
+        )
+    converted = {name: _convert(name, raw, hints[name]) for name, raw in values.items()}
+    try:
+        return cls(**converted)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+
+
+def read_yaml_mapping(path: str | Path, cls: type | None = None) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping; keys may use dashes or underscores."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of setting: value")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_config(cls: type[T], argv: Sequence[str] | None, prog: str, description: str = "") -> T:
+    """Parse ``argv`` into ``cls``; on any problem print one line and exit with code 2."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_config_arguments(parser, cls)
+    args = parser.parse_args(argv)
+    return config_or_exit(cls, args, prog)
+
+
+def config_or_exit(cls: type[T], args: argparse.Namespace, prog: str) -> T:
+    """:func:`config_from_args`, turning a :class:`ConfigError` into one line and exit code 2."""
+    try:
+        return config_from_args(cls, args)
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _unwrap_optional(kind: Any) -> Any:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return kind
+
+
+def _base_type(kind: Any) -> Any:
+    kind = _unwrap_optional(kind)
+    if typing.get_origin(kind) is typing.Literal:
+        return type(typing.get_args(kind)[0])
+    return typing.get_origin(kind) or kind
+
+
+def _literal_choices(kind: Any) -> list[str] | None:
+    kind = _unwrap_optional(kind)
+    if typing.get_origin(kind) is typing.Literal:
+        return [str(a) for a in typing.get_args(kind)]
+    return None
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _convert(name: str, raw: Any, kind: Any) -> Any:
+    flag = "--" + name.replace("_", "-")
+    if raw is None:
+        return None
+    inner = _unwrap_optional(kind)
+    choices = _literal_choices(inner)
+    if choices is not None:
+        if str(raw) not in choices:
+            raise ConfigError(f"{flag}: {raw!r} is not one of {', '.join(choices)}")
+        return typing.get_args(inner)[choices.index(str(raw))]
+    base = _base_type(inner)
+    try:
+        if base is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+            raise ValueError
+        if base is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            return int(raw)
+        if base is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+        if base is str:
+            if isinstance(raw, (dict, list)):
+                raise ValueError
+            return str(raw)
+        if base is list:
+            (item,) = typing.get_args(inner) or (str,)
+            items = raw if isinstance(raw, list) else [raw]
+            return [_convert(name, v, item) for v in items]
+        if base is dict:
+            if not isinstance(raw, dict):
+                raise ValueError
+            return dict(raw)
+    except ValueError:
+        expected = getattr(base, "__name__", str(base))
+        raise ConfigError(f"{flag}: {raw!r} is not a valid {expected}") from None
+    return raw
+
+
+def parse_listen(value: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``:PORT`` means all interfaces; ``[::1]:PORT`` for IPv6)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"listen address {value!r} must be HOST:PORT, e.g. :9400 or 127.0.0.1:9400")
+    host = host.strip("[]") or default_host
+    return host, int(port)

@@ -1,0 +1,56 @@
+"""Structured log lines shared by every component.
+
+Each record is one JSON object per line (``ts``, ``level``, ``component``, ``msg`` and any
+``extra=`` fields), so log pipelines parse them without regexes. ``--log-format text`` gives the
+same fields as ``key=value`` for people reading a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+_STANDARD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class StructuredFormatter(logging.Formatter):
+    """Render a record as JSON (default) or logfmt-like text with its extra fields."""
+
+    def __init__(self, component: str, fmt: str = "json") -> None:
+        super().__init__()
+        self.component = component
+        self.fmt = fmt
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "component": self.component,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD_ATTRS and not key.startswith("_"):
+                fields[key] = value
+        if record.exc_info:
+            fields["exc"] = self.formatException(record.exc_info)
+        if self.fmt == "json":
+            return json.dumps(fields, default=str)
+        return " ".join(f"{k}={_quote(v)}" for k, v in fields.items())
+
+
+def _quote(value: object) -> str:
+    text = str(value)
+    return json.dumps(text) if (" " in text or "=" in text or not text) else text
+
+
+def setup_logging(component: str, level: str = "info", fmt: str = "json") -> None:
+    """Send every logger's records to stderr as structured lines for ``component``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(StructuredFormatter(component, fmt))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
