@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 COMPONENTS = {
     "exporter": ("exporter.cli", "NVML-backed, dcgm-exporter-compatible Prometheus exporter"),
-    "batcher": ("batcher.cli", "dynamic batching runtime for torch models (Open Inference Protocol)"),
+    "batcher": ("batcher.cli", "dynamic batching runtime for torch models (KServe v2)"),
     "predictor": ("predictor.cli", "forecasts with prediction intervals, selected by backtest"),
 }
 

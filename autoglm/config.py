@@ -68,18 +68,29 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         choices = _literal_choices(kind)
         if _base_type(kind) is bool:
             parser.add_argument(
-                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
                 help=help_text,
             )
         elif _base_type(kind) is list:
             parser.add_argument(
-                flag, dest=f.name, action="append", default=None, metavar="VALUE",
+                flag,
+                dest=f.name,
+                action="append",
+                default=None,
+                metavar="VALUE",
                 help=help_text + " (repeatable)",
             )
         else:
             parser.add_argument(
-                flag, dest=f.name, default=None, choices=choices, metavar=None if choices else
-                f.metadata.get("metavar", f.name.upper()), help=help_text,
+                flag,
+                dest=f.name,
+                default=None,
+                choices=choices,
+                metavar=None if choices else f.metadata.get("metavar", f.name.upper()),
+                help=help_text,
             )
 
 
@@ -97,13 +108,14 @@ def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
 
 
 def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
-    """Convert raw values (strings from flags, YAML scalars) to field types and construct ``cls``."""
+    """Convert raw values (flag strings, YAML scalars) to the field types and build ``cls``."""
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(
-            f"{source}: unknown setting {unknown[0]!r}; valid settings are: {', '.join(sorted(known))}"
+            f"{source}: unknown setting {unknown[0]!r}; "
+            f"valid settings are: {', '.join(sorted(known))}"
         )
     converted = {name: _convert(name, raw, hints[name]) for name, raw in values.items()}
     try:
@@ -234,6 +246,8 @@ def parse_listen(value: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
     """Parse ``HOST:PORT`` (``:PORT`` means all interfaces; ``[::1]:PORT`` for IPv6)."""
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"listen address {value!r} must be HOST:PORT, e.g. :9400 or 127.0.0.1:9400")
+        raise ConfigError(
+            f"listen address {value!r} must be HOST:PORT, e.g. :9400 or 127.0.0.1:9400"
+        )
     host = host.strip("[]") or default_host
     return host, int(port)
