@@ -1,0 +1,1 @@
+"""GPUAutoscaler: the HPA algorithm plus a predictive candidate, a controller and a simulator."""

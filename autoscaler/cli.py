@@ -1,0 +1,276 @@
+"""``autoglm-autoscaler`` / ``autoglm autoscaler``: run the controller, simulate, or ask one decision.
+
+    autoglm autoscaler run --namespace ml --prometheus-url http://prometheus:9090 [--dry-run]
+    autoglm autoscaler run --mode local --spec-file gpuautoscaler.yaml \
+        --worker-command autoglm-batcher --worker-command --listen=127.0.0.1:{port} ...
+    autoglm autoscaler simulate --trace FILE --policy hpa|predictive|static ...
+    autoglm autoscaler decide --spec gpuautoscaler.yaml --current 2 --metrics '{"gpu_util": ...}'
+
+``run`` is the default subcommand, so ``autoglm autoscaler --dry-run`` works too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from autoglm.config import ConfigError, add_config_arguments, config_or_exit
+from autoglm.httpserver import HTTPServer, Response, registry_route
+from autoglm.logs import setup_logging
+from autoglm.webconfig import WebConfig
+from autoscaler.config import AutoscalerConfig
+from autoscaler.controller.forecasts import PrometheusForecasts
+from autoscaler.controller.metrics_source import PrometheusMetricsSource
+from autoscaler.controller.prometheus import PrometheusClient
+from autoscaler.controller.reconciler import Reconciler
+from autoscaler.core import MetricInput, PodSample, ScalingState, decide
+from autoscaler.metrics import AutoscalerMetrics
+from autoscaler.spec import SpecError, load_spec_file
+
+PROG = "autoglm-autoscaler"
+SUBCOMMANDS = ("run", "simulate", "decide")
+log = logging.getLogger(__name__)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command = args[0] if args and args[0] in SUBCOMMANDS else "run"
+    rest = args[1:] if args and args[0] in SUBCOMMANDS else args
+    if command == "simulate":
+        from autoscaler.simulator.cli import simulate_main
+
+        return simulate_main(rest)
+    if command == "decide":
+        return decide_main(rest)
+    return run_main(rest)
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+def run_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"{PROG} run", description="run the controller")
+    add_config_arguments(parser, AutoscalerConfig)
+    cfg = config_or_exit(AutoscalerConfig, parser.parse_args(argv), f"{PROG} run")
+    setup_logging("autoscaler", cfg.log_level, cfg.log_format)
+    try:
+        return _run(cfg)
+    except (ConfigError, SpecError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def prometheus_client(cfg: AutoscalerConfig) -> PrometheusClient:
+    def read(path: str, what: str) -> str:
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {what} file {path!r}: {exc.strerror}") from exc
+
+    token = read(cfg.prometheus_bearer_token_file, "bearer token") if cfg.prometheus_bearer_token_file else None
+    auth = None
+    if cfg.prometheus_username:
+        auth = (cfg.prometheus_username, read(cfg.prometheus_password_file, "password"))
+    return PrometheusClient(
+        cfg.prometheus_url,
+        bearer_token=token,
+        basic_auth=auth,
+        ca_file=cfg.prometheus_ca_file or None,
+        cert_file=cfg.prometheus_cert_file or None,
+        key_file=cfg.prometheus_key_file or None,
+        insecure_skip_verify=cfg.prometheus_insecure_skip_verify,
+        timeout=cfg.prometheus_timeout,
+    )
+
+
+def _kube_api_client(cfg: AutoscalerConfig):
+    import kubernetes.client
+    import kubernetes.config
+
+    configuration = kubernetes.client.Configuration()
+    try:
+        if cfg.kubeconfig:
+            kubernetes.config.load_kube_config(cfg.kubeconfig, client_configuration=configuration)
+        else:
+            try:
+                kubernetes.config.load_incluster_config(client_configuration=configuration)
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config(client_configuration=configuration)
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        raise ConfigError(
+            f"no Kubernetes configuration ({exc}); run in a pod or pass --kubeconfig FILE"
+        ) from exc
+    return kubernetes.client.ApiClient(configuration)
+
+
+def _run(cfg: AutoscalerConfig) -> int:
+    from autoscaler.controller.controllers import KubernetesController, LocalController
+    from autoscaler.controller.kube import KubeAPI
+    from autoscaler.controller.leader import LeaderElector
+    from autoscaler.controller.loop import ReconcileLoop
+    from autoscaler.local import LocalProcessGroup
+
+    metrics = AutoscalerMetrics()
+    client = prometheus_client(cfg)
+    web_config = WebConfig.load(cfg.web_config_file or None)
+    identity = cfg.identity or socket.gethostname()
+    elector = None
+    group = None
+    api_client = None
+    if cfg.mode == "kubernetes":
+        api_client = _kube_api_client(cfg)
+        if cfg.leader_elect:
+            elector = LeaderElector(
+                api_client,
+                cfg.lease_namespace or cfg.namespace,
+                cfg.lease_name,
+                identity,
+                lease_duration=cfg.lease_duration,
+                renew_deadline=cfg.renew_deadline,
+            )
+        may_act = elector.is_leader if elector else (lambda: True)
+        reconciler = Reconciler(
+            PrometheusMetricsSource(client, cfg.pod_label),
+            PrometheusForecasts(client, cfg.forecast_query),
+            metrics,
+            dry_run=cfg.dry_run,
+            may_act=may_act,
+        )
+        kube = KubeAPI(api_client, identity=identity)
+        controller: Any = KubernetesController(
+            kube, reconciler, cfg.namespace, cfg.name or None, may_act=may_act
+        )
+    else:
+        spec = load_spec_file(cfg.spec_file)
+        group = LocalProcessGroup(
+            cfg.worker_command,
+            base_port=cfg.worker_base_port,
+            port_env=cfg.worker_port_env,
+            ready_url=cfg.worker_ready_url or None,
+        )
+        group.set_replicas(spec.min_replicas)
+        reconciler = Reconciler(
+            PrometheusMetricsSource(client, cfg.pod_label),
+            PrometheusForecasts(client, cfg.forecast_query),
+            metrics,
+            dry_run=cfg.dry_run,
+        )
+        controller = LocalController(spec, group, reconciler)
+
+    loop = ReconcileLoop(controller, metrics, cfg.interval, elector)
+    server = HTTPServer(
+        cfg.listen,
+        {
+            "/metrics": registry_route(metrics.registry),
+            "/healthz": lambda request: Response.text("ok\n"),
+            "/status": lambda request: Response.json(getattr(controller, "status", {})),
+        },
+        web_config=web_config,
+        component="autoscaler",
+        registry=metrics.registry,
+        open_paths=("/healthz",),
+    )
+    server.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info(
+        "autoscaler started",
+        extra={"mode": cfg.mode, "dry_run": cfg.dry_run, "listen": server.url, "identity": identity},
+    )
+    loop.start()
+    try:
+        stop.wait()
+    finally:
+        loop.stop()
+        if group is not None:
+            group.close()
+        server.stop()
+        client.close()
+        if api_client is not None:
+            api_client.close()
+    return 0
+
+
+# --- decide ------------------------------------------------------------------------------------
+
+
+def decide_main(argv: Sequence[str]) -> int:
+    """One decision from a spec and metric values given on the command line (no state, no I/O)."""
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} decide",
+        description="what would the autoscaler do with these readings? (first decision, no history)",
+    )
+    parser.add_argument("--spec", required=True, help="GPUAutoscaler YAML (object or spec)")
+    parser.add_argument("--current", type=int, required=True, help="current replicas")
+    parser.add_argument(
+        "--metrics",
+        required=True,
+        help='JSON: {"NAME": {"pods": {"pod-a": 80, ...}} | {"value": 12}, '
+        'optional "forecast": N}; a pod value null means no sample',
+    )
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec_file(args.spec)
+        readings = json.loads(args.metrics)
+        if not isinstance(readings, dict):
+            raise ValueError("--metrics must be a JSON object keyed by metric name")
+        inputs = [_input_from_json(m, readings.get(m.name)) for m in spec.metrics]
+    except (SpecError, ValueError) as exc:
+        print(f"{PROG} decide: error: {exc}", file=sys.stderr)
+        return 2
+    now = time.time()
+    decision = decide(spec, args.current, inputs, ScalingState(), now)
+    print(
+        json.dumps(
+            {
+                "currentReplicas": decision.current_replicas,
+                "desiredReplicas": decision.desired_replicas,
+                "reactiveProposal": decision.reactive_proposal,
+                "predictiveProposal": decision.predictive_proposal,
+                "driver": decision.driver,
+                "reason": decision.reason,
+                "metrics": [o.__dict__ for o in decision.per_metric],
+                "conditions": {k: list(v) for k, v in decision.conditions.items()},
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+def _input_from_json(metric, raw: Any) -> MetricInput:
+    if raw is None:
+        return MetricInput(metric, error="no reading given")
+    if not isinstance(raw, dict):
+        raise ValueError(f"--metrics: {metric.name} must be an object with pods or value")
+    forecast = raw.get("forecast")
+    if metric.source == "Pods":
+        pods = raw.get("pods")
+        if not isinstance(pods, dict):
+            raise ValueError(f"--metrics: {metric.name} is a Pods metric; give 'pods': {{...}}")
+        # Pods given here count as started long ago and ready.
+        samples = tuple(
+            PodSample(name, None if v is None else float(v), ready=True, started_at=0.0)
+            for name, v in pods.items()
+        )
+        return MetricInput(metric, pods=samples, forecast_upper=forecast)
+    if "value" not in raw:
+        raise ValueError(f"--metrics: {metric.name} is an {metric.source} metric; give 'value'")
+    return MetricInput(metric, value=float(raw["value"]), forecast_upper=forecast)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Settings of ``autoglm-autoscaler run``: flags that mirror a YAML file (see autoglm.config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autoglm.config import ConfigError, parse_listen
+from autoscaler.controller.forecasts import DEFAULT_FORECAST_QUERY
+
+
+@dataclass(frozen=True)
+class AutoscalerConfig:
+    mode: Literal["kubernetes", "local"] = field(
+        default="kubernetes",
+        metadata={"help": "scale Deployments from GPUAutoscaler objects, or local worker processes"},
+    )
+    namespace: str = field(default="default", metadata={"help": "namespace of the GPUAutoscalers"})
+    name: str = field(
+        default="", metadata={"help": "reconcile only this GPUAutoscaler (empty: all in namespace)"}
+    )
+    kubeconfig: str = field(
+        default="",
+        metadata={"help": "kubeconfig file (empty: in-cluster config, else ~/.kube/config)"},
+    )
+    spec_file: str = field(
+        default="", metadata={"help": "local mode: YAML GPUAutoscaler (or its spec) to follow"}
+    )
+    worker_command: list[str] = field(
+        default_factory=list,
+        metadata={"help": "local mode: one argument of the worker command; {port} is replaced"},
+    )
+    worker_base_port: int = field(
+        default=0, metadata={"help": "local mode: first worker port (0: pick free ports)"}
+    )
+    worker_port_env: str = field(
+        default="PORT", metadata={"help": "local mode: env variable that carries a worker's port"}
+    )
+    worker_ready_url: str = field(
+        default="http://{host}:{port}/v2/health/ready",
+        metadata={"help": "local mode: readiness URL template of a worker ('' = always ready)"},
+    )
+    prometheus_url: str = field(
+        default="http://localhost:9090", metadata={"help": "Prometheus base URL for queries"}
+    )
+    prometheus_bearer_token_file: str = field(
+        default="", metadata={"help": "file with a bearer token for Prometheus"}
+    )
+    prometheus_username: str = field(default="", metadata={"help": "basic auth user"})
+    prometheus_password_file: str = field(
+        default="", metadata={"help": "file with the basic auth password"}
+    )
+    prometheus_ca_file: str = field(default="", metadata={"help": "CA bundle to verify Prometheus"})
+    prometheus_cert_file: str = field(default="", metadata={"help": "client certificate (mTLS)"})
+    prometheus_key_file: str = field(default="", metadata={"help": "client key (mTLS)"})
+    prometheus_insecure_skip_verify: bool = field(
+        default=False, metadata={"help": "do not verify Prometheus' TLS certificate"}
+    )
+    prometheus_timeout: float = field(default=10.0, metadata={"help": "seconds per query"})
+    pod_label: str = field(
+        default="pod",
+        metadata={"help": "label naming the pod in Pods metrics (local mode: instance)"},
+    )
+    forecast_query: str = field(
+        default=DEFAULT_FORECAST_QUERY,
+        metadata={"help": "PromQL template of the forecast upper bound ({target} {horizon} {quantile})"},
+    )
+    interval: float = field(default=15.0, metadata={"help": "seconds between reconciles"})
+    dry_run: bool = field(
+        default=False, metadata={"help": "decide and report, but never change replicas"}
+    )
+    leader_elect: bool = field(
+        default=True, metadata={"help": "elect a leader through a Lease (kubernetes mode)"}
+    )
+    lease_name: str = field(default="autoglm-autoscaler", metadata={"help": "Lease name"})
+    lease_namespace: str = field(
+        default="", metadata={"help": "Lease namespace (empty: --namespace)"}
+    )
+    lease_duration: float = field(
+        default=15.0, metadata={"help": "seconds a lease lasts without renewal"}
+    )
+    renew_deadline: float = field(
+        default=10.0, metadata={"help": "seconds a leader keeps acting without a renewal"}
+    )
+    identity: str = field(
+        default="", metadata={"help": "this replica's identity in the Lease (empty: hostname)"}
+    )
+    listen: str = field(default=":9402", metadata={"help": "HOST:PORT for /metrics and health"})
+    web_config_file: str = field(
+        default="", metadata={"help": "exporter-toolkit web config (TLS, basic auth) for /metrics"}
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = field(
+        default="info", metadata={"help": "log level"}
+    )
+    log_format: Literal["json", "text"] = field(default="json", metadata={"help": "log format"})
+
+    def __post_init__(self) -> None:
+        parse_listen(self.listen)
+        if self.interval <= 0:
+            raise ConfigError("interval must be > 0 seconds (e.g. --interval 15)")
+        if self.prometheus_timeout <= 0:
+            raise ConfigError("prometheus_timeout must be > 0 seconds")
+        if not 0 < self.renew_deadline < self.lease_duration:
+            raise ConfigError(
+                "renew_deadline must be > 0 and below lease_duration "
+                "(e.g. --lease-duration 15 --renew-deadline 10)"
+            )
+        if not self.prometheus_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"prometheus_url {self.prometheus_url!r} must start with http:// or https://"
+            )
+        if self.mode == "local":
+            if not self.spec_file:
+                raise ConfigError("local mode needs --spec-file FILE (a GPUAutoscaler YAML)")
+            if not self.worker_command:
+                raise ConfigError(
+                    "local mode needs the worker command, one --worker-command per argument, "
+                    "e.g. --worker-command autoglm-batcher --worker-command --listen=:{port}"
+                )
+        if self.username_without_password():
+            raise ConfigError("prometheus_username needs prometheus_password_file")
+
+    def username_without_password(self) -> bool:
+        return bool(self.prometheus_username) and not self.prometheus_password_file

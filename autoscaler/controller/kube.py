@@ -1,0 +1,291 @@
+"""Kubernetes API I/O for the controller, through the official ``kubernetes`` client.
+
+Everything the reconciler needs from the cluster goes through :class:`KubeAPI`: the
+GPUAutoscaler custom resources and their status, the scale subresource of the target workload
+(read and written with the object's ``resourceVersion``, as the HPA does, so a concurrent writer
+causes a 409 that we answer by re-reading, not a lost update), the pods behind the target's
+selector, and Events. Client errors are turned into :class:`KubeError` with the HTTP status and
+the API's reason so that callers can count and report them by kind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import kubernetes.client
+import urllib3.exceptions
+from kubernetes.client.exceptions import ApiException
+
+from autoscaler.core.replica_calculator import PodSample
+
+log = logging.getLogger(__name__)
+
+GROUP = "autoscaling.autoglm.io"
+VERSION = "v1alpha1"
+PLURAL = "gpuautoscalers"
+KIND = "GPUAutoscaler"
+COMPONENT = "autoglm-autoscaler"
+
+# scaleTargetRef.kind -> (read scale, replace scale) method names on AppsV1Api
+_SCALE_METHODS = {
+    "Deployment": ("read_namespaced_deployment_scale", "replace_namespaced_deployment_scale"),
+    "StatefulSet": ("read_namespaced_stateful_set_scale", "replace_namespaced_stateful_set_scale"),
+    "ReplicaSet": ("read_namespaced_replica_set_scale", "replace_namespaced_replica_set_scale"),
+}
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed; ``status`` is the HTTP code (None when unreachable)."""
+
+    def __init__(self, action: str, status: int | None, reason: str, message: str) -> None:
+        super().__init__(f"{action}: {reason}: {message}")
+        self.action, self.status, self.reason, self.message = action, status, reason, message
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+
+@dataclass(frozen=True)
+class ScaleInfo:
+    """The scale subresource of a workload."""
+
+    replicas: int
+    status_replicas: int
+    selector: str
+    resource_version: str
+
+
+def _wrap(action: str, exc: Exception) -> KubeError:
+    if isinstance(exc, ApiException):
+        reason, message = exc.reason or "", str(exc.body or "")
+        try:
+            status_obj = json.loads(exc.body or "{}")
+            reason = status_obj.get("reason") or reason
+            message = status_obj.get("message") or message
+        except ValueError:
+            pass
+        return KubeError(action, exc.status, reason or "Error", message)
+    return KubeError(action, None, "Unreachable", str(exc))
+
+
+_CLIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class KubeAPI:
+    """Typed access to the few API endpoints the controller uses."""
+
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        *,
+        group: str = GROUP,
+        version: str = VERSION,
+        plural: str = PLURAL,
+        identity: str = COMPONENT,
+        clock: Callable[[], float] = time.time,
+        max_conflict_retries: int = 5,
+    ) -> None:
+        self.apps = kubernetes.client.AppsV1Api(api_client)
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.group, self.version, self.plural = group, version, plural
+        self.identity = identity
+        self.clock = clock
+        self.max_conflict_retries = max_conflict_retries
+        self.conflicts_retried = 0
+
+    # --- GPUAutoscaler objects -----------------------------------------------------------------
+
+    def list_autoscalers(self, namespace: str) -> list[dict[str, Any]]:
+        try:
+            body = self.custom.list_namespaced_custom_object(
+                self.group, self.version, namespace, self.plural
+            )
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"list {self.plural} in {namespace}", exc) from exc
+        return list(body.get("items") or [])
+
+    def get_autoscaler(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                self.group, self.version, namespace, self.plural, name
+            )
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"get {self.plural}/{name}", exc) from exc
+
+    def patch_autoscaler_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch ``.status`` through the status subresource."""
+        try:
+            return self.custom.patch_namespaced_custom_object_status(
+                self.group, self.version, namespace, self.plural, name, {"status": dict(status)}
+            )
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"patch {self.plural}/{name}/status", exc) from exc
+
+    # --- scale subresource ---------------------------------------------------------------------
+
+    def _methods(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        if kind not in _SCALE_METHODS:
+            raise KubeError(
+                f"scale {kind}",
+                None,
+                "UnsupportedKind",
+                f"scaleTargetRef.kind {kind!r} is not supported; use one of "
+                + ", ".join(_SCALE_METHODS),
+            )
+        read, replace = _SCALE_METHODS[kind]
+        return getattr(self.apps, read), getattr(self.apps, replace)
+
+    def get_scale(self, namespace: str, kind: str, name: str) -> ScaleInfo:
+        read, _ = self._methods(kind)
+        try:
+            scale = read(name, namespace)
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"get {kind}/{name} scale", exc) from exc
+        return ScaleInfo(
+            replicas=int(scale.spec.replicas or 0) if scale.spec else 0,
+            status_replicas=int(scale.status.replicas or 0) if scale.status else 0,
+            selector=(scale.status.selector or "") if scale.status else "",
+            resource_version=scale.metadata.resource_version or "",
+        )
+
+    def set_scale(self, namespace: str, kind: str, name: str, replicas: int) -> ScaleInfo:
+        """Write ``spec.replicas`` with optimistic concurrency; re-read and retry on 409."""
+        _, replace = self._methods(kind)
+        for attempt in range(self.max_conflict_retries + 1):
+            current = self.get_scale(namespace, kind, name)
+            body = kubernetes.client.V1Scale(
+                api_version="autoscaling/v1",
+                kind="Scale",
+                metadata=kubernetes.client.V1ObjectMeta(
+                    name=name, namespace=namespace, resource_version=current.resource_version
+                ),
+                spec=kubernetes.client.V1ScaleSpec(replicas=replicas),
+            )
+            try:
+                scale = replace(name, namespace, body)
+            except _CLIENT_ERRORS as exc:
+                err = _wrap(f"update {kind}/{name} scale", exc)
+                if err.conflict and attempt < self.max_conflict_retries:
+                    self.conflicts_retried += 1
+                    log.info(
+                        "scale update conflicted; re-reading and retrying",
+                        extra={"target": f"{kind}/{name}", "attempt": attempt + 1},
+                    )
+                    continue
+                raise err from exc
+            return ScaleInfo(
+                replicas=int(scale.spec.replicas or 0),
+                status_replicas=int(scale.status.replicas or 0) if scale.status else 0,
+                selector=(scale.status.selector or "") if scale.status else "",
+                resource_version=scale.metadata.resource_version or "",
+            )
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    # --- pods ----------------------------------------------------------------------------------
+
+    def list_pods(self, namespace: str, selector: str) -> list[PodSample]:
+        """Pods matched by ``selector`` as samples without values, for the metrics source to fill.
+
+        Pods being deleted and failed pods are passed on with their state, because the HPA rules
+        (in the core) decide what to do with them.
+        """
+        if not selector:
+            raise KubeError(
+                "list pods",
+                None,
+                "NoSelector",
+                "the target's scale subresource has no status.selector; "
+                "is the workload's selector set?",
+            )
+        try:
+            pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"list pods {selector}", exc) from exc
+        return [_pod_sample(pod) for pod in pods.items or []]
+
+    # --- events --------------------------------------------------------------------------------
+
+    def create_event(
+        self,
+        namespace: str,
+        involved: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        message: str,
+    ) -> None:
+        """Record a core/v1 Event on ``involved`` (a GPUAutoscaler object); failures are logged."""
+        now = datetime.fromtimestamp(self.clock(), tz=UTC)
+        meta = involved.get("metadata") or {}
+        event = kubernetes.client.CoreV1Event(
+            metadata=kubernetes.client.V1ObjectMeta(
+                generate_name=f"{meta.get('name', 'gpuautoscaler')}.", namespace=namespace
+            ),
+            involved_object=kubernetes.client.V1ObjectReference(
+                api_version=involved.get("apiVersion", f"{self.group}/{self.version}"),
+                kind=involved.get("kind", KIND),
+                name=meta.get("name"),
+                namespace=namespace,
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            ),
+            type=event_type,
+            reason=reason,
+            message=message[:1024],
+            count=1,
+            first_timestamp=now,
+            last_timestamp=now,
+            source=kubernetes.client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+            reporting_instance=self.identity,
+        )
+        try:
+            self.core.create_namespaced_event(namespace, event)
+        except _CLIENT_ERRORS as exc:
+            log.warning(
+                "could not record event",
+                extra={"reason": reason, "error": str(_wrap("create event", exc))},
+            )
+
+
+def _pod_sample(pod: kubernetes.client.V1Pod) -> PodSample:
+    status = pod.status or kubernetes.client.V1PodStatus()
+    ready, ready_changed = None, None
+    for cond in status.conditions or []:
+        if cond.type == "Ready":
+            ready = cond.status == "True"
+            ready_changed = _ts(cond.last_transition_time)
+    phase = status.phase if status.phase in _PHASES else "Unknown"
+    return PodSample(
+        name=pod.metadata.name,
+        value=None,
+        ready=ready,
+        phase=phase,
+        deleting=pod.metadata.deletion_timestamp is not None,
+        started_at=_ts(status.start_time),
+        ready_changed_at=ready_changed,
+    )
+
+
+_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def _ts(value: datetime | str | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value.timestamp()

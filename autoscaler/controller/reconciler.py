@@ -1,0 +1,314 @@
+"""One reconcile of one autoscaler: read the inputs, decide, scale (or only log), report.
+
+The same step serves a Deployment in a cluster and worker processes on a laptop, because the
+target, the metrics and the forecasts come in behind small interfaces. The decision is the pure
+core's; this module only does the I/O around it and keeps the safety rules at the boundary:
+
+* an input that cannot be read (Prometheus down, an API error, a NaN) becomes an invalid metric,
+  which the core never lets shrink the fleet; it is counted by kind and shows in the conditions;
+* when the target cannot be read, nothing is decided and ``AbleToScale`` turns false;
+* with ``dry_run`` the decision is logged, reported in status and events, and never applied;
+* ``may_act`` (the leader check) is asked right before the scale is written, so a replica that
+  lost its lease mid-reconcile does not act on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from autoscaler.controller.forecasts import ForecastSource
+from autoscaler.controller.kube import KubeError
+from autoscaler.controller.metrics_source import MetricsSource
+from autoscaler.core import Decision, MetricInput, ScalingState, decide, record_scale
+from autoscaler.core.replica_calculator import PodSample
+from autoscaler.local import ScaleTarget
+from autoscaler.metrics import AutoscalerMetrics, nan_if_none
+from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
+
+log = logging.getLogger(__name__)
+
+CONDITION_TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited")
+
+# (type, reason, message) -> recorded as a core/v1 Event on the autoscaler
+Notify = Callable[[str, str, str], None]
+
+
+@dataclass
+class ReconcileResult:
+    """What one reconcile did, and the ``status`` to write on the autoscaler."""
+
+    status: dict[str, Any]
+    decision: Decision | None = None
+    scaled: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reconciler:
+    """Decides and acts for any number of autoscalers; holds no per-autoscaler state itself."""
+
+    def __init__(
+        self,
+        metrics_source: MetricsSource,
+        forecasts: ForecastSource | None,
+        self_metrics: AutoscalerMetrics,
+        *,
+        dry_run: bool = False,
+        clock: Callable[[], float] = time.time,
+        may_act: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.metrics_source = metrics_source
+        self.forecasts = forecasts
+        self.m = self_metrics
+        self.dry_run = dry_run
+        self.clock = clock
+        self.may_act = may_act
+
+    def reconcile(
+        self,
+        namespace: str,
+        name: str,
+        spec: GPUAutoscalerSpec,
+        target: ScaleTarget,
+        state: ScalingState,
+        previous_status: Mapping[str, Any],
+        notify: Notify,
+    ) -> ReconcileResult:
+        started = time.perf_counter()
+        labels = (namespace, name)
+        try:
+            return self._reconcile(labels, spec, target, state, previous_status, notify)
+        finally:
+            self.m.duration.labels(*labels).observe(time.perf_counter() - started)
+            self.m.last_reconcile.labels(*labels).set(self.clock())
+
+    def _reconcile(self, labels, spec, target, state, previous_status, notify) -> ReconcileResult:
+        now = self.clock()
+        count_error = self.m.error_counter(*labels)
+        status: dict[str, Any] = {}
+        conditions = _Conditions(previous_status.get("conditions"), now)
+        result = ReconcileResult(status)
+        self.m.min.labels(*labels).set(spec.min_replicas)
+        self.m.max.labels(*labels).set(spec.max_replicas)
+
+        try:
+            scale = target.get_scale()
+        except (KubeError, OSError) as exc:
+            count_error("get_scale")
+            result.errors.append(str(exc))
+            message = f"the HPA controller was unable to get the target's current scale: {exc}"
+            if conditions.set("AbleToScale", False, "FailedGetScale", message):
+                notify("Warning", "FailedGetScale", message)
+            log.warning("cannot read the target's scale", extra=_ctx(labels, error=str(exc)))
+            status["conditions"] = conditions.as_list()
+            self._export_conditions(labels, conditions)
+            return result
+        current = scale.replicas
+
+        pods: list[PodSample] | None = None
+        if any(m.source == "Pods" for m in spec.metrics) and current > 0:
+            try:
+                pods = target.pods()
+            except (KubeError, OSError) as exc:
+                count_error("list_pods")
+                result.errors.append(str(exc))
+                log.warning("cannot list the target's pods", extra=_ctx(labels, error=str(exc)))
+        inputs = [self._read(metric, pods, count_error) for metric in spec.metrics]
+        result.errors.extend(i.error for i in inputs if i.error)
+
+        decision = decide(spec, current, inputs, state, now, status_replicas=scale.status_replicas)
+        result.decision = decision
+        for ctype, (ok, reason, message) in decision.conditions.items():
+            # ScalingLimited false is the normal state; the other two false mean trouble.
+            if conditions.set(ctype, ok, reason, message) and not ok and ctype != "ScalingLimited":
+                notify("Warning", reason, message)
+
+        desired = decision.desired_replicas
+        direction = "up" if desired > current else "down" if desired < current else "none"
+        self.m.decisions.labels(*labels, direction, decision.driver).inc()
+        context = _ctx(
+            labels,
+            current=current,
+            desired=desired,
+            reactive=decision.reactive_proposal,
+            predictive=decision.predictive_proposal,
+            driver=decision.driver,
+            reason=decision.reason,
+            dry_run=self.dry_run,
+        )
+        if desired != current:
+            if self.dry_run:
+                log.info("dry run: would scale", extra=context)
+                notify(
+                    "Normal",
+                    "DryRunRescale",
+                    f"would scale from {current} to {desired} (dry run); driver: "
+                    f"{decision.driver}; reason: {decision.reason}",
+                )
+            elif not self.may_act():
+                log.warning("not the leader any more; not scaling", extra=context)
+                result.errors.append("lost leadership before scaling")
+                return result
+            else:
+                self._scale(labels, target, state, decision, conditions, status, result, notify)
+        else:
+            log.info("decision", extra=context)
+
+        self.m.current.labels(*labels).set(current if not result.scaled else desired)
+        self.m.desired.labels(*labels).set(desired)
+        self.m.reactive.labels(*labels).set(nan_if_none(decision.reactive_proposal))
+        self.m.predictive.labels(*labels).set(nan_if_none(decision.predictive_proposal))
+        self._export_metrics(labels, spec, inputs, decision)
+        self._export_conditions(labels, conditions)
+
+        status.update(
+            currentReplicas=desired if result.scaled else current,
+            desiredReplicas=desired,
+            conditions=conditions.as_list(),
+            currentMetrics=_metric_statuses(spec, decision),
+            lastDecision={
+                "time": rfc3339(now),
+                "currentReplicas": current,
+                "desiredReplicas": desired,
+                "reactiveProposal": decision.reactive_proposal,
+                "predictiveProposal": decision.predictive_proposal,
+                "driver": decision.driver,
+                "reason": decision.reason,
+                "dryRun": self.dry_run,
+            },
+        )
+        return result
+
+    def _read(self, metric: MetricSpec, pods, count_error) -> MetricInput:
+        reading = self.metrics_source.read(metric, pods, count_error)
+        if self.forecasts is None or reading.error is not None:
+            return reading
+        upper = self.forecasts.upper(metric, count_error)
+        if upper is None:
+            return reading
+        if metric.source == "Pods":
+            upper = _per_pod(upper, reading.pods)
+        return MetricInput(reading.spec, reading.pods, reading.value, upper, reading.error)
+
+    def _scale(self, labels, target, state, decision, conditions, status, result, notify):
+        current, desired = decision.current_replicas, decision.desired_replicas
+        try:
+            target.set_replicas(desired)
+        except (KubeError, OSError, ValueError) as exc:
+            self.m.error_counter(*labels)("update_scale")
+            result.errors.append(str(exc))
+            message = f"the HPA controller was unable to update the target scale: {exc}"
+            conditions.set("AbleToScale", False, "FailedUpdateScale", message)
+            notify("Warning", "FailedRescale", f"New size: {desired}; reason: {decision.reason}; error: {exc}")
+            log.error("scaling failed", extra=_ctx(labels, desired=desired, error=str(exc)))
+            return
+        now = self.clock()
+        record_scale(state, now, current, desired)
+        result.scaled = True
+        status["lastScaleTime"] = rfc3339(now)
+        conditions.set(
+            "AbleToScale",
+            True,
+            "SucceededRescale",
+            f"the HPA controller was able to update the target scale to {desired}",
+        )
+        self.m.scales.labels(*labels, "up" if desired > current else "down").inc()
+        notify(
+            "Normal",
+            "SuccessfulRescale",
+            f"New size: {desired}; reason: {decision.reason}; driver: {decision.driver}",
+        )
+        log.info(
+            "scaled",
+            extra=_ctx(labels, current=current, desired=desired, driver=decision.driver),
+        )
+
+    def _export_metrics(self, labels, spec, inputs, decision) -> None:
+        by_name = {o.name: o for o in decision.per_metric}
+        for metric, reading in zip(spec.metrics, inputs, strict=True):
+            outcome = by_name.get(metric.name)
+            self.m.metric_target.labels(*labels, metric.name).set(metric.target_value)
+            usage = outcome.usage if outcome else None
+            self.m.metric_value.labels(*labels, metric.name).set(nan_if_none(usage))
+            self.m.metric_forecast.labels(*labels, metric.name).set(
+                nan_if_none(reading.forecast_upper)
+            )
+
+    def _export_conditions(self, labels, conditions: _Conditions) -> None:
+        for ctype, cond in conditions.by_type.items():
+            self.m.condition.labels(*labels, ctype).set(1 if cond["status"] == "True" else 0)
+
+
+def _per_pod(total: float, pods: Sequence[PodSample] | None) -> float | None:
+    """A forecast of the fleet's total, as the per-pod average over the pods counted now."""
+    counted = [
+        p for p in pods or () if p.value is not None and not p.deleting and p.phase != "Failed"
+    ]
+    return total / len(counted) if counted else None
+
+
+def _metric_statuses(spec: GPUAutoscalerSpec, decision: Decision) -> list[dict[str, Any]]:
+    key = {"Utilization": "averageUtilization", "AverageValue": "averageValue", "Value": "value"}
+    by_name = {o.name: o for o in decision.per_metric}
+    out = []
+    for metric in spec.metrics:
+        outcome = by_name.get(metric.name)
+        entry: dict[str, Any] = {"name": metric.name, "type": metric.source}
+        if outcome is not None:
+            if outcome.usage is not None:
+                entry["current"] = {key[metric.target_type]: _number(outcome.usage)}
+            entry["reactiveReplicas"] = outcome.reactive
+            entry["predictiveReplicas"] = outcome.predictive
+            if outcome.forecast_upper is not None:
+                entry["forecastUpper"] = _number(outcome.forecast_upper)
+            if outcome.error:
+                entry["error"] = outcome.error[:512]
+        out.append(entry)
+    return out
+
+
+def _number(value: float) -> str:
+    """As a Kubernetes quantity string, the way the HPA writes metric values."""
+    return f"{value:.6g}" if abs(value) >= 1e-3 or value == 0 else f"{value * 1000:.6g}m"
+
+
+def _ctx(labels: tuple[str, str], **fields: Any) -> dict[str, Any]:
+    return {"namespace": labels[0], "autoscaler": labels[1], **fields}
+
+
+class _Conditions:
+    """The HPA's conditions, keeping ``lastTransitionTime`` when a status does not change."""
+
+    def __init__(self, previous: Any, now: float) -> None:
+        self.now = now
+        self.by_type: dict[str, dict[str, str]] = {}
+        for cond in previous or []:
+            if isinstance(cond, Mapping) and cond.get("type") in CONDITION_TYPES:
+                self.by_type[cond["type"]] = dict(cond)
+
+    def set(self, ctype: str, ok: bool, reason: str, message: str) -> bool:
+        """Set a condition; True when its status changed (or it is new)."""
+        status = "True" if ok else "False"
+        old = self.by_type.get(ctype)
+        changed = old is None or old.get("status") != status
+        self.by_type[ctype] = {
+            "type": ctype,
+            "status": status,
+            "reason": reason,
+            "message": message[:1024],
+            "lastTransitionTime": rfc3339(self.now)
+            if changed
+            else old.get("lastTransitionTime", rfc3339(self.now)),
+        }
+        return changed
+
+    def as_list(self) -> list[dict[str, str]]:
+        return [self.by_type[t] for t in CONDITION_TYPES if t in self.by_type]

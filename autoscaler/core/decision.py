@@ -1,0 +1,351 @@
+"""One autoscaling decision: the HPA's reconcile step plus a predictive candidate.
+
+``decide`` follows ``reconcileAutoscaler`` and ``computeReplicasForMetrics``: a target scaled to
+zero by hand is left alone; a count outside [min, max] is brought back inside; otherwise every
+metric proposes a count, the largest wins, nothing scales down while any metric is unreadable
+(nothing scales at all if none is readable), and the behavior rules (stabilization, policies,
+min/max) turn the proposal into the desired count.
+
+The predictive candidate adds one thing: for a metric with prediction enabled, the forecast's
+upper bound at a horizon no shorter than a replica's warm-up goes through the same per-metric
+maths as the live reading, and the metric's proposal is the larger of the two. Stabilization and
+policies then treat it like any other proposal, so prediction can order replicas early but can
+never make the autoscaler scale down faster than the HPA would.
+
+Every decision names its ``driver``: the input that determined the desired count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from autoscaler.core.behavior import (
+    ScalingState,
+    forget_outdated,
+    limit_rate,
+    record_initial_recommendation,
+    stabilize,
+)
+from autoscaler.core.replica_calculator import (
+    MetricUnavailable,
+    PodSample,
+    Proposal,
+    Tolerances,
+    average_value_metric_replicas,
+    pods_metric_replicas,
+    value_metric_replicas,
+)
+from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
+
+Condition = tuple[bool, str, str]  # (status, reason, message) as the HPA writes a condition
+
+DRIVER_SCALED_TO_ZERO = "scaled_to_zero_by_hand"
+DRIVER_MIN_REPLICAS = "min_replicas"
+DRIVER_MAX_REPLICAS = "max_replicas"
+DRIVER_INVALID_METRICS = "invalid_metrics_no_scale_down"
+DRIVER_ALL_INVALID = "all_metrics_invalid"
+DRIVER_STABILIZATION = "stabilization"
+DRIVER_SCALE_UP_LIMIT = "policy:scale_up_limit"
+DRIVER_SCALE_DOWN_LIMIT = "policy:scale_down_limit"
+
+_FAILED_REASON = {
+    "Pods": "FailedGetPodsMetric",
+    "Object": "FailedGetObjectMetric",
+    "External": "FailedGetExternalMetric",
+}
+
+
+@dataclass(frozen=True)
+class MetricInput:
+    """What was read for one metric of the spec.
+
+    * ``pods``: the target's pods with their samples (Pods metrics; also used to count ready pods).
+    * ``value``: the query's value (Object/External metrics; for an AverageValue target, the total).
+    * ``forecast_upper``: the forecast's upper bound, in the same units as the live reading: the
+      per-pod average for Pods metrics (forecast of the total divided by the pods counted now),
+      the value for Object/External metrics. None when there is no forecast.
+    * ``error``: why the metric could not be read (Prometheus down, NaN, no series); the metric is
+      then invalid and blocks any scale-down.
+    """
+
+    spec: MetricSpec
+    pods: tuple[PodSample, ...] | None = None
+    value: float | None = None
+    forecast_upper: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricOutcome:
+    """One metric's part in a decision, for status, logs and metrics."""
+
+    name: str
+    reactive: int | None
+    predictive: int | None
+    usage: float | None
+    forecast_upper: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    current_replicas: int
+    desired_replicas: int
+    reactive_proposal: int | None
+    predictive_proposal: int | None
+    driver: str
+    reason: str
+    per_metric: tuple[MetricOutcome, ...]
+    conditions: dict[str, Condition]
+
+    @property
+    def rescale(self) -> bool:
+        return self.desired_replicas != self.current_replicas
+
+
+def decide(
+    spec: GPUAutoscalerSpec,
+    current_replicas: int,
+    inputs: Sequence[MetricInput],
+    state: ScalingState,
+    now: float,
+    *,
+    status_replicas: int | None = None,
+    ready_pods: int | None = None,
+) -> Decision:
+    """Decide the desired replica count and record the recommendation in ``state``.
+
+    ``current_replicas`` is the scale's spec.replicas; ``status_replicas`` (default: the same) is
+    what per-pod Object/External targets divide by; ``ready_pods`` (default: counted from any
+    Pods input, else ``current_replicas``) is what Value targets multiply.
+    After a successful scale the caller must call :func:`record_scale`.
+    """
+    record_initial_recommendation(state, current_replicas, now)
+    if current_replicas == 0 and spec.min_replicas != 0:
+        return Decision(
+            current_replicas,
+            0,
+            None,
+            None,
+            DRIVER_SCALED_TO_ZERO,
+            "scaling is disabled since the replica count of the target is zero",
+            (),
+            {
+                "ScalingActive": (
+                    False,
+                    "ScalingDisabled",
+                    "scaling is disabled since the replica count of the target is zero",
+                )
+            },
+        )
+    if current_replicas > spec.max_replicas:
+        return _out_of_range(
+            current_replicas,
+            spec.max_replicas,
+            DRIVER_MAX_REPLICAS,
+            "Current number of replicas above Spec.MaxReplicas",
+        )
+    if current_replicas < spec.min_replicas:
+        return _out_of_range(
+            current_replicas,
+            spec.min_replicas,
+            DRIVER_MIN_REPLICAS,
+            "Current number of replicas below Spec.MinReplicas",
+        )
+
+    by_name = {i.spec.name: i for i in inputs}
+    tolerances = Tolerances(up=spec.tolerance_up, down=spec.tolerance_down)
+    counts = _PodCounts(
+        current=current_replicas,
+        status=current_replicas if status_replicas is None else status_replicas,
+        ready=ready_pods if ready_pods is not None else _count_ready(inputs, current_replicas),
+    )
+    outcomes: list[MetricOutcome] = []
+    best: tuple[int, str] | None = None
+    reactive_best: int | None = None
+    predictive_best: int | None = None
+    first_error: Condition | None = None
+    invalid = 0
+    for metric in spec.metrics:
+        reading = by_name.get(metric.name) or MetricInput(metric, error="no input for this metric")
+        try:
+            live = _proposal(metric, reading, tolerances, counts, now)
+        except MetricUnavailable as exc:
+            invalid += 1
+            if first_error is None:
+                first_error = (
+                    False,
+                    exc.reason,
+                    f"the HPA was unable to compute the replica "
+                    f"count: {metric.name}: {exc.message}",
+                )
+            outcomes.append(
+                MetricOutcome(metric.name, None, None, None, reading.forecast_upper, exc.message)
+            )
+            continue
+        predicted = None
+        if (
+            metric.prediction is not None
+            and metric.prediction.enabled
+            and reading.forecast_upper is not None
+        ):
+            try:
+                predicted = _proposal(
+                    metric, reading, tolerances, counts, now, forecast=reading.forecast_upper
+                )
+            except MetricUnavailable:
+                predicted = None
+        outcomes.append(
+            MetricOutcome(
+                metric.name,
+                live.replicas,
+                predicted.replicas if predicted else None,
+                live.usage,
+                reading.forecast_upper,
+            )
+        )
+        reactive_best = (
+            live.replicas if reactive_best is None else max(reactive_best, live.replicas)
+        )
+        candidates = [(live.replicas, f"metric:{metric.name}/reactive")]
+        if predicted is not None:
+            predictive_best = (
+                predicted.replicas
+                if predictive_best is None
+                else max(predictive_best, predicted.replicas)
+            )
+            candidates.append((predicted.replicas, f"metric:{metric.name}/predictive"))
+        for replicas, driver in candidates:
+            if best is None or replicas > best[0]:
+                best = (replicas, driver)
+
+    if best is None or (invalid > 0 and best[0] < current_replicas):
+        assert first_error is not None
+        message = (
+            f"invalid metrics ({invalid} invalid out of {len(spec.metrics)}), "
+            f"first error is: {first_error[2]}"
+        )
+        return Decision(
+            current_replicas,
+            current_replicas,
+            reactive_best,
+            predictive_best,
+            DRIVER_ALL_INVALID if best is None else DRIVER_INVALID_METRICS,
+            message,
+            tuple(outcomes),
+            {"ScalingActive": first_error},
+        )
+
+    proposal, driver = best
+    conditions: dict[str, Condition] = {
+        "ScalingActive": (
+            True,
+            "ValidMetricFound",
+            f"the HPA was able to successfully calculate a replica count from {driver}",
+        )
+    }
+    forget_outdated(state, spec.behavior, now)
+    stabilized = stabilize(state, spec.behavior, current_replicas, proposal, now)
+    if stabilized.replicas != proposal:
+        conditions["AbleToScale"] = (True, stabilized.reason, stabilized.message)
+        driver = DRIVER_STABILIZATION
+    else:
+        conditions["AbleToScale"] = (
+            True,
+            "ReadyForNewScale",
+            "recommended size matches current size",
+        )
+    limited = limit_rate(
+        state,
+        spec.behavior,
+        spec.min_replicas,
+        spec.max_replicas,
+        current_replicas,
+        stabilized.replicas,
+        now,
+    )
+    conditions["ScalingLimited"] = (limited.limited, limited.reason, limited.message)
+    if limited.limited:
+        driver = _LIMIT_DRIVER[limited.reason]
+    desired = limited.replicas
+    if desired > current_replicas:
+        reason = f"{best[1]} above target"
+    elif desired < current_replicas:
+        reason = "All metrics below target"
+    else:
+        reason = "no change"
+    return Decision(
+        current_replicas,
+        desired,
+        reactive_best,
+        predictive_best,
+        driver,
+        reason,
+        tuple(outcomes),
+        conditions,
+    )
+
+
+_LIMIT_DRIVER = {
+    "ScaleUpLimit": DRIVER_SCALE_UP_LIMIT,
+    "ScaleDownLimit": DRIVER_SCALE_DOWN_LIMIT,
+    "TooManyReplicas": DRIVER_MAX_REPLICAS,
+    "TooFewReplicas": DRIVER_MIN_REPLICAS,
+}
+
+
+@dataclass(frozen=True)
+class _PodCounts:
+    current: int
+    status: int
+    ready: int
+
+
+def _out_of_range(current: int, desired: int, driver: str, reason: str) -> Decision:
+    return Decision(current, desired, None, None, driver, reason, (), {})
+
+
+def _count_ready(inputs: Sequence[MetricInput], default: int) -> int:
+    """Running pods whose Ready condition is true (``getReadyPodsCount``)."""
+    for reading in inputs:
+        if reading.pods is not None:
+            return sum(1 for p in reading.pods if p.phase == "Running" and p.ready)
+    return default
+
+
+def _proposal(
+    metric: MetricSpec,
+    reading: MetricInput,
+    tolerances: Tolerances,
+    counts: _PodCounts,
+    now: float,
+    forecast: float | None = None,
+) -> Proposal:
+    """The per-metric maths for the live reading of ``metric``, or for ``forecast`` if given."""
+    if reading.error is not None:
+        raise MetricUnavailable(_FAILED_REASON[metric.source], reading.error)
+    if metric.source == "Pods":
+        if reading.pods is None:
+            raise MetricUnavailable(_FAILED_REASON["Pods"], "no pod samples were read")
+        pods = reading.pods
+        if forecast is not None:
+            # Every pod that has a sample is assumed to run at the forecast level.
+            pods = tuple(p if p.value is None else replace(p, value=forecast) for p in pods)
+        return pods_metric_replicas(
+            pods,
+            counts.current,
+            metric.target_value,
+            tolerances,
+            now,
+            utilization=metric.target_type == "Utilization",
+        )
+    value = reading.value if forecast is None else forecast
+    if value is None or math.isnan(value):
+        raise MetricUnavailable(_FAILED_REASON[metric.source], "the query returned no number")
+    if metric.target_type == "Value":
+        return value_metric_replicas(
+            value, counts.current, counts.ready, metric.target_value, tolerances
+        )
+    return average_value_metric_replicas(value, counts.status, metric.target_value, tolerances)

@@ -1,0 +1,222 @@
+"""Replay a trace through the fleet model with a scaling policy driving the real decision core.
+
+Every ``tick`` seconds (15 s, the HPA's sync period) the autoscaler reads the request rate of the
+last ``metric_window`` seconds, as ``rate(requests[1m])`` would, and calls
+:func:`autoscaler.core.decide` with it as an External metric with an AverageValue target: the
+rate one replica should carry at the utilization target (``target_utilization`` of the rate a
+replica serves at full batches). ``hpa`` uses that alone; ``predictive`` adds the forecast's upper
+bound for the next cold start plus one tick; ``static`` keeps enough replicas for the trace's peak
+rate at the same target and never scales.
+
+Why the request rate and not the GPU busy fraction: the busy fraction saturates at 100% when the
+fleet is overloaded, so it under-reports how far behind the fleet is, and it depends on the
+replica count, so it cannot be forecast independently of the autoscaler's own actions. The rate is
+the load itself; both policies see exactly the same signal and target.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from autoscaler.core import MetricInput, ScalingState, decide, record_scale
+from autoscaler.simulator.fleet import Fleet, ServiceModel
+from autoscaler.simulator.forecast import LoadForecaster, PredictorForecaster
+from autoscaler.simulator.trace import Trace
+from autoscaler.spec import GPUAutoscalerSpec, parse_spec
+
+Policy = Literal["static", "hpa", "predictive"]
+POLICIES: tuple[str, ...] = ("static", "hpa", "predictive")
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    service: ServiceModel
+    cold_start: float = 120.0
+    tick: float = 15.0
+    metric_window: float = 60.0
+    target_utilization: float = 0.7
+    slo_seconds: float = 10.0
+    slo_on: Literal["latency", "queueing"] = "latency"
+    min_replicas: int = 1
+    max_replicas: int = 64
+    forecast_step: float = 60.0
+    forecast_quantile: float = 0.9
+    behavior: dict[str, Any] | None = None  # the spec's behavior section, camelCase
+    static_replicas: int | None = None  # default: peak provisioning at the target
+    drain_limit: float = 3600.0  # seconds after the last arrival to finish the queue
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target_utilization <= 1:
+            raise ValueError("target_utilization must be in (0, 1], e.g. 0.7")
+        for name in ("cold_start", "metric_window", "slo_seconds", "drain_limit"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if self.tick <= 0 or self.forecast_step <= 0:
+            raise ValueError("tick and forecast_step must be > 0 seconds")
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise ValueError("need 1 <= min_replicas <= max_replicas")
+
+    @property
+    def target_rate_per_replica(self) -> float:
+        return self.target_utilization * self.service.capacity_rps
+
+    @property
+    def forecast_horizon_steps(self) -> int:
+        return max(1, math.ceil((self.cold_start + self.tick) / self.forecast_step))
+
+
+@dataclass
+class Timeline:
+    """Per-tick samples for reports and plots."""
+
+    t: list[float] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+    replicas: list[int] = field(default_factory=list)
+    ready: list[int] = field(default_factory=list)
+    forecast: list[float] = field(default_factory=list)
+
+
+@dataclass
+class SimulationResult:
+    policy: str
+    config: SimulationConfig
+    trace: Trace
+    latency: np.ndarray
+    queueing: np.ndarray
+    billed_seconds: float
+    busy_seconds: float
+    end_time: float
+    timeline: Timeline
+    scale_ups: int
+    scale_downs: int
+    drivers: Counter
+    forecaster: str | None
+    unfinished: int
+
+
+def policy_spec(config: SimulationConfig, policy: Policy) -> GPUAutoscalerSpec:
+    """The GPUAutoscaler spec each policy runs with (the same target for all)."""
+    metric: dict[str, Any] = {
+        "name": "request_rate",
+        "type": "External",
+        "query": "sum(rate(requests_total[1m]))",
+        "target": {"type": "AverageValue", "averageValue": config.target_rate_per_replica},
+    }
+    if policy == "predictive":
+        metric["prediction"] = {
+            "horizonSeconds": config.cold_start + config.tick,
+            "warmupSeconds": config.cold_start,
+            "quantile": config.forecast_quantile,
+        }
+    raw: dict[str, Any] = {
+        "scaleTargetRef": {"kind": "Deployment", "name": "simulated"},
+        "minReplicas": config.min_replicas,
+        "maxReplicas": config.max_replicas,
+        "metrics": [metric],
+    }
+    if config.behavior:
+        raw["behavior"] = config.behavior
+    return parse_spec(raw)
+
+
+def peak_replicas(trace: Trace, config: SimulationConfig) -> int:
+    """Static peak provisioning: the most replicas the busiest metric window needs at target."""
+    window = max(config.metric_window, config.tick)
+    ends = np.arange(window, trace.duration + window, config.tick)
+    counts = np.searchsorted(trace.arrivals, ends, side="right") - np.searchsorted(
+        trace.arrivals, ends - window, side="right"
+    )
+    peak_rate = float(counts.max()) / window if len(counts) else 0.0
+    needed = math.ceil(peak_rate / config.target_rate_per_replica - 1e-9)
+    return min(config.max_replicas, max(config.min_replicas, needed))
+
+
+def simulate(
+    trace: Trace,
+    config: SimulationConfig,
+    policy: Policy,
+    forecaster: LoadForecaster | None = None,
+) -> SimulationResult:
+    """Run one policy over the whole trace and until its queue drains (or ``drain_limit``)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    spec = policy_spec(config, policy)
+    metric = spec.metrics[0]
+    static = policy == "static"
+    initial = (
+        config.static_replicas or peak_replicas(trace, config) if static else config.min_replicas
+    )
+    if policy == "predictive" and forecaster is None:
+        forecaster = PredictorForecaster(config.forecast_step, config.forecast_horizon_steps)
+    fleet = Fleet(trace.arrivals, trace.work, config.service, config.cold_start, initial)
+    state = ScalingState()
+    timeline = Timeline()
+    drivers: Counter = Counter()
+    ups = downs = 0
+    arrivals = trace.arrivals
+    step_edges_seen = 0
+    forecast_value: float | None = None
+    horizon = config.forecast_horizon_steps
+    t = 0.0
+    limit = trace.duration + config.drain_limit
+    while t < limit:
+        t += config.tick
+        fleet.advance(t)
+        lo = np.searchsorted(arrivals, t - config.metric_window, side="right")
+        hi = np.searchsorted(arrivals, t, side="right")
+        rate = (hi - lo) / config.metric_window if config.metric_window > 0 else 0.0
+        if forecaster is not None:
+            while (step_edges_seen + 1) * config.forecast_step <= t:
+                start = step_edges_seen * config.forecast_step
+                n = np.searchsorted(arrivals, start + config.forecast_step, side="left")
+                n -= np.searchsorted(arrivals, start, side="left")
+                forecaster.observe(n / config.forecast_step)
+                step_edges_seen += 1
+                forecast_value = forecaster.upper(horizon, config.forecast_quantile)
+        timeline.t.append(t)
+        timeline.rate.append(rate)
+        timeline.forecast.append(math.nan if forecast_value is None else forecast_value)
+        if not static:
+            current = fleet.replica_count
+            decision = decide(
+                spec,
+                current,
+                [MetricInput(metric, value=rate, forecast_upper=forecast_value)],
+                state,
+                t,
+            )
+            if decision.rescale:
+                fleet.scale_to(decision.desired_replicas)
+                record_scale(state, t, current, decision.desired_replicas)
+                drivers[decision.driver] += 1
+                if decision.desired_replicas > current:
+                    ups += 1
+                else:
+                    downs += 1
+        timeline.replicas.append(fleet.replica_count)
+        timeline.ready.append(fleet.ready_count)
+        if t >= trace.duration and not np.isnan(fleet.finished).any() and fleet.queue_length == 0:
+            break
+    fleet.advance(t)
+    finished = fleet.finished
+    return SimulationResult(
+        policy=policy,
+        config=config,
+        trace=trace,
+        latency=finished - arrivals,
+        queueing=fleet.started - arrivals,
+        billed_seconds=fleet.billed_seconds(t),
+        busy_seconds=fleet.busy_seconds,
+        end_time=t,
+        timeline=timeline,
+        scale_ups=ups,
+        scale_downs=downs,
+        drivers=drivers,
+        forecaster=None if forecaster is None else forecaster.name,
+        unfinished=int(np.isnan(finished).sum()),
+    )

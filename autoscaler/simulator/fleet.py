@@ -1,0 +1,183 @@
+"""A discrete-event model of a fleet of GPU replicas serving batched requests from one queue.
+
+Requests wait in a FIFO queue (the load balancer's or the batcher's). A ready replica that is free
+takes up to ``max_batch`` waiting requests at once and serves them in ``c + a * sum(work)``
+seconds (``t(b) = c + a*b`` for average requests). A replica ordered by the autoscaler is paid
+for from that moment but serves only after ``cold_start`` seconds (pull, load weights, warm up).
+Removing replicas takes, in this order, ones still starting, idle ones, then busy ones, which
+finish their batch first (graceful termination) and are paid for until then.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """Batch service time ``c + a * b`` seconds for ``b`` average requests."""
+
+    c: float
+    a: float
+    max_batch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.c < 0 or self.a < 0 or self.c + self.a <= 0:
+            raise ValueError("service time needs c >= 0, a >= 0 and c + a > 0 (seconds)")
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+
+    @property
+    def capacity_rps(self) -> float:
+        """Average requests per second one busy replica serves at full batches."""
+        return self.max_batch / (self.c + self.a * self.max_batch)
+
+    @classmethod
+    def calibrate(cls, batch_sizes: np.ndarray, seconds: np.ndarray, max_batch: int) -> ServiceModel:
+        """Least-squares fit of ``c`` and ``a`` to measured (batch size, batch seconds) pairs."""
+        b = np.asarray(batch_sizes, float)
+        y = np.asarray(seconds, float)
+        if b.size < 2 or np.ptp(b) == 0:
+            raise ValueError("calibration needs measurements at two or more batch sizes")
+        a, c = np.polyfit(b, y, 1)
+        return cls(c=max(0.0, float(c)), a=max(0.0, float(a)), max_batch=max_batch)
+
+
+@dataclass
+class _Replica:
+    ordered_at: float
+    ready_at: float
+    busy_until: float = -math.inf
+    removing: bool = False
+    removed_at: float | None = None
+
+
+class Fleet:
+    """Replays arrivals through replicas; ``advance(t)`` runs every event up to time ``t``."""
+
+    def __init__(
+        self,
+        arrivals: np.ndarray,
+        work: np.ndarray,
+        service: ServiceModel,
+        cold_start: float,
+        initial_replicas: int,
+        start: float = 0.0,
+    ) -> None:
+        self.arrivals = arrivals
+        self.work = work
+        self.service = service
+        self.cold_start = cold_start
+        self.started = np.full(len(arrivals), np.nan)
+        self.finished = np.full(len(arrivals), np.nan)
+        self.replicas: list[_Replica] = []
+        self._queue: deque[int] = deque()
+        self._idle: list[int] = []
+        self._events: list[tuple[float, int]] = []  # (time a replica becomes free or ready, id)
+        self._next_arrival = 0
+        self.now = start
+        self.busy_seconds = 0.0
+        for _ in range(initial_replicas):
+            self._add(start, ready_at=start)
+
+    # -- what the autoscaler sees and does ---------------------------------------------------
+    @property
+    def replica_count(self) -> int:
+        """Replicas ordered and not being removed: the scale's spec.replicas."""
+        return sum(1 for r in self.replicas if r.removed_at is None and not r.removing)
+
+    @property
+    def ready_count(self) -> int:
+        return sum(
+            1
+            for r in self.replicas
+            if r.removed_at is None and not r.removing and r.ready_at <= self.now
+        )
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+    def scale_to(self, desired: int) -> None:
+        active = [i for i, r in enumerate(self.replicas) if r.removed_at is None and not r.removing]
+        if desired > len(active):
+            for _ in range(desired - len(active)):
+                self._add(self.now, ready_at=self.now + self.cold_start)
+        elif desired < len(active):
+            self._remove(active, len(active) - desired)
+
+    def billed_seconds(self, until: float) -> float:
+        """Replica-seconds paid for up to ``until`` (from order to removal)."""
+        total = 0.0
+        for r in self.replicas:
+            end = r.removed_at if r.removed_at is not None else until
+            total += max(0.0, min(end, until) - r.ordered_at)
+        return total
+
+    # -- the event loop ----------------------------------------------------------------------
+    def advance(self, until: float) -> None:
+        arrivals = self.arrivals
+        n = len(arrivals)
+        events = self._events
+        while True:
+            ta = arrivals[self._next_arrival] if self._next_arrival < n else math.inf
+            te = events[0][0] if events else math.inf
+            if min(ta, te) > until:
+                break
+            if te <= ta:
+                t, rid = heapq.heappop(events)
+                self.now = t
+                self._on_free(rid, t)
+            else:
+                self.now = ta
+                self._queue.append(self._next_arrival)
+                self._next_arrival += 1
+                if self._idle:
+                    self._start_batch(self._idle.pop(), ta)
+        self.now = until
+
+    def _on_free(self, rid: int, t: float) -> None:
+        replica = self.replicas[rid]
+        if replica.removed_at is not None:
+            return
+        if replica.removing:
+            replica.removed_at = t
+            return
+        if self._queue:
+            self._start_batch(rid, t)
+        else:
+            self._idle.append(rid)
+
+    def _start_batch(self, rid: int, t: float) -> None:
+        queue = self._queue
+        size = min(self.service.max_batch, len(queue))
+        batch = [queue.popleft() for _ in range(size)]
+        duration = self.service.c + self.service.a * float(self.work[batch].sum())
+        self.started[batch] = t
+        self.finished[batch] = t + duration
+        self.busy_seconds += duration
+        self.replicas[rid].busy_until = t + duration
+        heapq.heappush(self._events, (t + duration, rid))
+
+    def _add(self, now: float, ready_at: float) -> None:
+        self.replicas.append(_Replica(ordered_at=now, ready_at=ready_at))
+        heapq.heappush(self._events, (ready_at, len(self.replicas) - 1))
+
+    def _remove(self, active: list[int], count: int) -> None:
+        now = self.now
+        starting = [i for i in active if self.replicas[i].ready_at > now]
+        idle = [i for i in self._idle if i in set(active)]
+        busy = [i for i in active if i not in set(starting) and i not in set(idle)]
+        for rid in (sorted(starting, reverse=True) + idle[::-1] + busy)[:count]:
+            replica = self.replicas[rid]
+            if replica.busy_until > now:
+                replica.removing = True
+            else:
+                replica.removed_at = now
+                if rid in self._idle:
+                    self._idle.remove(rid)

@@ -1,0 +1,432 @@
+"""The GPUAutoscaler spec: autoscaling/v2's shape with PromQL metrics and a prediction section.
+
+One parser serves the custom resource (its camelCase ``spec`` as the API server returns it) and
+the local mode's YAML file, so both are validated by the same rules. Defaults are filled in the
+way the Kubernetes API server defaults an ``autoscaling/v2`` HorizontalPodAutoscaler with a
+behavior section: scale up by at most max(4 pods, 100%) per 15 s with no stabilization, scale
+down by at most 100% per 15 s after a 300 s stabilization window, tolerance 0.1 both ways.
+
+A metric entry is flattened compared with autoscaling/v2, because the value comes from a PromQL
+query rather than from a metrics API::
+
+    metrics:
+      - name: gpu_util
+        type: Pods                      # Pods | Object | External
+        query: avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="llm"})
+        target: {type: Utilization, averageUtilization: 70}
+        prediction: {horizonSeconds: 300, quantile: 0.9, warmupSeconds: 180}
+
+Errors raise :class:`SpecError`, whose message starts with the path of the bad field
+(``spec.metrics[1].target.value: ...``) and says what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+MetricSource = Literal["Pods", "Object", "External"]
+TargetType = Literal["Utilization", "AverageValue", "Value"]
+PolicyType = Literal["Pods", "Percent"]
+SelectPolicy = Literal["Max", "Min", "Disabled"]
+
+SOURCES: tuple[str, ...] = ("Pods", "Object", "External")
+TARGET_TYPES: tuple[str, ...] = ("Utilization", "AverageValue", "Value")
+# Which target types each source accepts, as autoscaling/v2 validation allows them; a Pods
+# Utilization target stands for the resource-metric case (GPU utilization instead of CPU).
+ALLOWED_TARGETS: dict[str, tuple[str, ...]] = {
+    "Pods": ("Utilization", "AverageValue"),
+    "Object": ("Value", "AverageValue"),
+    "External": ("Value", "AverageValue"),
+}
+_TARGET_KEY = {
+    "Utilization": "averageUtilization",
+    "AverageValue": "averageValue",
+    "Value": "value",
+}
+
+DEFAULT_TOLERANCE = 0.1
+DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS = 300
+DEFAULT_SCALE_UP_STABILIZATION_SECONDS = 0
+DEFAULT_POLICY_PERIOD_SECONDS = 15
+MAX_STABILIZATION_WINDOW_SECONDS = 3600
+MAX_POLICY_PERIOD_SECONDS = 1800
+
+
+class SpecError(ValueError):
+    """The spec is invalid; the message starts with the field's path and says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ScaleTargetRef:
+    """The workload whose scale subresource is driven (Deployment, StatefulSet, local group)."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """How a metric's predictive candidate is formed from a forecast.
+
+    The forecast is asked for ``effective_horizon_seconds`` ahead: never less than the warm-up
+    time of a new replica, because a replica ordered now only helps that far in the future.
+    """
+
+    enabled: bool = True
+    query: str | None = None
+    horizon_seconds: float = 300.0
+    quantile: float = 0.9
+    warmup_seconds: float = 0.0
+
+    @property
+    def effective_horizon_seconds(self) -> float:
+        return max(self.horizon_seconds, self.warmup_seconds)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: where its value comes from (PromQL), how it is read, and its target."""
+
+    name: str
+    query: str
+    source: MetricSource
+    target_type: TargetType
+    target_value: float
+    prediction: Prediction | None = None
+
+    @property
+    def prediction_query(self) -> str:
+        """The series the predictor forecasts: the prediction's own query or the metric's."""
+        if self.prediction is not None and self.prediction.query:
+            return self.prediction.query
+        return self.query
+
+
+@dataclass(frozen=True)
+class HPAScalingPolicy:
+    """At most ``value`` pods (or percent of the replicas) changed within ``period_seconds``."""
+
+    type: PolicyType
+    value: int
+    period_seconds: int
+
+
+@dataclass(frozen=True)
+class HPAScalingRules:
+    """Rules for one direction; ``stabilization_window_seconds`` is always filled in by parsing."""
+
+    stabilization_window_seconds: int | None
+    select_policy: SelectPolicy
+    policies: tuple[HPAScalingPolicy, ...]
+
+    @property
+    def longest_policy_period(self) -> int:
+        return max((p.period_seconds for p in self.policies), default=0)
+
+
+def default_scale_up_rules() -> HPAScalingRules:
+    return HPAScalingRules(
+        stabilization_window_seconds=DEFAULT_SCALE_UP_STABILIZATION_SECONDS,
+        select_policy="Max",
+        policies=(
+            HPAScalingPolicy("Pods", 4, DEFAULT_POLICY_PERIOD_SECONDS),
+            HPAScalingPolicy("Percent", 100, DEFAULT_POLICY_PERIOD_SECONDS),
+        ),
+    )
+
+
+def default_scale_down_rules() -> HPAScalingRules:
+    return HPAScalingRules(
+        stabilization_window_seconds=DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
+        select_policy="Max",
+        policies=(HPAScalingPolicy("Percent", 100, DEFAULT_POLICY_PERIOD_SECONDS),),
+    )
+
+
+@dataclass(frozen=True)
+class Behavior:
+    scale_up: HPAScalingRules
+    scale_down: HPAScalingRules
+
+
+def default_behavior() -> Behavior:
+    return Behavior(scale_up=default_scale_up_rules(), scale_down=default_scale_down_rules())
+
+
+@dataclass(frozen=True)
+class GPUAutoscalerSpec:
+    scale_target_ref: ScaleTargetRef
+    min_replicas: int
+    max_replicas: int
+    metrics: tuple[MetricSpec, ...]
+    behavior: Behavior
+    tolerance_up: float = DEFAULT_TOLERANCE
+    tolerance_down: float = DEFAULT_TOLERANCE
+
+
+# --- parsing -----------------------------------------------------------------------------------
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_QUANTITY_FACTOR = {
+    None: 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 1024.0,
+    "Mi": 1024.0**2,
+    "Gi": 1024.0**3,
+    "Ti": 1024.0**4,
+}
+
+
+def parse_quantity(raw: Any, path: str) -> float:
+    """A number or a Kubernetes quantity string ("500m", "2k", "1Gi") as a float."""
+    if isinstance(raw, bool):
+        raise SpecError(f"{path}: expected a number or a quantity like '500m', got {raw!r}")
+    if isinstance(raw, (int, float)):
+        value = float(raw)
+    elif isinstance(raw, str) and (m := _QUANTITY.match(raw.strip())):
+        value = float(m.group(1)) * _QUANTITY_FACTOR[m.group(2)]
+    else:
+        raise SpecError(f"{path}: expected a number or a quantity like '500m', got {raw!r}")
+    if not math.isfinite(value):
+        raise SpecError(f"{path}: must be a finite number, got {raw!r}")
+    return value
+
+
+def parse_spec(obj: Mapping[str, Any]) -> GPUAutoscalerSpec:
+    """Parse a GPUAutoscaler object (with ``spec``) or just its spec into a validated spec."""
+    if not isinstance(obj, Mapping):
+        raise SpecError("spec: expected a mapping (a GPUAutoscaler object or its spec)")
+    if "spec" in obj and isinstance(obj.get("spec"), Mapping):
+        obj = obj["spec"]
+    _reject_unknown(
+        obj, "spec", {"scaleTargetRef", "minReplicas", "maxReplicas", "metrics", "behavior"}
+    )
+    ref = _parse_target_ref(_required(obj, "scaleTargetRef", "spec"), "spec.scaleTargetRef")
+    min_replicas = _int(obj.get("minReplicas", 1), "spec.minReplicas", minimum=0)
+    max_replicas = _int(_required(obj, "maxReplicas", "spec"), "spec.maxReplicas", minimum=1)
+    if max_replicas < min_replicas:
+        raise SpecError(
+            f"spec.maxReplicas: {max_replicas} is below minReplicas {min_replicas}; "
+            "raise maxReplicas or lower minReplicas"
+        )
+    raw_metrics = _required(obj, "metrics", "spec")
+    if not isinstance(raw_metrics, list) or not raw_metrics:
+        raise SpecError("spec.metrics: expected a non-empty list of metrics")
+    metrics = tuple(_parse_metric(m, f"spec.metrics[{i}]") for i, m in enumerate(raw_metrics))
+    names = [m.name for m in metrics]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise SpecError(f"spec.metrics[{i}].name: {name!r} is used twice; names must be unique")
+    if min_replicas == 0 and all(m.source == "Pods" for m in metrics):
+        raise SpecError(
+            "spec.minReplicas: 0 needs at least one Object or External metric, because Pods "
+            "metrics have no pods to read at zero replicas; set minReplicas >= 1"
+        )
+    behavior, tol_up, tol_down = _parse_behavior(obj.get("behavior"), "spec.behavior")
+    return GPUAutoscalerSpec(
+        scale_target_ref=ref,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        metrics=metrics,
+        behavior=behavior,
+        tolerance_up=tol_up,
+        tolerance_down=tol_down,
+    )
+
+
+def load_spec_file(path: str | Path) -> GPUAutoscalerSpec:
+    """Read a YAML file holding a GPUAutoscaler object or only its spec."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec file {str(p)!r}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spec file {str(p)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise SpecError(f"spec file {str(p)!r} must hold a GPUAutoscaler object or its spec")
+    return parse_spec(data)
+
+
+def _parse_target_ref(raw: Any, path: str) -> ScaleTargetRef:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: expected a mapping with apiVersion, kind and name")
+    _reject_unknown(raw, path, {"apiVersion", "kind", "name"})
+    return ScaleTargetRef(
+        api_version=_str(raw.get("apiVersion", "apps/v1"), f"{path}.apiVersion"),
+        kind=_str(_required(raw, "kind", path), f"{path}.kind"),
+        name=_str(_required(raw, "name", path), f"{path}.name"),
+    )
+
+
+def _parse_metric(raw: Any, path: str) -> MetricSpec:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: expected a mapping with name, type, query and target")
+    _reject_unknown(raw, path, {"name", "type", "query", "target", "prediction"})
+    name = _str(_required(raw, "name", path), f"{path}.name")
+    source = _choice(raw.get("type", "Pods"), f"{path}.type", SOURCES)
+    query = _str(_required(raw, "query", path), f"{path}.query")
+    target = _required(raw, "target", path)
+    tpath = f"{path}.target"
+    if not isinstance(target, Mapping):
+        raise SpecError(f"{tpath}: expected a mapping like {{type: AverageValue, averageValue: 5}}")
+    target_type = _choice(_required(target, "type", tpath), f"{tpath}.type", TARGET_TYPES)
+    if target_type not in ALLOWED_TARGETS[source]:
+        raise SpecError(
+            f"{tpath}.type: {target_type} is not allowed for a {source} metric; "
+            f"use one of {', '.join(ALLOWED_TARGETS[source])}"
+        )
+    key = _TARGET_KEY[target_type]
+    _reject_unknown(target, tpath, {"type", key})
+    value = parse_quantity(_required(target, key, tpath), f"{tpath}.{key}")
+    if value <= 0:
+        raise SpecError(f"{tpath}.{key}: must be > 0, got {value:g}")
+    prediction = None
+    if raw.get("prediction") is not None:
+        prediction = _parse_prediction(raw["prediction"], f"{path}.prediction")
+    return MetricSpec(name, query, source, target_type, value, prediction)  # type: ignore[arg-type]
+
+
+def _parse_prediction(raw: Any, path: str) -> Prediction:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: expected a mapping with horizonSeconds, quantile, warmupSeconds")
+    _reject_unknown(raw, path, {"enabled", "query", "horizonSeconds", "quantile", "warmupSeconds"})
+    enabled = raw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise SpecError(f"{path}.enabled: expected true or false, got {enabled!r}")
+    query = raw.get("query")
+    if query is not None:
+        query = _str(query, f"{path}.query")
+    horizon = _float(raw.get("horizonSeconds", 300.0), f"{path}.horizonSeconds")
+    if horizon <= 0:
+        raise SpecError(f"{path}.horizonSeconds: must be > 0, got {horizon:g}")
+    quantile = _float(raw.get("quantile", 0.9), f"{path}.quantile")
+    if not 0.5 <= quantile < 1.0:
+        raise SpecError(f"{path}.quantile: must be in [0.5, 1), got {quantile:g}")
+    warmup = _float(raw.get("warmupSeconds", 0.0), f"{path}.warmupSeconds")
+    if warmup < 0:
+        raise SpecError(f"{path}.warmupSeconds: must be >= 0, got {warmup:g}")
+    return Prediction(enabled, query, horizon, quantile, warmup)
+
+
+def _parse_behavior(raw: Any, path: str) -> tuple[Behavior, float, float]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: expected a mapping with scaleUp and/or scaleDown")
+    _reject_unknown(raw, path, {"scaleUp", "scaleDown"})
+    up, tol_up = _parse_rules(raw.get("scaleUp"), f"{path}.scaleUp", default_scale_up_rules())
+    down, tol_down = _parse_rules(
+        raw.get("scaleDown"), f"{path}.scaleDown", default_scale_down_rules()
+    )
+    return Behavior(scale_up=up, scale_down=down), tol_up, tol_down
+
+
+def _parse_rules(raw: Any, path: str, default: HPAScalingRules) -> tuple[HPAScalingRules, float]:
+    """Fill unset fields from ``default`` field by field, as the API server's defaulting does."""
+    if raw is None:
+        return default, DEFAULT_TOLERANCE
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: expected a mapping (stabilizationWindowSeconds, policies, ...)")
+    _reject_unknown(
+        raw, path, {"stabilizationWindowSeconds", "selectPolicy", "policies", "tolerance"}
+    )
+    window = default.stabilization_window_seconds
+    if raw.get("stabilizationWindowSeconds") is not None:
+        window = _int(
+            raw["stabilizationWindowSeconds"],
+            f"{path}.stabilizationWindowSeconds",
+            minimum=0,
+            maximum=MAX_STABILIZATION_WINDOW_SECONDS,
+        )
+    select = default.select_policy
+    if raw.get("selectPolicy") is not None:
+        select = _choice(raw["selectPolicy"], f"{path}.selectPolicy", ("Max", "Min", "Disabled"))
+    policies = default.policies
+    if raw.get("policies") is not None:
+        items = raw["policies"]
+        if not isinstance(items, list):
+            raise SpecError(f"{path}.policies: expected a list of {{type, value, periodSeconds}}")
+        policies = tuple(_parse_policy(p, f"{path}.policies[{i}]") for i, p in enumerate(items))
+        if not policies and select != "Disabled":
+            raise SpecError(
+                f"{path}.policies: must not be empty unless selectPolicy is Disabled; "
+                "add a policy or remove the key to get the defaults"
+            )
+    tolerance = DEFAULT_TOLERANCE
+    if raw.get("tolerance") is not None:
+        tolerance = parse_quantity(raw["tolerance"], f"{path}.tolerance")
+        if tolerance < 0:
+            raise SpecError(f"{path}.tolerance: must be >= 0, got {tolerance:g}")
+    return HPAScalingRules(window, select, policies), tolerance  # type: ignore[arg-type]
+
+
+def _parse_policy(raw: Any, path: str) -> HPAScalingPolicy:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: expected a mapping {{type: Pods|Percent, value, periodSeconds}}")
+    _reject_unknown(raw, path, {"type", "value", "periodSeconds"})
+    kind = _choice(_required(raw, "type", path), f"{path}.type", ("Pods", "Percent"))
+    value = _int(_required(raw, "value", path), f"{path}.value", minimum=1)
+    period = _int(
+        _required(raw, "periodSeconds", path),
+        f"{path}.periodSeconds",
+        minimum=1,
+        maximum=MAX_POLICY_PERIOD_SECONDS,
+    )
+    return HPAScalingPolicy(kind, value, period)  # type: ignore[arg-type]
+
+
+def _required(raw: Mapping[str, Any], key: str, path: str) -> Any:
+    if raw.get(key) is None:
+        raise SpecError(f"{path}.{key}: is required")
+    return raw[key]
+
+
+def _reject_unknown(raw: Mapping[str, Any], path: str, known: set[str]) -> None:
+    unknown = sorted(str(k) for k in raw if k not in known)
+    if unknown:
+        raise SpecError(
+            f"{path}.{unknown[0]}: unknown field; valid fields are {', '.join(sorted(known))}"
+        )
+
+
+def _str(raw: Any, path: str) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise SpecError(f"{path}: expected a non-empty string, got {raw!r}")
+    return raw
+
+
+def _choice(raw: Any, path: str, choices: tuple[str, ...]) -> str:
+    if raw not in choices:
+        raise SpecError(f"{path}: {raw!r} is not one of {', '.join(choices)}")
+    return raw
+
+
+def _int(raw: Any, path: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise SpecError(f"{path}: expected an integer, got {raw!r}")
+    if minimum is not None and raw < minimum:
+        raise SpecError(f"{path}: must be >= {minimum}, got {raw}")
+    if maximum is not None and raw > maximum:
+        raise SpecError(f"{path}: must be <= {maximum}, got {raw}")
+    return raw
+
+
+def _float(raw: Any, path: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise SpecError(f"{path}: expected a number, got {raw!r}")
+    return float(raw)

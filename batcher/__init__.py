@@ -1,0 +1,1 @@
+"""Adaptive dynamic batching runtime for torch models, speaking the Open Inference Protocol."""

@@ -1,0 +1,168 @@
+"""Settings of the batching runtime, as flags and YAML keys (see :mod:`autoglm.config`).
+
+One dataclass describes every setting the CLI, the HTTP server and the in-process engine read, so
+``autoglm-batcher --slo-seconds 0.2`` and ``slo_seconds: 0.2`` in a ``--config`` file mean the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autoglm.config import ConfigError, parse_listen
+
+MAX_SUPPORTED_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """Everything the batching runtime can be told."""
+
+    model: str = field(
+        default="batcher.models.demo:factory",
+        metadata={"help": "package.module:factory returning a torch module or a batch callable"},
+    )
+    model_name: str = field(
+        default="",
+        metadata={"help": "name served under /v2/models/NAME (default: the factory's module)"},
+    )
+    checkpoint: str = field(
+        default="",
+        metadata={"help": "checkpoint path passed to the factory as checkpoint=PATH"},
+    )
+    listen: str = field(default=":8000", metadata={"help": "HOST:PORT to serve HTTP on"})
+    max_batch_size: int = field(
+        default=32, metadata={"help": "largest batch (in items) the model is ever given"}
+    )
+    slo_seconds: float = field(
+        default=0.25,
+        metadata={"help": "latency target per request (queue + compute); batches are sized to it"},
+    )
+    policy: Literal["adaptive", "fixed-delay"] = field(
+        default="adaptive",
+        metadata={
+            "help": "adaptive: deadline-aware batches with an online cap; fixed-delay: a "
+            "Triton-style baseline (max queue delay + preferred size), for comparison"
+        },
+    )
+    max_queue_delay_seconds: float = field(
+        default=0.0,
+        metadata={"help": "fixed-delay policy only: longest wait for a batch to fill"},
+    )
+    preferred_batch_size: int = field(
+        default=0,
+        metadata={"help": "fixed-delay policy only: dispatch at once at this size (0: max)"},
+    )
+    max_queue: int = field(
+        default=1024,
+        metadata={"help": "items allowed to wait; more are refused at once with HTTP 429"},
+    )
+    default_timeout_seconds: float = field(
+        default=30.0,
+        metadata={"help": "a request not started by then is answered with a timeout"},
+    )
+    priority_levels: int = field(
+        default=1,
+        metadata={"help": "priority levels accepted (1 = highest, as in Triton; 0 = default)"},
+    )
+    default_priority: int = field(
+        default=1, metadata={"help": "level of requests that give no priority"}
+    )
+    utilization_cap: float = field(
+        default=1.0,
+        metadata={"help": "largest busy fraction of the device, to leave room for co-tenants"},
+    )
+    device: Literal["auto", "cpu", "cuda"] = field(
+        default="auto", metadata={"help": "where a torch module runs (auto: cuda if present)"}
+    )
+    torch_threads: int = field(
+        default=0, metadata={"help": "torch.set_num_threads for CPU models (0: torch's default)"}
+    )
+    expandable_segments: bool = field(
+        default=True,
+        metadata={"help": "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA"},
+    )
+    padding: Literal["auto", "on", "off"] = field(
+        default="auto",
+        metadata={"help": "pad batches to bucket sizes (auto: on for cuda, off for cpu)"},
+    )
+    pad_buckets: list[int] = field(
+        default_factory=list,
+        metadata={"help": "bucket sizes for padding (default: powers of two up to the max)"},
+    )
+    idle_release_seconds: float = field(
+        default=30.0,
+        metadata={"help": "release cached device memory after this long idle (0: never)"},
+    )
+    max_body_bytes: int = field(
+        default=16 << 20, metadata={"help": "largest request body accepted (HTTP 400 above)"}
+    )
+    drain_timeout_seconds: float = field(
+        default=60.0,
+        metadata={"help": "on SIGTERM, longest wait for queued and running work to finish"},
+    )
+    web_config_file: str = field(
+        default="", metadata={"help": "exporter-toolkit web config (TLS, basic auth)"}
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = field(
+        default="info", metadata={"help": "log level"}
+    )
+    log_format: Literal["json", "text"] = field(default="json", metadata={"help": "log format"})
+
+    def __post_init__(self) -> None:
+        if ":" not in self.model or self.model.startswith(":") or self.model.endswith(":"):
+            raise ConfigError(
+                f"--model {self.model!r} must be package.module:factory, "
+                "e.g. batcher.models.demo:factory"
+            )
+        parse_listen(self.listen)
+        if not 1 <= self.max_batch_size <= MAX_SUPPORTED_BATCH:
+            raise ConfigError(
+                f"--max-batch-size {self.max_batch_size} must be within 1..{MAX_SUPPORTED_BATCH}"
+            )
+        if self.slo_seconds <= 0:
+            raise ConfigError("--slo-seconds must be > 0, e.g. --slo-seconds 0.25")
+        if self.max_queue_delay_seconds < 0:
+            raise ConfigError("--max-queue-delay-seconds must be >= 0")
+        if not 0 <= self.preferred_batch_size <= self.max_batch_size:
+            raise ConfigError(
+                f"--preferred-batch-size must be within 0..{self.max_batch_size} (max batch size)"
+            )
+        if self.max_queue < self.max_batch_size:
+            raise ConfigError(
+                f"--max-queue {self.max_queue} must be at least --max-batch-size "
+                f"{self.max_batch_size}, or no batch could ever fill"
+            )
+        if self.default_timeout_seconds <= 0:
+            raise ConfigError("--default-timeout-seconds must be > 0")
+        if self.priority_levels < 1:
+            raise ConfigError("--priority-levels must be >= 1")
+        if not 1 <= self.default_priority <= self.priority_levels:
+            raise ConfigError(
+                f"--default-priority must be within 1..{self.priority_levels} (--priority-levels)"
+            )
+        if not 0 < self.utilization_cap <= 1:
+            raise ConfigError("--utilization-cap must be in (0, 1], e.g. 0.5 to share a GPU")
+        if self.torch_threads < 0:
+            raise ConfigError("--torch-threads must be >= 0 (0 keeps torch's default)")
+        bad = [b for b in self.pad_buckets if not 1 <= b <= self.max_batch_size]
+        if bad:
+            raise ConfigError(
+                f"--pad-buckets {bad[0]} must be within 1..{self.max_batch_size} (max batch size)"
+            )
+        if self.idle_release_seconds < 0:
+            raise ConfigError("--idle-release-seconds must be >= 0 (0 never releases)")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("--max-body-bytes must be at least 1024")
+        if self.drain_timeout_seconds <= 0:
+            raise ConfigError("--drain-timeout-seconds must be > 0")
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """Padding bucket sizes, ascending, always ending at ``max_batch_size``."""
+        if self.pad_buckets:
+            chosen = set(self.pad_buckets)
+        else:
+            chosen = {1 << k for k in range(self.max_batch_size.bit_length())}
+        chosen.add(self.max_batch_size)
+        return tuple(sorted(b for b in chosen if b <= self.max_batch_size))

@@ -1,0 +1,536 @@
+"""The batching engine: admission, a priority queue, one batch at a time on the device.
+
+Used in-process (``await batcher.submit(payload)``) and behind HTTP (:mod:`batcher.server`); the
+same object in both. The decisions (when to start, how large, whom to refuse, how the cap moves)
+are pure functions in :mod:`batcher.policy`; this module applies them to real requests and time.
+All times come from the event loop's clock, so a loop with a virtual clock runs the engine in
+simulated time (the tests do).
+
+Guarantees:
+* every accepted request is answered exactly once: a result, or an error saying why;
+* a request is refused at admission (never queued) when the queue is full or when the work ahead
+  of it cannot finish within its timeout;
+* a batch that runs out of memory is split in two and both halves retried before anything else;
+  a single request that still does not fit fails alone; other model errors fail only that batch;
+* ``drain`` stops admission, runs what is queued and in flight, and returns when all is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import itertools
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from batcher.cost_model import CostModel
+from batcher.execution import BatchExecutor, Outcome
+from batcher.memory import MemoryMonitor
+from batcher.metrics import BatcherMetrics
+from batcher.policy import (
+    BATCH_BUDGET_FRACTION,
+    AdaptiveCap,
+    DeadlinePolicy,
+    DispatchPolicy,
+    DispatchState,
+    FixedDelayPolicy,
+    Pending,
+    admission_refusal,
+    arrival_rate,
+    dispatch_deadline,
+    fitting_prefix,
+    next_start_for_utilization,
+    split_index,
+)
+
+log = logging.getLogger(__name__)
+
+BUSY_WINDOW_SECONDS = 60.0
+GAP_WEIGHT = 0.05  # weight of a new inter-arrival gap in the running mean
+
+
+class BatcherError(Exception):
+    """A request was not served; ``status`` is the HTTP status, ``outcome`` the metric label."""
+
+    status = 500
+    outcome = "model_error"
+
+
+class InvalidRequest(BatcherError):
+    status = 400
+    outcome = "invalid"
+
+
+class Rejected(BatcherError):
+    """Refused at admission: the queue is full or the wait would outlast the timeout."""
+
+    status = 429
+    outcome = "rejected"
+
+
+class ShuttingDown(Rejected):
+    """Refused because the runtime is draining."""
+
+    status = 503
+
+
+class RequestTimedOut(BatcherError):
+    status = 504
+    outcome = "timeout"
+
+
+class ModelFailed(BatcherError):
+    status = 500
+    outcome = "model_error"
+
+
+class OutOfMemory(BatcherError):
+    status = 500
+    outcome = "out_of_memory"
+
+
+class DrainTimedOut(BatcherError):
+    status = 503
+    outcome = "shutdown"
+
+
+@dataclass(eq=False)
+class _Request:
+    payload: Any
+    size: int
+    level: int
+    arrival: float
+    deadline: float
+    expiry: float
+    seq: int
+    future: asyncio.Future = field(repr=False)
+
+    @property
+    def key(self) -> tuple[int, float, int]:
+        return (self.level, self.deadline, self.seq)
+
+    def pending(self) -> Pending:
+        return Pending(size=self.size, arrival=self.arrival, deadline=self.deadline)
+
+
+class Batcher:
+    """Dynamic batching in front of one :class:`~batcher.execution.BatchExecutor`."""
+
+    def __init__(
+        self,
+        executor: BatchExecutor,
+        *,
+        max_batch_size: int = 32,
+        slo_seconds: float = 0.25,
+        max_queue: int = 1024,
+        default_timeout_seconds: float = 30.0,
+        priority_levels: int = 1,
+        default_priority: int = 1,
+        utilization_cap: float = 1.0,
+        policy: DispatchPolicy | None = None,
+        adaptive_cap: bool = True,
+        memory: MemoryMonitor | None = None,
+        metrics: BatcherMetrics | None = None,
+    ) -> None:
+        self.executor = executor
+        self.max_batch_size = max_batch_size
+        self.slo_seconds = slo_seconds
+        self.max_queue = max_queue
+        self.default_timeout = default_timeout_seconds
+        self.priority_levels = priority_levels
+        self.default_priority = default_priority
+        self.utilization_cap = utilization_cap
+        self.policy = policy or DeadlinePolicy()
+        self.adaptive = adaptive_cap
+        self.memory = memory
+        self.metrics = metrics or BatcherMetrics(
+            CollectorRegistry(), "model", slo_seconds, max_batch_size
+        )
+        self.cost = CostModel()
+        self.cap_state = AdaptiveCap(max_batch_size)
+        self._queue: list[_Request] = []
+        self._keys: list[tuple[int, float, int]] = []
+        self._queued_items = 0
+        self._retry: deque[list[_Request]] = deque()
+        self._seq = itertools.count()
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._accepting = False
+        self._closing = False
+        self._in_flight = 0
+        self._earliest_start = 0.0
+        self._last_end = 0.0
+        self._busy: deque[tuple[float, float]] = deque()
+        self._last_arrival: float | None = None
+        self._mean_gap = math.inf
+        self.batches = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the dispatch loop; requests are accepted from now on."""
+        loop = asyncio.get_running_loop()
+        self._last_end = loop.time()
+        self._task = asyncio.create_task(self._dispatch_loop(), name="autoglm-batcher-dispatch")
+        self._accepting = True
+        self.metrics.ready.set(1)
+        self._publish()
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Stop admission and finish everything queued and in flight; True when all finished.
+
+        After ``timeout`` seconds what is still queued is answered with :class:`DrainTimedOut`
+        (an answer, not a drop) and False is returned.
+        """
+        self._accepting = False
+        self.metrics.ready.set(0)
+        self._closing = True
+        self._wakeup.set()
+        if self._task is None:
+            return True
+        finished = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
+            finished = False
+            for request in self._take_all_queued():
+                self._fail(request, DrainTimedOut("shutting down before the request could run"))
+            await self._task
+        self.executor.close()
+        return finished
+
+    # --- admission ---------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        payload: Any,
+        *,
+        size: int = 1,
+        priority: int = 0,
+        timeout: float | None = None,
+    ) -> Any:
+        """Queue one request of ``size`` items and wait for its result.
+
+        ``priority``: 1 is the highest level, 0 means the default level (Triton's convention).
+        ``timeout``: seconds the request may wait to start (default: the configured timeout).
+        Raises a :class:`BatcherError` subclass when the request is not served.
+        """
+        if not self._accepting:
+            self.metrics.answered("rejected", None, self.slo_seconds)
+            raise ShuttingDown("not accepting requests: the runtime is shutting down")
+        level = priority or self.default_priority
+        if not 1 <= level <= self.priority_levels:
+            self.metrics.answered("invalid", None, self.slo_seconds)
+            raise InvalidRequest(
+                f"priority {priority} is outside 0..{self.priority_levels} "
+                "(1 is the highest, 0 the default)"
+            )
+        wait_limit = self.default_timeout if timeout is None else timeout
+        if wait_limit <= 0 or not 1 <= size <= self.max_batch_size:
+            self.metrics.answered("invalid", None, self.slo_seconds)
+            raise InvalidRequest(
+                f"timeout must be > 0 and a request must hold 1..{self.max_batch_size} items "
+                f"(got timeout {wait_limit} s, {size} items); send fewer items per request"
+            )
+        ahead = sum(r.size for r in self._queue if r.level <= level)
+        cap = self.cap
+        reason = admission_refusal(
+            queued_items=self._queued_items,
+            items_ahead=ahead,
+            size=size,
+            max_queue=self.max_queue,
+            cap=cap,
+            cost=self.cost.estimate,
+            timeout_seconds=wait_limit,
+        )
+        if reason is not None:
+            self.metrics.answered("rejected", None, self.slo_seconds)
+            raise Rejected(reason)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        request = _Request(
+            payload=payload,
+            size=size,
+            level=level,
+            arrival=now,
+            deadline=dispatch_deadline(now, self.slo_seconds, wait_limit),
+            expiry=now + wait_limit,
+            seq=next(self._seq),
+            future=loop.create_future(),
+        )
+        self._note_arrival(now)
+        self._enqueue(request)
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            if self._remove(request):
+                self.metrics.answered("cancelled", None, self.slo_seconds)
+            raise
+
+    # --- queue -------------------------------------------------------------------------------
+
+    @property
+    def queued_items(self) -> int:
+        return self._queued_items
+
+    @property
+    def queued_requests(self) -> int:
+        return len(self._queue)
+
+    @property
+    def cap(self) -> int:
+        """The batch-size cap in force now."""
+        if not self.adaptive:
+            return self.max_batch_size
+        bound = self.cost.largest_within(
+            BATCH_BUDGET_FRACTION * self.slo_seconds, self.max_batch_size
+        )
+        return self.cap_state.effective(bound)
+
+    def busy_ratio(self, now: float) -> float:
+        """Fraction of the last minute the device spent executing batches."""
+        since = now - BUSY_WINDOW_SECONDS
+        while self._busy and self._busy[0][1] < since:
+            self._busy.popleft()
+        busy = sum(end - max(start, since) for start, end in self._busy)
+        return min(1.0, busy / BUSY_WINDOW_SECONDS)
+
+    def _note_arrival(self, now: float) -> None:
+        if self._last_arrival is not None:
+            gap = now - self._last_arrival
+            if math.isinf(self._mean_gap):
+                self._mean_gap = gap
+            else:
+                self._mean_gap += GAP_WEIGHT * (gap - self._mean_gap)
+        self._last_arrival = now
+
+    def _enqueue(self, request: _Request) -> None:
+        index = bisect.bisect(self._keys, request.key)
+        self._keys.insert(index, request.key)
+        self._queue.insert(index, request)
+        self._queued_items += request.size
+        self._publish()
+        self._wakeup.set()
+
+    def _remove(self, request: _Request) -> bool:
+        index = bisect.bisect_left(self._keys, request.key)
+        if index < len(self._queue) and self._queue[index] is request:
+            del self._queue[index], self._keys[index]
+            self._queued_items -= request.size
+            self._publish()
+            return True
+        return False
+
+    def _pop_front(self, count: int) -> list[_Request]:
+        batch = self._queue[:count]
+        del self._queue[:count], self._keys[:count]
+        self._queued_items -= sum(r.size for r in batch)
+        self._publish()
+        return batch
+
+    def _take_all_queued(self) -> list[_Request]:
+        queued = self._pop_front(len(self._queue))
+        while self._retry:
+            queued.extend(self._retry.popleft())
+        return queued
+
+    def _expire(self, now: float) -> float | None:
+        """Answer queued requests past their timeout; return the next expiry."""
+        expired = [r for r in self._queue if r.expiry <= now]
+        for request in expired:
+            self._remove(request)
+            self._fail(
+                request,
+                RequestTimedOut(
+                    f"request waited {now - request.arrival:.3f} s without starting "
+                    f"(timeout {request.expiry - request.arrival:.3f} s)"
+                ),
+            )
+        return min((r.expiry for r in self._queue), default=None)
+
+    def _publish(self) -> None:
+        self.metrics.queue_items.set(self._queued_items)
+        self.metrics.queue_requests.set(len(self._queue))
+
+    # --- dispatch ----------------------------------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            next_expiry = self._expire(now)
+            if self._retry:
+                await self._execute(self._retry.popleft())
+                continue
+            if not self._queue:
+                if self._closing:
+                    return
+                await self._idle(loop)
+                continue
+            cap = self.cap
+            self.metrics.cap.set(cap)
+            if self._closing:
+                count, _, _ = fitting_prefix([r.pending() for r in self._queue], cap)
+                await self._execute(self._pop_front(count))
+                continue
+            since_last = now - self._last_arrival if self._last_arrival is not None else math.inf
+            state = DispatchState(
+                queue=[r.pending() for r in self._queue],
+                now=now,
+                cap=cap,
+                earliest_start=self._earliest_start,
+                arrival_rate=arrival_rate(self._mean_gap, since_last),
+            )
+            decision = self.policy.decide(state, self.cost.estimate)
+            if decision.take:
+                await self._execute(self._pop_front(decision.take))
+                continue
+            wake = min((t for t in (decision.wake_at, next_expiry) if t is not None), default=None)
+            await self._sleep_until(loop, wake)
+
+    async def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        due = self.memory.release_due(self._last_end) if self.memory else None
+        if due is not None and due <= loop.time():
+            assert self.memory is not None
+            if self.memory.release(self._last_end):
+                self.metrics.releases.inc()
+                self.cap_state.on_memory_released()
+            return
+        await self._sleep_until(loop, due)
+
+    async def _sleep_until(self, loop: asyncio.AbstractEventLoop, when: float | None) -> None:
+        self._wakeup.clear()
+        if when is None:
+            await self._wakeup.wait()
+            return
+        delay = when - loop.time()
+        if delay <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), delay)
+
+    async def _execute(self, batch: list[_Request]) -> None:
+        loop = asyncio.get_running_loop()
+        items = sum(r.size for r in batch)
+        executed = self.executor.batch_size_for(items)
+        started = loop.time()
+        self._in_flight = items
+        outcome = await self.executor.execute([r.payload for r in batch])
+        ended = loop.time()
+        self._in_flight = 0
+        self.batches += 1
+        self._account_busy(started, ended, outcome)
+        if outcome.out_of_memory:
+            self._recover_from_oom(batch, items, outcome)
+            return
+        self.cost.observe(executed, outcome.seconds)
+        self.metrics.batch_size.observe(items)
+        self.metrics.compute_latency.observe(outcome.seconds)
+        self.metrics.cost_fixed.set(self.cost.fixed_seconds)
+        self.metrics.cost_per_item.set(self.cost.per_item_seconds)
+        for request in batch:
+            self.metrics.queue_latency.observe(started - request.arrival)
+        if not outcome.ok:
+            log.warning(
+                "batch failed",
+                extra={"items": items, "requests": len(batch), "error": outcome.error},
+            )
+            for request in batch:
+                self._fail(request, ModelFailed(outcome.error))
+            return
+        for request, result in zip(batch, outcome.results, strict=True):
+            self._succeed(request, result, ended)
+        if self.adaptive:
+            bound = self.cost.largest_within(
+                BATCH_BUDGET_FRACTION * self.slo_seconds, self.max_batch_size
+            )
+            self.cap_state.on_batch(
+                size=items,
+                started=started,
+                compute_seconds=outcome.seconds,
+                worst_latency=max(ended - r.arrival for r in batch),
+                slo_seconds=self.slo_seconds,
+                backlog=self._queued_items >= self.cap,
+                cost_bound=bound,
+            )
+            self.metrics.cap.set(self.cap)
+
+    def _account_busy(self, started: float, ended: float, outcome: Outcome) -> None:
+        self._last_end = ended
+        self._busy.append((started, ended))
+        self.metrics.busy_seconds.inc(outcome.seconds)
+        self.metrics.busy_ratio.set(self.busy_ratio(ended))
+        self._earliest_start = next_start_for_utilization(
+            ended, outcome.seconds, self.utilization_cap
+        )
+
+    def _recover_from_oom(self, batch: list[_Request], items: int, outcome: Outcome) -> None:
+        self.metrics.ooms.inc()
+        self.cap_state.on_oom(items)
+        if len(batch) == 1:
+            log.warning("request does not fit in device memory", extra={"items": items})
+            self._fail(batch[0], OutOfMemory(f"{outcome.error} (even alone, {items} items)"))
+            return
+        half = split_index([r.size for r in batch])
+        self.metrics.splits.inc()
+        log.warning(
+            "batch ran out of memory; splitting and retrying",
+            extra={"items": items, "requests": len(batch), "first_half": half, "cap": self.cap},
+        )
+        self._retry.appendleft(batch[half:])
+        self._retry.appendleft(batch[:half])
+
+    def _succeed(self, request: _Request, result: Any, ended: float) -> None:
+        if request.future.done():
+            self.metrics.answered("cancelled", None, self.slo_seconds)
+            return
+        request.future.set_result(result)
+        self.metrics.answered("ok", ended - request.arrival, self.slo_seconds)
+
+    def _fail(self, request: _Request, error: BatcherError) -> None:
+        if request.future.done():
+            self.metrics.answered("cancelled", None, self.slo_seconds)
+            return
+        request.future.set_exception(error)
+        self.metrics.answered(error.outcome, None, self.slo_seconds)
+
+
+def from_config(
+    executor: BatchExecutor,
+    config: Any,
+    *,
+    policy: DispatchPolicy | None = None,
+    memory: MemoryMonitor | None = None,
+    metrics: BatcherMetrics | None = None,
+) -> Batcher:
+    """A :class:`Batcher` set up from a :class:`~batcher.config.BatcherConfig`."""
+    fixed = config.policy == "fixed-delay"
+    if fixed and policy is None:
+        policy = FixedDelayPolicy(
+            max_delay=config.max_queue_delay_seconds,
+            preferred=config.preferred_batch_size or config.max_batch_size,
+        )
+    return Batcher(
+        executor,
+        max_batch_size=config.max_batch_size,
+        slo_seconds=config.slo_seconds,
+        max_queue=config.max_queue,
+        default_timeout_seconds=config.default_timeout_seconds,
+        priority_levels=config.priority_levels,
+        default_priority=config.default_priority,
+        utilization_cap=config.utilization_cap,
+        policy=policy,
+        adaptive_cap=not fixed,
+        memory=memory,
+        metrics=metrics,
+    )

@@ -1,0 +1,106 @@
+"""Running one batch on the device, and turning what went wrong into a plain value.
+
+The engine never sees a model's exception object. An exception raised while the model runs holds
+its traceback, whose frames hold the batch's tensors; recovering from an out-of-memory error while
+that object is alive (inside the ``except`` block) keeps the very memory we need back. So
+:func:`run_guarded` leaves the ``except`` block with only a message and a flag, and the engine
+splits and retries from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from batcher.memory import MemoryMonitor, is_out_of_memory
+
+BatchFn = Callable[[list[Any]], Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of executing one batch: per-request results, or why there are none."""
+
+    results: list[Any] = field(default_factory=list)
+    out_of_memory: bool = False
+    error: str = ""
+    seconds: float = 0.0  # time the device spent on the batch
+
+    @property
+    def ok(self) -> bool:
+        return not self.out_of_memory and not self.error
+
+
+class BatchExecutor(Protocol):
+    """Runs batches one at a time on one device."""
+
+    def batch_size_for(self, items: int) -> int:
+        """The size actually executed for ``items`` items (after padding)."""
+        ...
+
+    async def execute(self, payloads: list[Any]) -> Outcome: ...
+
+    def close(self) -> None: ...
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line message for a client: the exception type and its text."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run_guarded(fn: BatchFn, payloads: list[Any], memory: MemoryMonitor | None) -> Outcome:
+    """Call ``fn`` on a batch; exceptions become an :class:`Outcome`, OOM recovery runs after.
+
+    ``fn`` must return one result per payload; anything else fails the batch.
+    """
+    start = time.perf_counter()
+    out_of_memory = False
+    message = ""
+    try:
+        results = list(fn(payloads))
+    except Exception as exc:
+        out_of_memory = is_out_of_memory(exc)
+        message = describe(exc)
+    else:
+        seconds = time.perf_counter() - start
+        if len(results) != len(payloads):
+            return Outcome(
+                error=f"model returned {len(results)} results for {len(payloads)} requests",
+                seconds=seconds,
+            )
+        return Outcome(results=results, seconds=seconds)
+    # Outside the except block: the exception, its traceback and the tensors they held are gone.
+    seconds = time.perf_counter() - start
+    if out_of_memory and memory is not None:
+        memory.after_out_of_memory()
+    return Outcome(out_of_memory=out_of_memory, error=message, seconds=seconds)
+
+
+class ThreadExecutor:
+    """Runs a blocking batch function on one worker thread (torch releases the GIL inside ops)."""
+
+    def __init__(
+        self,
+        fn: BatchFn,
+        batch_size_for: Callable[[int], int] | None = None,
+        memory: MemoryMonitor | None = None,
+    ) -> None:
+        self._fn = fn
+        self._size_for = batch_size_for or (lambda items: items)
+        self._memory = memory
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autoglm-batch")
+
+    def batch_size_for(self, items: int) -> int:
+        return self._size_for(items)
+
+    async def execute(self, payloads: list[Any]) -> Outcome:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, run_guarded, self._fn, payloads, self._memory)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,218 @@
+"""The runtime's own metrics, ``autoglm_batcher_*`` in base units (seconds, bytes, items).
+
+Latencies are histograms (not summaries) so they aggregate across replicas and feed SLO burn-rate
+rules; the SLO itself is a bucket boundary and a gauge, so ``le`` the SLO is exact in PromQL.
+Memory statistics are read from the allocator at scrape time and exist only where they apply
+(CUDA); on CPU those series are absent, never zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PREFIX = "autoglm_batcher"
+OUTCOMES = (
+    "ok",
+    "model_error",
+    "out_of_memory",
+    "timeout",
+    "rejected",
+    "invalid",
+    "cancelled",
+    "shutdown",
+)
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# allocator statistic -> (metric suffix, help, is a counter)
+_MEMORY_SERIES = {
+    "allocated_bytes": ("memory_allocated_bytes", "Bytes held by live tensors.", False),
+    "reserved_bytes": ("memory_reserved_bytes", "Bytes the caching allocator holds.", False),
+    "reserved_unallocated_bytes": (
+        "memory_reserved_unallocated_bytes",
+        "Reserved bytes not used by any tensor (cache and fragmentation).",
+        False,
+    ),
+    "inactive_split_bytes": (
+        "memory_inactive_split_bytes",
+        "Bytes in split blocks that are free but cannot be released (fragmentation).",
+        False,
+    ),
+    "alloc_retries": (
+        "memory_alloc_retries",
+        "Allocations that succeeded only after flushing the cache.",
+        True,
+    ),
+    "ooms": ("memory_allocator_ooms", "Out-of-memory errors the allocator raised.", True),
+}
+
+
+def _buckets_with(boundary: float) -> tuple[float, ...]:
+    return tuple(sorted({*_LATENCY_BUCKETS, round(boundary, 6)}))
+
+
+class _MemoryCollector(Collector):
+    def __init__(self, model: str, read: Callable[[], dict[str, float]]) -> None:
+        self._model = model
+        self._read = read
+
+    def collect(self) -> Iterable:
+        stats = self._read()
+        for key, (suffix, help_text, counter) in _MEMORY_SERIES.items():
+            if key not in stats:
+                continue
+            family_cls = CounterMetricFamily if counter else GaugeMetricFamily
+            family = family_cls(f"{PREFIX}_{suffix}", help_text, labels=["model"])
+            family.add_metric([self._model], stats[key])
+            yield family
+
+
+class BatcherMetrics:
+    """Every series the runtime exports, registered on one registry."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        model: str,
+        slo_seconds: float,
+        max_batch_size: int,
+    ) -> None:
+        self.registry = registry
+        self.model = model
+        label = ["model"]
+        self.requests = Counter(
+            f"{PREFIX}_requests",
+            "Requests answered, by outcome (ok, model_error, out_of_memory, timeout, rejected, "
+            "invalid, cancelled, shutdown).",
+            ["model", "outcome"],
+            registry=registry,
+        )
+        for outcome in OUTCOMES:
+            self.requests.labels(model, outcome)
+        self.slo_misses = Counter(
+            f"{PREFIX}_slo_misses",
+            "Requests answered after the latency SLO or not answered successfully.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.queue_items = Gauge(
+            f"{PREFIX}_queue_items", "Items waiting for a batch.", label, registry=registry
+        ).labels(model)
+        self.queue_requests = Gauge(
+            f"{PREFIX}_queue_requests", "Requests waiting for a batch.", label, registry=registry
+        ).labels(model)
+        size_buckets = sorted({1 << k for k in range(max_batch_size.bit_length() + 1)})
+        self.batch_size = Histogram(
+            f"{PREFIX}_batch_size_items",
+            "Items per executed batch (before padding).",
+            label,
+            buckets=[float(b) for b in size_buckets],
+            registry=registry,
+        ).labels(model)
+        latency_buckets = _buckets_with(slo_seconds)
+        self.queue_latency = Histogram(
+            f"{PREFIX}_queue_latency_seconds",
+            "Time from arrival to the start of the request's batch.",
+            label,
+            buckets=latency_buckets,
+            registry=registry,
+        ).labels(model)
+        self.compute_latency = Histogram(
+            f"{PREFIX}_compute_latency_seconds",
+            "Device time per executed batch.",
+            label,
+            buckets=latency_buckets,
+            registry=registry,
+        ).labels(model)
+        self.request_latency = Histogram(
+            f"{PREFIX}_request_latency_seconds",
+            "Time from arrival to the answer, for requests that got a result.",
+            label,
+            buckets=latency_buckets,
+            registry=registry,
+        ).labels(model)
+        self.cap = Gauge(
+            f"{PREFIX}_batch_cap_items",
+            "Current adaptive cap on batch size.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.max_batch = Gauge(
+            f"{PREFIX}_max_batch_size_items",
+            "Configured largest batch.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.max_batch.set(max_batch_size)
+        self.slo = Gauge(
+            f"{PREFIX}_slo_seconds",
+            "Latency SLO the batches are sized to.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.slo.set(slo_seconds)
+        self.busy_seconds = Counter(
+            f"{PREFIX}_device_busy_seconds",
+            "Time the device spent executing batches; rate() is the busy fraction.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.busy_ratio = Gauge(
+            f"{PREFIX}_device_busy_ratio",
+            "Busy fraction of the device over the last minute.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.cost_fixed = Gauge(
+            f"{PREFIX}_cost_fixed_seconds",
+            "Fitted fixed cost c of t(b) = c + a*b.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.cost_per_item = Gauge(
+            f"{PREFIX}_cost_per_item_seconds",
+            "Fitted per-item cost a of t(b) = c + a*b.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.ooms = Counter(
+            f"{PREFIX}_oom_events",
+            "Batches that ran out of device memory (each is split and retried).",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.splits = Counter(
+            f"{PREFIX}_batch_splits",
+            "Batches split in two after running out of memory.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.releases = Counter(
+            f"{PREFIX}_memory_releases",
+            "Times cached device memory was released after an idle period.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.ready = Gauge(
+            f"{PREFIX}_ready",
+            "1 while accepting requests, 0 while starting or draining.",
+            label,
+            registry=registry,
+        ).labels(model)
+
+    def watch_memory(self, read: Callable[[], dict[str, float]]) -> None:
+        """Export allocator statistics from ``read`` at each scrape."""
+        self.registry.register(_MemoryCollector(self.model, read))
+
+    def answered(self, outcome: str, total_seconds: float | None, slo_seconds: float) -> None:
+        """Count one answered request; ``total_seconds`` only for requests that got a result."""
+        self.requests.labels(self.model, outcome).inc()
+        if total_seconds is not None:
+            self.request_latency.observe(total_seconds)
+        if outcome in ("invalid", "cancelled"):
+            return  # the client's doing, not the service's
+        if total_seconds is None or total_seconds > slo_seconds:
+            self.slo_misses.inc()

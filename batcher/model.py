@@ -1,0 +1,229 @@
+"""What the runtime serves: a user's torch module or batch callable, with its tensor signature.
+
+A factory (``package.module:factory``) returns either
+
+* a ``torch.nn.Module``: the runtime concatenates the requests' inputs along the first dimension,
+  pads to a bucket size when padding is on, calls the module once (``module(*inputs)`` in the
+  order of ``input_specs``), and splits the outputs back by each request's item count; or
+* a callable over a batch: ``fn(list of {input name: array}) -> list of results``, one result per
+  request, each a ``{output name: array}`` mapping or a single array.
+
+Either may carry ``input_specs`` / ``output_specs`` (lists of :class:`TensorSpec` or of mappings
+with ``name``, ``datatype``, ``shape``), giving per-item shapes (no batch dimension; -1 = any) and
+KServe v2 datatypes. Without them one ``FP32`` input ``input__0`` of any shape is assumed, and one
+output ``output__0``, the names Triton's PyTorch backend uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from autoglm.config import ConfigError
+from batcher.memory import bucket_size
+
+Payload = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named tensor of the model's signature, per item (without the batch dimension)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+    def metadata(self) -> dict[str, Any]:
+        """KServe v2 tensor metadata: the shape includes the batch dimension as -1."""
+        return {"name": self.name, "datatype": self.datatype, "shape": [-1, *self.shape]}
+
+
+DEFAULT_INPUTS = (TensorSpec("input__0", "FP32", (-1,)),)
+DEFAULT_OUTPUTS = (TensorSpec("output__0", "FP32", (-1,)),)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A loaded model ready for the engine: its signature and its batch function."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    run: Callable[[list[Payload]], list[Payload]]
+    batch_size_for: Callable[[int], int]
+    device: str
+
+
+class ModuleRunner:
+    """Calls a torch module on the concatenation of many requests' inputs."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        device: str,
+        buckets: Sequence[int] | None,
+    ) -> None:
+        self.module = module
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.device = torch.device(device)
+        self.buckets = tuple(buckets) if buckets else None
+
+    def padded(self, items: int) -> int:
+        """Rows actually given to the module for ``items`` rows of input."""
+        return bucket_size(items, self.buckets) if self.buckets else items
+
+    def __call__(self, payloads: list[Payload]) -> list[Payload]:
+        # Requests whose variable dimensions differ cannot share one tensor: run them apart.
+        groups: dict[tuple, list[int]] = {}
+        for index, payload in enumerate(payloads):
+            signature = tuple(payload[spec.name].shape[1:] for spec in self.inputs)
+            groups.setdefault(signature, []).append(index)
+        results: list[Payload] = [{} for _ in payloads]
+        for indices in groups.values():
+            for index, result in zip(
+                indices, self._run([payloads[i] for i in indices]), strict=True
+            ):
+                results[index] = result
+        return results
+
+    def _run(self, payloads: list[Payload]) -> list[Payload]:
+        counts = [len(p[self.inputs[0].name]) for p in payloads]
+        rows = sum(counts)
+        target = self.padded(rows)
+        tensors = []
+        for spec in self.inputs:
+            stacked = np.concatenate([p[spec.name] for p in payloads], axis=0)
+            if target > rows:
+                filler = np.zeros((target - rows, *stacked.shape[1:]), dtype=stacked.dtype)
+                stacked = np.concatenate([stacked, filler], axis=0)
+            tensors.append(torch.from_numpy(stacked).to(self.device, non_blocking=True))
+        with torch.inference_mode():
+            produced = self.module(*tensors)
+        named = _name_outputs(produced, self.outputs)
+        arrays = {name: value.detach().to("cpu").numpy()[:rows] for name, value in named.items()}
+        results = []
+        offset = 0
+        for count in counts:
+            results.append({name: array[offset : offset + count] for name, array in arrays.items()})
+            offset += count
+        return results
+
+
+class CallableRunner:
+    """Calls a user's batch function and normalises what it returns."""
+
+    def __init__(self, fn: Callable[[list[Payload]], Sequence[Any]], outputs: Sequence[TensorSpec]):
+        self.fn = fn
+        self.outputs = tuple(outputs)
+
+    def __call__(self, payloads: list[Payload]) -> list[Payload]:
+        produced = list(self.fn(payloads))
+        if len(produced) != len(payloads):
+            raise ValueError(f"model returned {len(produced)} results for {len(payloads)} requests")
+        return [
+            {name: _as_array(value) for name, value in _name_outputs(item, self.outputs).items()}
+            for item in produced
+        ]
+
+
+def _name_outputs(produced: Any, outputs: Sequence[TensorSpec]) -> dict[str, Any]:
+    if isinstance(produced, Mapping):
+        return dict(produced)
+    if isinstance(produced, (tuple, list)):
+        if len(produced) != len(outputs):
+            raise ValueError(
+                f"model returned {len(produced)} outputs but declares {len(outputs)} "
+                f"({', '.join(s.name for s in outputs)})"
+            )
+        return {spec.name: value for spec, value in zip(outputs, produced, strict=True)}
+    return {outputs[0].name: produced}
+
+
+def _as_array(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu").numpy()
+    return np.asarray(value)
+
+
+def _specs(raw: Any, default: tuple[TensorSpec, ...], what: str) -> tuple[TensorSpec, ...]:
+    if raw is None:
+        return default
+    specs = []
+    for item in raw:
+        if isinstance(item, TensorSpec):
+            specs.append(item)
+        elif isinstance(item, Mapping) and {"name", "datatype", "shape"} <= set(item):
+            specs.append(TensorSpec(str(item["name"]), str(item["datatype"]), tuple(item["shape"])))
+        else:
+            raise ConfigError(
+                f"{what} entries must be TensorSpec or mappings with name, datatype, shape; "
+                f"got {item!r}"
+            )
+    if not specs:
+        raise ConfigError(f"{what} must name at least one tensor")
+    return tuple(specs)
+
+
+def load_model(
+    target: str,
+    *,
+    name: str = "",
+    checkpoint: str = "",
+    device: str = "cpu",
+    buckets: Sequence[int] | None = None,
+) -> ServedModel:
+    """Import ``package.module:factory``, call it, and wrap what it returns.
+
+    ``buckets`` turns padding on (torch modules only). Raises :class:`ConfigError` with the fix
+    when the target cannot be imported, is not callable, or returns something unusable.
+    """
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"--model {target!r}: cannot import {module_name!r} ({exc}); "
+            "check the module is installed or on PYTHONPATH"
+        ) from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"--model {target!r}: {module_name} has no callable {attr!r}")
+    if checkpoint:
+        params = inspect.signature(factory).parameters
+        takes_checkpoint = "checkpoint" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        )
+        if not takes_checkpoint:
+            raise ConfigError(
+                f"--checkpoint given but {target} takes no checkpoint= argument; "
+                "drop --checkpoint or add the parameter to the factory"
+            )
+        served = factory(checkpoint=checkpoint)
+    else:
+        served = factory()
+    inputs = _specs(getattr(served, "input_specs", None), DEFAULT_INPUTS, f"{target} input_specs")
+    outputs = _specs(
+        getattr(served, "output_specs", None), DEFAULT_OUTPUTS, f"{target} output_specs"
+    )
+    model_name = name or getattr(served, "model_name", "") or module_name.rsplit(".", 1)[-1]
+    if isinstance(served, torch.nn.Module):
+        served.to(device).eval()
+        runner = ModuleRunner(served, inputs, outputs, device, buckets)
+        return ServedModel(model_name, inputs, outputs, runner, runner.padded, device)
+    if callable(served):
+        return ServedModel(
+            model_name, inputs, outputs, CallableRunner(served, outputs), lambda n: n, device
+        )
+    raise ConfigError(
+        f"--model {target!r} returned {type(served).__name__}; "
+        "return a torch.nn.Module or a callable over a list of inputs"
+    )

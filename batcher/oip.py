@@ -1,0 +1,338 @@
+"""Open Inference Protocol (KServe v2) over HTTP: decoding and checking requests, encoding answers.
+
+The protocol is the one Triton and KServe speak, so their clients (``tritonclient.http``, ``curl``
+with JSON, perf_analyzer) work unchanged. Both tensor encodings are handled: JSON ``data`` (flat
+or nested, row-major) and the binary tensor data extension (a JSON header of
+``Inference-Header-Content-Length`` bytes followed by raw little-endian buffers, each input
+announcing its ``binary_data_size``). Request parameters follow Triton's schedule-policy extension:
+``priority`` (1 highest, 0 default) and ``timeout`` in microseconds.
+
+Everything is checked before the request reaches the model: a malformed request raises
+:class:`ProtocolError` whose message names the problem and the fix, answered with HTTP 400.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from batcher.model import TensorSpec
+
+DATATYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+}
+_BY_DTYPE = {dtype: name for name, dtype in DATATYPES.items()}
+HEADER_LENGTH = "Inference-Header-Content-Length"
+MICROSECONDS = 1e-6
+
+
+class ProtocolError(ValueError):
+    """A request that does not follow the protocol or the model's signature (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A validated inference request: inputs as arrays with a shared first (batch) dimension."""
+
+    id: str | None
+    inputs: dict[str, np.ndarray]
+    size: int
+    priority: int
+    timeout_seconds: float | None
+    outputs: tuple[str, ...]
+    binary_outputs: frozenset[str]
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """The protocol's name for an array's dtype."""
+    name = _BY_DTYPE.get(array.dtype.newbyteorder("="))
+    if name is None:
+        raise ProtocolError(f"the model produced dtype {array.dtype}, which KServe v2 cannot carry")
+    return name
+
+
+def parse_infer_request(
+    body: bytes,
+    header_length: str | None,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+) -> InferRequest:
+    """Decode and validate ``body`` against the model's signature."""
+    header, binary = _split_body(body, header_length)
+    try:
+        document = json.loads(header)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ProtocolError('request body must be a JSON object with an "inputs" list')
+    parameters = _object(document.get("parameters", {}), "parameters")
+    raw_inputs = document.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise ProtocolError('request needs a non-empty "inputs" list')
+    specs = {spec.name: spec for spec in inputs}
+    decoded: dict[str, np.ndarray] = {}
+    offset = 0
+    for index, raw in enumerate(raw_inputs):
+        tensor = _object(raw, f"inputs[{index}]")
+        name = tensor.get("name")
+        if not isinstance(name, str):
+            raise ProtocolError(f'inputs[{index}] needs a string "name"')
+        if name in decoded:
+            raise ProtocolError(f"input {name!r} is given twice")
+        spec = specs.get(name)
+        if spec is None:
+            raise ProtocolError(f"unknown input {name!r}; the model takes: {', '.join(specs)}")
+        array, offset = _decode_tensor(tensor, spec, binary, offset)
+        decoded[name] = array
+    if offset != len(binary):
+        raise ProtocolError(
+            f"{len(binary) - offset} bytes of binary data follow the header but no input claims "
+            "them; check each input's binary_data_size"
+        )
+    missing = [name for name in specs if name not in decoded]
+    if missing:
+        raise ProtocolError(f"missing input {missing[0]!r}; the model takes: {', '.join(specs)}")
+    sizes = {name: array.shape[0] for name, array in decoded.items()}
+    if len(set(sizes.values())) != 1:
+        raise ProtocolError(f"inputs disagree on the batch dimension (first shape entry): {sizes}")
+    size = next(iter(sizes.values()))
+    if size < 1:
+        raise ProtocolError("the batch dimension (first shape entry) must be at least 1")
+    requested, binary_outputs = _requested_outputs(document, parameters, outputs)
+    return InferRequest(
+        id=_request_id(document),
+        inputs=decoded,
+        size=size,
+        priority=_priority(parameters),
+        timeout_seconds=_timeout(parameters),
+        outputs=requested,
+        binary_outputs=binary_outputs,
+    )
+
+
+def encode_infer_response(
+    model_name: str, request: InferRequest, result: dict[str, np.ndarray]
+) -> tuple[bytes, int | None]:
+    """The response body and, when binary outputs were asked for, the JSON header's length."""
+    tensors = []
+    buffers: list[bytes] = []
+    for name in request.outputs:
+        if name not in result:
+            raise ProtocolError(f"the model did not produce output {name!r}")
+        array = np.ascontiguousarray(result[name])
+        entry: dict[str, Any] = {
+            "name": name,
+            "datatype": datatype_of(array),
+            "shape": list(array.shape),
+        }
+        if name in request.binary_outputs:
+            raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            buffers.append(raw)
+        else:
+            entry["data"] = array.ravel().tolist()
+        tensors.append(entry)
+    document: dict[str, Any] = {"model_name": model_name, "model_version": "1", "outputs": tensors}
+    if request.id is not None:
+        document["id"] = request.id
+    header = json.dumps(document, allow_nan=True).encode()
+    if not buffers:
+        return header, None
+    return header + b"".join(buffers), len(header)
+
+
+def error_body(message: str) -> bytes:
+    """The protocol's error object."""
+    return json.dumps({"error": message}).encode()
+
+
+def model_metadata(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> dict:
+    """``GET /v2/models/{name}``."""
+    return {
+        "name": name,
+        "versions": ["1"],
+        "platform": "pytorch",
+        "inputs": [spec.metadata() for spec in inputs],
+        "outputs": [spec.metadata() for spec in outputs],
+    }
+
+
+def server_metadata(version: str) -> dict:
+    """``GET /v2``."""
+    return {
+        "name": "autoglm-batcher",
+        "version": version,
+        "extensions": ["binary_tensor_data", "schedule_policy"],
+    }
+
+
+# --- decoding helpers ---------------------------------------------------------------------------
+
+
+def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
+    if header_length is None:
+        return body, b""
+    try:
+        length = int(header_length)
+    except ValueError:
+        raise ProtocolError(
+            f"{HEADER_LENGTH} must be an integer byte count, got {header_length!r}"
+        ) from None
+    if not 0 < length <= len(body):
+        raise ProtocolError(f"{HEADER_LENGTH} is {length} but the body has {len(body)} bytes")
+    return body[:length], body[length:]
+
+
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where} must be a JSON object")
+    return value
+
+
+def _decode_tensor(
+    tensor: dict, spec: TensorSpec, binary: bytes, offset: int
+) -> tuple[np.ndarray, int]:
+    name = spec.name
+    datatype = tensor.get("datatype")
+    if datatype != spec.datatype:
+        raise ProtocolError(
+            f"input {name!r} has datatype {datatype!r}; the model expects {spec.datatype}"
+        )
+    shape = tensor.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise ProtocolError(f"input {name!r}: shape must be a list of non-negative integers")
+    expected = [-1, *spec.shape]
+    if len(shape) != len(expected) or any(
+        want not in (-1, got) for want, got in zip(expected, shape, strict=True)
+    ):
+        raise ProtocolError(
+            f"input {name!r} has shape {shape}; the model expects {expected} "
+            "(-1: any size; the first entry is the batch dimension)"
+        )
+    dtype = DATATYPES[spec.datatype]
+    count = math.prod(shape)
+    params = _object(tensor.get("parameters", {}), f"input {name!r} parameters")
+    if "binary_data_size" in params:
+        size = params["binary_data_size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ProtocolError(f"input {name!r}: binary_data_size must be a byte count")
+        if size != count * dtype.itemsize:
+            raise ProtocolError(
+                f"input {name!r}: binary_data_size is {size} but shape {shape} of {datatype} "
+                f"needs {count * dtype.itemsize} bytes"
+            )
+        if offset + size > len(binary):
+            raise ProtocolError(
+                f"input {name!r}: binary data ends after {len(binary) - offset} of {size} bytes"
+            )
+        raw = binary[offset : offset + size]
+        array = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+        return array, offset + size
+    if "data" not in tensor:
+        raise ProtocolError(f'input {name!r} has neither "data" nor binary_data_size')
+    return _decode_json_data(tensor["data"], name, spec.datatype, dtype, shape, count), offset
+
+
+def _decode_json_data(
+    data: Any, name: str, datatype: str, dtype: np.dtype, shape: list[int], count: int
+) -> np.ndarray:
+    if not isinstance(data, list):
+        raise ProtocolError(f'input {name!r}: "data" must be a list of {datatype} values')
+    try:
+        loose = np.asarray(data)
+    except ValueError:
+        raise ProtocolError(
+            f"input {name!r}: data is ragged; nested lists must all have the same length"
+        ) from None
+    if loose.size != count:
+        raise ProtocolError(
+            f"input {name!r}: data has {loose.size} values but shape {shape} needs {count}"
+        )
+    if count == 0:
+        return np.zeros(shape, dtype=dtype)
+    kind = loose.dtype.kind
+    if datatype == "BOOL":
+        if kind != "b":
+            raise ProtocolError(f"input {name!r}: BOOL data must be true/false values")
+    elif dtype.kind in "iu":
+        if kind not in "iu":
+            raise ProtocolError(f"input {name!r}: {datatype} data must be integers")
+        info = np.iinfo(dtype)
+        if int(loose.min()) < info.min or int(loose.max()) > info.max:
+            raise ProtocolError(
+                f"input {name!r}: a value is outside the {datatype} range {info.min}..{info.max}"
+            )
+    elif kind not in "iuf":
+        raise ProtocolError(f"input {name!r}: {datatype} data must be numbers")
+    return loose.astype(dtype).reshape(shape)
+
+
+def _request_id(document: dict) -> str | None:
+    request_id = document.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise ProtocolError('"id" must be a string')
+    return request_id
+
+
+def _priority(parameters: dict) -> int:
+    value = parameters.get("priority", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ProtocolError("parameters.priority must be an integer >= 0 (1 is the highest)")
+    return value
+
+
+def _timeout(parameters: dict) -> float | None:
+    value = parameters.get("timeout")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ProtocolError("parameters.timeout must be a positive integer of microseconds")
+    return value * MICROSECONDS
+
+
+def _requested_outputs(
+    document: dict, parameters: dict, outputs: Sequence[TensorSpec]
+) -> tuple[tuple[str, ...], frozenset[str]]:
+    binary_default = parameters.get("binary_data_output", False)
+    if not isinstance(binary_default, bool):
+        raise ProtocolError("parameters.binary_data_output must be true or false")
+    known = [spec.name for spec in outputs]
+    raw = document.get("outputs")
+    if raw is None:
+        return tuple(known), frozenset(known) if binary_default else frozenset()
+    if not isinstance(raw, list):
+        raise ProtocolError('"outputs" must be a list of {"name": ...} objects')
+    names: list[str] = []
+    binary: set[str] = set()
+    for index, item in enumerate(raw):
+        entry = _object(item, f"outputs[{index}]")
+        name = entry.get("name")
+        if name not in known:
+            raise ProtocolError(f"unknown output {name!r}; the model produces: {', '.join(known)}")
+        flag = _object(entry.get("parameters", {}), f"output {name!r} parameters").get(
+            "binary_data", binary_default
+        )
+        if not isinstance(flag, bool):
+            raise ProtocolError(f"output {name!r}: parameters.binary_data must be true or false")
+        names.append(name)
+        if flag:
+            binary.add(name)
+    return tuple(names), frozenset(binary)

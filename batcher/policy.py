@@ -1,0 +1,262 @@
+"""When to start a batch, how large it may be, and whom to refuse: pure decisions, no clock.
+
+Every function here takes the time as an argument and the cost model as a callable, so the rules
+are tested by stating a queue and a time and reading the answer.
+
+Dispatch (adaptive): a batch is the longest prefix of the queue, in dispatch order, that fits the
+cap. It starts at once when it is full; otherwise it waits until the latest moment at which the
+earliest deadline among its requests can still be met given the (conservative) predicted execution
+time, re-decided on every arrival. Waiting while there is slack grows batches, so each item costs
+less device time; starting at the last safe moment keeps the latency within the target. Waiting is
+pointless when nobody is expected to arrive before that moment (light load: a lone request would
+only be delayed), so the batch starts at once when fewer than ``MIN_EXPECTED_ARRIVALS`` requests
+are expected in the time left, judged from the recent arrival rate.
+
+Deadline: a request's dispatch deadline is ``arrival + TARGET_FRACTION * slo`` (or its own
+timeout, when earlier). The remaining fraction absorbs what the engine does not see: request
+parsing, response encoding, the network.
+
+Cap: the largest batch allowed, adapted online by :class:`AdaptiveCap`:
+* bounded by the cost model so that one batch takes at most ``BATCH_BUDGET_FRACTION`` of the SLO
+  (a request may wait for the batch in flight and then run in the next one: two batches must fit);
+* backed off multiplicatively when a batch misses the SLO because it ran too long;
+* grown additively while batches finish with slack and were limited by the cap, and also when
+  requests miss only because of waiting behind a backlog (a larger batch drains it faster; shrinking
+  then would cut throughput exactly when it is needed, the usual AIMD death spiral);
+* halved on out-of-memory, with a ceiling below the size that failed until memory is released.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+TARGET_FRACTION = 0.8
+BATCH_BUDGET_FRACTION = 0.4
+SLACK_FRACTION = 0.6
+BACKOFF_FACTOR = 0.75
+GROWTH_FRACTION = 0.125
+OOM_CEILING_FRACTION = 0.75
+MIN_EXPECTED_ARRIVALS = 1.0
+
+Cost = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What dispatch needs to know about one waiting request."""
+
+    size: int  # items in the request (its batch dimension)
+    arrival: float
+    deadline: float  # latest completion time the request should see
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Start the first ``take`` queued requests now, or (``take == 0``) wait until ``wake_at``.
+
+    ``wake_at`` None means: nothing to do until something arrives.
+    """
+
+    take: int
+    wake_at: float | None = None
+
+
+@dataclass(frozen=True)
+class DispatchState:
+    """What a dispatch decision looks at, taken when the device is free."""
+
+    queue: Sequence[Pending]  # in dispatch order: priority level, then deadline, then arrival
+    now: float
+    cap: int
+    earliest_start: float = -math.inf  # set by the utilization cap
+    arrival_rate: float = math.inf  # requests per second recently; inf: assume more will come
+
+
+class DispatchPolicy(Protocol):
+    """Chooses the next batch from a queue given in dispatch order."""
+
+    def decide(self, state: DispatchState, cost: Cost) -> Decision: ...
+
+
+def dispatch_deadline(arrival: float, slo_seconds: float, timeout_seconds: float) -> float:
+    """The time by which a request should be answered, as the adaptive policy plans it."""
+    return arrival + min(TARGET_FRACTION * slo_seconds, timeout_seconds)
+
+
+def fitting_prefix(queue: Sequence[Pending], cap: int) -> tuple[int, int, bool]:
+    """(requests, items, full) of the longest queue prefix within ``cap`` items.
+
+    A first request larger than the cap is taken alone (a request is never split across batches).
+    ``full`` says the batch cannot grow: it reached the cap or the next request would not fit.
+    """
+    count = items = 0
+    for pending in queue:
+        if items + pending.size > cap:
+            if count == 0:
+                return 1, pending.size, True
+            return count, items, True
+        count += 1
+        items += pending.size
+    return count, items, items >= cap
+
+
+@dataclass(frozen=True)
+class DeadlinePolicy:
+    """The adaptive runtime's dispatch rule: full, or the last safe moment."""
+
+    def decide(self, state: DispatchState, cost: Cost) -> Decision:
+        if not state.queue:
+            return Decision(0)
+        if state.now < state.earliest_start:
+            return Decision(0, state.earliest_start)
+        count, items, full = fitting_prefix(state.queue, state.cap)
+        if full:
+            return Decision(count)
+        latest_start = min(p.deadline for p in state.queue[:count]) - cost(items)
+        wait = latest_start - state.now
+        if wait <= 0 or state.arrival_rate * wait < MIN_EXPECTED_ARRIVALS:
+            return Decision(count)
+        return Decision(0, latest_start)
+
+
+@dataclass(frozen=True)
+class FixedDelayPolicy:
+    """Baseline in the style of Triton's dynamic batcher, for comparison.
+
+    Starts a batch once ``preferred`` items wait or once the oldest has waited ``max_delay``
+    seconds, whatever the load and the SLO. With ``max_delay = 0`` and a cap of 1 it is
+    no batching at all.
+    """
+
+    max_delay: float
+    preferred: int
+
+    def decide(self, state: DispatchState, cost: Cost) -> Decision:
+        if not state.queue:
+            return Decision(0)
+        if state.now < state.earliest_start:
+            return Decision(0, state.earliest_start)
+        count, items, full = fitting_prefix(state.queue, state.cap)
+        if full or items >= self.preferred:
+            return Decision(count)
+        release = min(p.arrival for p in state.queue[:count]) + self.max_delay
+        if state.now >= release:
+            return Decision(count)
+        return Decision(0, release)
+
+
+def next_start_for_utilization(end: float, duration: float, utilization_cap: float) -> float:
+    """Earliest next batch start so the device is busy at most ``utilization_cap`` of the time.
+
+    After a batch of ``duration`` seconds the device idles ``duration * (1/cap - 1)``.
+    """
+    if utilization_cap >= 1.0:
+        return end
+    return end + duration * (1.0 / utilization_cap - 1.0)
+
+
+def arrival_rate(mean_gap: float, since_last: float) -> float:
+    """Requests per second from the running mean inter-arrival gap, decaying while none come."""
+    gap = max(mean_gap, since_last)
+    return math.inf if gap <= 0 else 1.0 / gap
+
+
+def admission_refusal(
+    queued_items: int,
+    items_ahead: int,
+    size: int,
+    max_queue: int,
+    cap: int,
+    cost: Cost,
+    timeout_seconds: float,
+) -> str | None:
+    """Why a new request must be refused at once, or None to accept it.
+
+    ``items_ahead`` counts the queued items that would be dispatched before it (same or higher
+    priority). Refusing now beats queueing a request that cannot start before its timeout.
+    """
+    if queued_items + size > max_queue:
+        return (
+            f"queue full ({queued_items} of {max_queue} items waiting); retry later or add replicas"
+        )
+    batches = math.ceil((items_ahead + size) / max(cap, 1))
+    expected = batches * cost(cap)
+    if expected > timeout_seconds:
+        return (
+            f"queue too long to meet the timeout: about {expected:.3f} s of work ahead, "
+            f"timeout {timeout_seconds:.3f} s; retry later or raise the timeout"
+        )
+    return None
+
+
+def split_index(sizes: Sequence[int]) -> int:
+    """How many of a failed batch's requests (of ``sizes`` items) go into the first half.
+
+    Halves hold about equal items and neither is empty; needs at least two requests.
+    """
+    total = sum(sizes)
+    running = 0
+    for count, size in enumerate(sizes[:-1], start=1):
+        running += size
+        if running >= total / 2:
+            return count
+    return len(sizes) - 1
+
+
+class AdaptiveCap:
+    """The batch-size cap, adapted to SLO outcomes, the cost model and OOMs (see module doc)."""
+
+    def __init__(self, maximum: int, initial: int | None = None) -> None:
+        self.maximum = maximum
+        self.value = min(maximum, initial or maximum)
+        self.ceiling = maximum
+        self._last_backoff = -math.inf
+
+    def effective(self, cost_bound: int) -> int:
+        """The cap to use now, given the largest size the cost model allows."""
+        return max(1, min(self.value, self.ceiling, cost_bound))
+
+    def on_batch(
+        self,
+        size: int,
+        started: float,
+        compute_seconds: float,
+        worst_latency: float,
+        slo_seconds: float,
+        backlog: bool,
+        cost_bound: int,
+    ) -> None:
+        """Adapt to one finished batch of ``size`` items that started at ``started``.
+
+        ``backlog`` says more items were waiting than one batch takes when it finished.
+        """
+        limited = size >= self.effective(cost_bound)
+        if worst_latency > slo_seconds:
+            if compute_seconds > BATCH_BUDGET_FRACTION * slo_seconds:
+                # Only one back-off per batch started after the previous one: the batches already
+                # running were sized before it and say nothing new.
+                if started > self._last_backoff:
+                    self.value = max(1, int(min(self.value, size) * BACKOFF_FACTOR))
+                    self._last_backoff = started
+                return
+            if backlog and limited:
+                self._grow(cost_bound)
+            return
+        if worst_latency < SLACK_FRACTION * slo_seconds and limited:
+            self._grow(cost_bound)
+
+    def on_oom(self, size: int) -> None:
+        """A batch of ``size`` items ran out of memory: halve, and stay below that size."""
+        self.value = max(1, size // 2)
+        self.ceiling = max(1, min(self.ceiling, int(size * OOM_CEILING_FRACTION)))
+
+    def on_memory_released(self) -> None:
+        """Cached memory went back to the device: sizes that failed may fit again."""
+        self.ceiling = self.maximum
+
+    def _grow(self, cost_bound: int) -> None:
+        step = max(1, int(self.value * GROWTH_FRACTION))
+        self.value = min(self.maximum, self.ceiling, max(cost_bound, 1), self.value + step)

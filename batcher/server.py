@@ -1,0 +1,234 @@
+"""The HTTP face of the runtime: KServe v2 endpoints, health, and /metrics, on aiohttp.
+
+One asyncio loop serves HTTP and runs the engine's dispatch; the model runs on its own thread, so
+parsing and answering requests overlap with the device's work. TLS and basic auth come from the
+shared web config file (:mod:`autoglm.webconfig`), as for every component. On shutdown the server
+reports not-ready at once (so load balancers stop sending), the engine drains what it accepted,
+and only then does the listener close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from autoglm.config import ConfigError, parse_listen
+from autoglm.webconfig import WebConfig
+from batcher import oip
+from batcher.engine import Batcher, BatcherError
+from batcher.model import ServedModel
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("open-autoglm")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(data).encode(), content_type="application/json"
+    )
+
+
+def _error(message: str, status: int) -> web.Response:
+    return web.Response(
+        status=status, body=oip.error_body(message), content_type="application/json"
+    )
+
+
+class BatcherServer:
+    """Serves one model through one :class:`~batcher.engine.Batcher`."""
+
+    def __init__(
+        self,
+        model: ServedModel,
+        batcher: Batcher,
+        registry: CollectorRegistry,
+        *,
+        listen: str = ":8000",
+        web_config: WebConfig | None = None,
+        max_body_bytes: int = 16 << 20,
+    ) -> None:
+        self.model = model
+        self.batcher = batcher
+        self.registry = registry
+        self.listen = listen
+        self.web_config = web_config or WebConfig()
+        self.max_body_bytes = max_body_bytes
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._version = _version()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard], client_max_size=self.max_body_bytes)
+        model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
+        app.router.add_get("/v2", self._server_metadata)
+        app.router.add_get("/v2/health/live", self._live)
+        app.router.add_get("/v2/health/ready", self._ready)
+        app.router.add_get("/metrics", self._metrics)
+        for base in model_paths:
+            app.router.add_get(base, self._model_metadata)
+            app.router.add_get(base + "/ready", self._model_ready)
+            app.router.add_post(base + "/infer", self._infer)
+        return app
+
+    async def start(self) -> None:
+        """Start the engine and listen; raises :class:`ConfigError` if the port is taken."""
+        host, port = parse_listen(self.listen)
+        await self.batcher.start()
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=self.web_config.ssl_context())
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            raise ConfigError(
+                f"cannot listen on {self.listen}: {exc.strerror}; choose another --listen"
+            ) from exc
+        self.port = self._runner.addresses[0][1]
+        log.info(
+            "serving",
+            extra={
+                "listen": self.listen,
+                "port": self.port,
+                "model": self.model.name,
+                "device": self.model.device,
+                "tls": self.web_config.ssl_context() is not None,
+            },
+        )
+
+    async def shutdown(self, drain_timeout: float) -> bool:
+        """Refuse new work, answer everything accepted, then close; True if all finished."""
+        log.info("draining", extra={"queued_items": self.batcher.queued_items})
+        finished = await self.batcher.drain(drain_timeout)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        log.info("stopped", extra={"drained": finished, "batches": self.batcher.batches})
+        return finished
+
+    # --- middleware ----------------------------------------------------------------------
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        config = self.web_config
+        if config.ssl_context() is not None and not config.client_certificate_allowed(
+            request.transport.get_extra_info("peercert") if request.transport else None
+        ):
+            response: web.StreamResponse = _error("client certificate not allowed", 403)
+        elif config.auth_required and not await asyncio.get_running_loop().run_in_executor(
+            None, config.authorized, request.headers.get("Authorization")
+        ):
+            response = _error("authentication required", 401)
+            response.headers["WWW-Authenticate"] = 'Basic realm="autoglm-batcher"'
+        else:
+            response = await handler(request)
+        response.headers.update(config.headers)
+        return response
+
+    # --- handlers --------------------------------------------------------------------------
+
+    def _check_model(self, request: web.Request) -> web.Response | None:
+        name = request.match_info["name"]
+        version = request.match_info.get("version", "1")
+        if name != self.model.name or version != "1":
+            return _error(
+                f"unknown model {name!r} version {version!r}; this server serves "
+                f"{self.model.name!r} version '1'",
+                404,
+            )
+        return None
+
+    async def _server_metadata(self, request: web.Request) -> web.Response:
+        return _json(oip.server_metadata(self._version))
+
+    async def _live(self, request: web.Request) -> web.Response:
+        return _json({"live": True})
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        ready = self.batcher.accepting
+        return _json({"ready": ready}, 200 if ready else 503)
+
+    async def _model_ready(self, request: web.Request) -> web.Response:
+        problem = self._check_model(request)
+        if problem is not None:
+            return problem
+        ready = self.batcher.accepting
+        return _json({"name": self.model.name, "ready": ready}, 200 if ready else 503)
+
+    async def _model_metadata(self, request: web.Request) -> web.Response:
+        problem = self._check_model(request)
+        if problem is not None:
+            return problem
+        return _json(oip.model_metadata(self.model.name, self.model.inputs, self.model.outputs))
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept"))
+        return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
+
+    async def _infer(self, request: web.Request) -> web.Response:
+        problem = self._check_model(request)
+        if problem is not None:
+            return problem
+        metrics = self.batcher.metrics
+        slo = self.batcher.slo_seconds
+        try:
+            parsed = await self._parse(request)
+        except oip.ProtocolError as exc:
+            metrics.answered("invalid", None, slo)
+            return _error(str(exc), 400)
+        try:
+            result = await self.batcher.submit(
+                parsed.inputs,
+                size=parsed.size,
+                priority=parsed.priority,
+                timeout=parsed.timeout_seconds,
+            )
+        except BatcherError as exc:
+            return _error(str(exc), exc.status)
+        try:
+            body, header_length = oip.encode_infer_response(self.model.name, parsed, result)
+        except oip.ProtocolError as exc:
+            log.error("model output cannot be encoded", extra={"error": str(exc)})
+            return _error(str(exc), 500)
+        if header_length is None:
+            return web.Response(body=body, content_type="application/json")
+        return web.Response(
+            body=body,
+            content_type="application/octet-stream",
+            headers={oip.HEADER_LENGTH: str(header_length)},
+        )
+
+    async def _parse(self, request: web.Request) -> oip.InferRequest:
+        length = request.content_length
+        if length is not None and length > self.max_body_bytes:
+            raise oip.ProtocolError(
+                f"request body is {length} bytes; the limit is {self.max_body_bytes} "
+                "(--max-body-bytes); send fewer items per request"
+            )
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise oip.ProtocolError(
+                f"request body exceeds {self.max_body_bytes} bytes (--max-body-bytes); "
+                "send fewer items per request"
+            ) from None
+        return oip.parse_infer_request(
+            body, request.headers.get(oip.HEADER_LENGTH), self.model.inputs, self.model.outputs
+        )

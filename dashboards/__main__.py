@@ -1,0 +1,9 @@
+"""``python -m dashboards``: write the dashboard JSON files, or ``--check`` that they are current."""
+
+from __future__ import annotations
+
+import sys
+
+from dashboards.cli import main
+
+sys.exit(main())

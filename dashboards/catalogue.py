@@ -1,0 +1,22 @@
+"""Every dashboard the project ships. A component adds its dashboard with one module and one line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from dashboards import gpu_fleet, gpu_node
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    filename: str  # under dashboards/json/
+    build: Callable[[], db.Dashboard]
+
+
+DASHBOARDS: tuple[CatalogueEntry, ...] = (
+    CatalogueEntry("gpu-fleet-overview.json", gpu_fleet.dashboard),
+    CatalogueEntry("gpu-node.json", gpu_node.dashboard),
+)

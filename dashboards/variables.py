@@ -1,0 +1,74 @@
+"""Dashboard variables shared by every dashboard, and the label selectors that use them.
+
+Every dashboard is importable by hand into any Grafana: the data source is a variable of type
+prometheus and every panel, target, variable and annotation points at ``${datasource}``.
+Multi-value variables use ``.*`` for "All" so that GPUs without pod attribution (no
+``namespace`` label) still match when nothing is selected.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    VariableRefresh,
+    VariableSort,
+)
+
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+GPU_METRIC = "DCGM_FI_DEV_GPU_UTIL"  # every GPU the exporter sees reports utilization
+WORKLOAD_METRIC = "namespace_workload_pod:DCGM_FI_DEV_GPU_UTIL:relabel"
+
+ALL = ".*"
+
+GPU_SELECTOR = 'namespace=~"$namespace", Hostname=~"$node", gpu=~"$gpu"'
+"""Selects the GPUs picked by the namespace, node and gpu variables on any exporter series."""
+
+NODE_SELECTOR = 'Hostname=~"$node"'
+WORKLOAD_SELECTOR = 'namespace=~"$namespace", workload=~"$workload"'
+
+
+def datasource() -> db.DatasourceVariable:
+    return db.DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def _label_values(name: str, label: str, metric: str, text: str, sort: VariableSort) -> db.QueryVariable:
+    query = f"label_values({metric}, {label})"
+    return (
+        db.QueryVariable(name)
+        .label(text)
+        .datasource(DATASOURCE)
+        .query(query)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(sort)
+        .multi(True)
+        .include_all(True)
+        .all_value(ALL)
+    )
+
+
+def namespace() -> db.QueryVariable:
+    return _label_values(
+        "namespace", "namespace", GPU_METRIC, "Namespace", VariableSort.ALPHABETICAL_ASC
+    )
+
+
+def node() -> db.QueryVariable:
+    metric = f'{GPU_METRIC}{{namespace=~"$namespace"}}'
+    return _label_values("node", "Hostname", metric, "Node", VariableSort.ALPHABETICAL_ASC)
+
+
+def gpu() -> db.QueryVariable:
+    metric = f'{GPU_METRIC}{{namespace=~"$namespace", Hostname=~"$node"}}'
+    return _label_values("gpu", "gpu", metric, "GPU", VariableSort.NUMERICAL_ASC)
+
+
+def workload() -> db.QueryVariable:
+    metric = f'{WORKLOAD_METRIC}{{namespace=~"$namespace"}}'
+    return _label_values("workload", "workload", metric, "Workload", VariableSort.ALPHABETICAL_ASC)
+
+
+def standard() -> list[db.DatasourceVariable | db.QueryVariable]:
+    """The variables every GPU dashboard offers, in the order they appear."""
+    return [datasource(), namespace(), node(), gpu(), workload()]

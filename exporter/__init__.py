@@ -1,0 +1,1 @@
+"""GPU exporter: NVML (or simulated GPUs) to Prometheus, with dcgm-exporter's metric names."""

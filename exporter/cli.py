@@ -1,0 +1,152 @@
+"""``autoglm-exporter`` (also ``autoglm exporter``): serve GPU metrics until SIGTERM/SIGINT.
+
+Exit codes: 0 after a clean stop; 2 for a bad flag, file or value (one line on stderr); 1 when
+the GPUs cannot be read (no NVIDIA driver) -- never a silent fallback to made-up numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import NoReturn
+
+from autoglm.config import ConfigError, add_config_arguments, config_or_exit
+from autoglm.logs import setup_logging
+from autoglm.webconfig import WebConfig
+from exporter.config import ExporterConfig, default_hostname
+from exporter.model import GPUSource
+from exporter.service import ExporterService
+
+PROG = "autoglm-exporter"
+EXIT_NO_GPU = 1
+EXIT_USAGE = 2
+
+log = logging.getLogger(__name__)
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage dump), like every other bad setting."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}; see --help", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+class NoGPUError(Exception):
+    """The chosen source cannot read any GPU; the message says what to do instead."""
+
+
+def open_source(cfg: ExporterConfig) -> GPUSource:
+    """The source ``cfg`` asks for; :class:`NoGPUError` when NVML is wanted but absent."""
+    from exporter.sources import NoDriverError, NVMLSource, SimulatedSource, load_profile
+
+    if cfg.source == "simulated":
+        try:
+            profile = load_profile(cfg.profile)
+        except ValueError as exc:
+            raise ConfigError(f"--profile: {exc}") from None
+        try:
+            return SimulatedSource(gpus=cfg.gpus, model=cfg.model, seed=cfg.seed, profile=profile)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    try:
+        return NVMLSource.open()
+    except NoDriverError as exc:
+        raise NoGPUError(str(exc)) from None
+
+
+def _inject_startup_faults(source: GPUSource, specs: Sequence[str]) -> None:
+    from exporter.sources import parse_fault
+
+    for spec in specs:
+        try:
+            source.inject(parse_fault(spec))  # type: ignore[attr-defined]  # simulated only
+        except ValueError as exc:
+            raise ConfigError(f"--fault: {exc}") from None
+
+
+def _pod_watcher(cfg: ExporterConfig):  # -> PodResourcesWatcher | None
+    if not cfg.kubernetes_enabled:
+        return None
+    from exporter.podresources import PodResourcesWatcher
+
+    return PodResourcesWatcher(cfg.pod_resources_socket, interval=cfg.pod_resources_interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _OneLineErrorParser(
+        prog=PROG,
+        description="GPU metrics for Prometheus with dcgm-exporter's names (NVML or simulated)",
+    )
+    add_config_arguments(parser, ExporterConfig)
+    try:
+        cfg = config_or_exit(ExporterConfig, parser.parse_args(argv), PROG)
+    except SystemExit as exc:  # argparse and load_config report and exit; main returns codes
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    setup_logging("exporter", cfg.log_level, cfg.log_format)
+    source: GPUSource | None = None
+    try:
+        web_config = WebConfig.load(cfg.web_config_file)
+        source = open_source(cfg)
+        _inject_startup_faults(source, cfg.fault)
+        pods = _pod_watcher(cfg)
+        service = ExporterService(
+            source,
+            listen=cfg.listen,
+            naming=cfg.naming,
+            hostname=cfg.hostname or default_hostname(),
+            interval=cfg.interval,
+            deadline=cfg.collect_deadline,
+            xid_hold=cfg.xid_hold,
+            web_config=web_config,
+            pods=pods,
+            fault_target=source if cfg.source == "simulated" else None,  # type: ignore[arg-type]
+        )
+        service.start()
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        if source is not None:
+            source.close()
+        return EXIT_USAGE
+    except NoGPUError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_NO_GPU
+    if pods is not None:
+        pods.start()
+    log.info(
+        "exporter started",
+        extra={
+            "source": source.name,
+            "gpus": len(service.collector.devices),
+            "naming": cfg.naming,
+            "listen": f"{service.server.host}:{service.server.port}",
+            "kubernetes": pods is not None,
+        },
+    )
+    _wait_for_signal()
+    log.info("stopping")
+    service.stop()
+    if pods is not None:
+        pods.stop()
+    source.close()
+    return 0
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal received", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    stop.wait()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,13 @@
+"""Readings shared by every source."""
+
+from __future__ import annotations
+
+from exporter.model import DeviceReading
+
+WHOLE_DEVICE = "all"
+"""``DeviceReading.errors`` key meaning the device as a whole failed (no field could be read)."""
+
+
+def lost_reading() -> DeviceReading:
+    """What a GPU that fell off the bus reads as: nothing, and one device-wide ``gpu_is_lost``."""
+    return DeviceReading(errors={WHOLE_DEVICE: "gpu_is_lost"})

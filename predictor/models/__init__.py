@@ -1,0 +1,25 @@
+"""Forecasting models with one protocol: ``fit(series)``, cheap ``update(point)`` and
+``predict(horizons, quantile)`` returning point forecasts and calibrated upper bounds."""
+
+from predictor.models.base import ForecastModel, InsufficientHistory, Prediction
+from predictor.models.catalog import BASELINES, candidate_factories, usable_seasons
+from predictor.models.ensemble import MedianEnsemble
+from predictor.models.ets import ETSModel
+from predictor.models.naive import NaiveModel, SeasonalNaiveModel
+from predictor.models.seasonal_level import SeasonalLevelModel
+from predictor.models.sequence import SequenceModel
+
+__all__ = [
+    "BASELINES",
+    "ETSModel",
+    "ForecastModel",
+    "InsufficientHistory",
+    "MedianEnsemble",
+    "NaiveModel",
+    "Prediction",
+    "SeasonalLevelModel",
+    "SeasonalNaiveModel",
+    "SequenceModel",
+    "candidate_factories",
+    "usable_seasons",
+]

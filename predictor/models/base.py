@@ -1,0 +1,202 @@
+"""What every forecasting model shares: a bounded history, cheap updates and calibrated bounds.
+
+A model is fitted once on a series (a full, possibly slow refit) and then fed one new point at a
+time with :meth:`ForecastModel.update`, which only advances its state. Every update also scores
+the forecasts the model issued before that point, so each model carries its own out-of-sample
+errors per horizon; :meth:`ForecastModel.predict` turns them into the upper bound (see
+:mod:`predictor.intervals`). ``fit`` replays the tail of the series through ``update`` for
+exactly that purpose, from the state the model had before it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.intervals import ResidualWindow
+
+
+class InsufficientHistory(ValueError):
+    """The series is too short for this model; the message says how many points it needs."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Point forecasts and upper bounds for ``horizons`` (steps ahead of the last point)."""
+
+    horizons: tuple[int, ...]
+    point: np.ndarray
+    upper: np.ndarray
+    quantile: float
+
+
+class History:
+    """The most recent ``capacity`` points, appended in O(1) amortised, read as arrays."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._buf = np.zeros(2 * self.capacity)
+        self._start = 0
+        self._end = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        merged = np.concatenate([self.values(), np.asarray(values, dtype=float)])
+        merged = merged[-self.capacity :]
+        self._buf[: len(merged)] = merged
+        self._start, self._end = 0, len(merged)
+
+    def append(self, value: float) -> None:
+        if self._end == len(self._buf):
+            keep = self._buf[self._end - self.capacity + 1 : self._end].copy()
+            self._buf[: len(keep)] = keep
+            self._start, self._end = 0, len(keep)
+        self._buf[self._end] = value
+        self._end += 1
+        self._start = max(self._start, self._end - self.capacity)
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    def values(self) -> np.ndarray:
+        """All kept points, oldest first (a view: do not modify)."""
+        return self._buf[self._start : self._end]
+
+    def last(self, k: int) -> np.ndarray:
+        return self._buf[max(self._start, self._end - k) : self._end]
+
+    def ago(self, steps: int) -> float:
+        """The point ``steps`` back; ``ago(1)`` is the last one."""
+        return float(self._buf[self._end - steps])
+
+
+def as_series(series: Sequence[float] | np.ndarray) -> np.ndarray:
+    """A finite float array, or a ValueError that says how to fix the input."""
+    y = np.asarray(series, dtype=float).ravel()
+    if not np.all(np.isfinite(y)):
+        raise ValueError(
+            "series holds NaN or infinite values; fill gaps first (predictor.series.fill_gaps)"
+        )
+    return y
+
+
+class ForecastModel(ABC):
+    """Base class: subclasses implement ``_fit``, ``_advance`` and ``_forecast_path``.
+
+    ``max_horizon`` bounds the horizons (in steps) a model forecasts and scores.
+    ``calibration_fraction`` of the fitted series (at most ``residual_window`` points) is held
+    back to measure out-of-sample errors for the upper bound.
+    """
+
+    name: str = "model"
+
+    def __init__(
+        self,
+        max_horizon: int,
+        calibration_fraction: float = 0.2,
+        residual_window: int = 500,
+    ) -> None:
+        if max_horizon < 1:
+            raise ValueError("max_horizon must be >= 1")
+        self.max_horizon = max_horizon
+        self.calibration_fraction = calibration_fraction
+        self.residual_window = residual_window
+        self.residuals = ResidualWindow(max_horizon, residual_window)
+        self.history = History(self.history_capacity())
+        self.nonnegative = True
+        self.points_seen = 0
+        self._pending: deque[np.ndarray] = deque(maxlen=max_horizon)
+        self._path: np.ndarray | None = None
+
+    # -- what subclasses provide -------------------------------------------------------------
+    @property
+    @abstractmethod
+    def min_points(self) -> int:
+        """Points ``_fit`` needs."""
+
+    def history_capacity(self) -> int:
+        """How many recent points the model keeps; subclasses needing more override this."""
+        return 1
+
+    @abstractmethod
+    def _fit(self, y: np.ndarray, state_at: int) -> None:
+        """Estimate parameters from ``y`` and leave the state at the end of ``y[:state_at]``
+        (which ``history`` holds). Points after ``state_at`` are replayed through ``update``
+        to measure errors; a model that would overfit them (many parameters) must estimate
+        from ``y[:state_at]`` only."""
+
+    def _advance(self, value: float) -> None:
+        """Move the state past ``value`` (``history`` already holds it); cheap."""
+        return None
+
+    @abstractmethod
+    def _forecast_path(self) -> np.ndarray:
+        """Point forecasts for horizons 1..max_horizon from the current state."""
+
+    # -- the public protocol -----------------------------------------------------------------
+    def fit(self, series: Sequence[float] | np.ndarray) -> None:
+        """Refit on ``series``; errors are measured by replaying its tail through ``update``."""
+        y = as_series(series)
+        if len(y) < self.min_points + 1:
+            raise InsufficientHistory(
+                f"{self.name} needs at least {self.min_points + 1} points, got {len(y)}"
+            )
+        held_back = int(len(y) * self.calibration_fraction)
+        held_back = max(0, min(held_back, self.residual_window, len(y) - self.min_points))
+        self.fit_until(y, len(y) - held_back)
+        for value in y[len(y) - held_back :]:
+            self.update(float(value))
+
+    def fit_until(self, y: np.ndarray, state_at: int) -> None:
+        """Estimate from ``y`` and stop at ``y[:state_at]``, with no errors recorded yet; the
+        caller replays the rest (``fit`` does it; an ensemble does it for its members)."""
+        self.nonnegative = bool(np.all(y >= 0))
+        self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
+        self.history = History(self.history_capacity())
+        self.history.extend(y[:state_at])
+        self.points_seen = state_at
+        self._pending.clear()
+        self._fit(y, state_at)
+        self._path = self._clip(self._forecast_path())
+
+    def update(self, value: float) -> None:
+        """Take one new point: score earlier forecasts against it, then advance the state."""
+        if self._path is None:
+            raise RuntimeError(f"{self.name}: call fit() before update()")
+        value = float(value)
+        if not np.isfinite(value):
+            raise ValueError(f"{self.name}: update() needs a finite value, got {value}")
+        self._pending.appendleft(self._path)
+        for age, path in enumerate(self._pending):
+            self.residuals.add(age + 1, value - path[age])
+        self.history.append(value)
+        self.points_seen += 1
+        self._advance(value)
+        self._path = self._clip(self._forecast_path())
+
+    def predict(self, horizons: Sequence[int] | int, quantile: float = 0.9) -> Prediction:
+        """Point forecast and upper bound at ``quantile`` for each horizon (steps ahead)."""
+        if self._path is None:
+            raise RuntimeError(f"{self.name}: call fit() before predict()")
+        hs = (horizons,) if isinstance(horizons, int) else tuple(int(h) for h in horizons)
+        for h in hs:
+            if not 1 <= h <= self.max_horizon:
+                raise ValueError(f"horizon {h} is outside 1..{self.max_horizon} for {self.name}")
+        if not 0 < quantile < 1:
+            raise ValueError(f"quantile must be in (0, 1), got {quantile}")
+        point = np.array([self._path[h - 1] for h in hs])
+        margin = np.array([max(0.0, self.residuals.quantile(h, quantile)) for h in hs])
+        return Prediction(horizons=hs, point=point, upper=point + margin, quantile=quantile)
+
+    def latest_path(self) -> np.ndarray:
+        """Point forecasts for 1..max_horizon from the current state (no copy of the state)."""
+        if self._path is None:
+            raise RuntimeError(f"{self.name}: call fit() before predict()")
+        return self._path
+
+    def _clip(self, path: np.ndarray) -> np.ndarray:
+        path = np.asarray(path, dtype=float)
+        return np.maximum(path, 0.0) if self.nonnegative else path

@@ -1,0 +1,352 @@
+"""The running predictor: keeps each target's series, its chosen models and their forecasts.
+
+Points arrive either from Prometheus (a scheduled job queries what is new since the last point)
+or pushed in-process with :meth:`PredictorService.observe` (the simulator and the local stack).
+A scheduled refit re-runs the backtest selection on the whole history and fits the winners;
+between refits every new point only ``update``s them. The refit runs outside the lock, so
+forecasts keep being served from the previous models while it works, and points that arrived
+meanwhile are replayed into the new models before they are swapped in. When Prometheus fails,
+the error is counted and logged and the last forecasts stay, with their age growing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from predictor.api import Forecast
+from predictor.config import TargetConfig
+from predictor.metrics import PredictorMetrics
+from predictor.models import ForecastModel, candidate_factories
+from predictor.prometheus_source import PrometheusError, PrometheusSource
+from predictor.selection import Selection, select_model
+from predictor.series import align_to_grid, counter_increase, fill_gaps
+
+log = logging.getLogger(__name__)
+
+MIN_POINTS = 20
+
+
+@dataclass
+class TargetState:
+    """Everything known about one target; guarded by ``lock``."""
+
+    config: TargetConfig
+    values: list[float] = field(default_factory=list)
+    last_time: float | None = None  # timestamp of the last point in ``values``
+    open_bin: int | None = None  # push mode: index of the bin being filled
+    open_samples: list[float] = field(default_factory=list)
+    models: dict[int, ForecastModel] = field(default_factory=dict)  # per configured horizon
+    selection: Selection | None = None
+    issued_at: float | None = None
+    appended: int = 0  # points ever appended, to find those that arrived during a refit
+    refit_running: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def capacity(self) -> int:
+        return max(MIN_POINTS, int(self.config.lookback / self.config.step))
+
+
+class PredictorService:
+    """Forecasts for configured targets; implements :class:`predictor.api.ForecastProvider`."""
+
+    def __init__(
+        self,
+        targets: list[TargetConfig] | tuple[TargetConfig, ...],
+        source: PrometheusSource | None = None,
+        metrics: PredictorMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.targets = {t.name: TargetState(t) for t in targets}
+        self.source = source
+        self.metrics = metrics or PredictorMetrics()
+        self.metrics.attach(self)
+        self.clock = clock
+        self._scheduler = None
+
+    # -- ForecastProvider --------------------------------------------------------------------
+    def forecast(self, target: str, horizon_seconds: float, quantile: float = 0.9) -> Forecast | None:
+        """Best forecast of ``target`` for the step at least ``horizon_seconds`` from now.
+
+        The horizon counts from the last point, so a forecast that aged (source down) looks
+        further ahead to still cover the requested time. None when no model is fitted yet or
+        the time is beyond the largest configured horizon.
+        """
+        state = self.targets.get(target)
+        if state is None:
+            raise KeyError(f"unknown target {target!r}; configured: {', '.join(self.targets)}")
+        with state.lock:
+            if not state.models or state.last_time is None or state.issued_at is None:
+                return None
+            step = state.config.step
+            ahead = self.clock() + horizon_seconds - state.last_time
+            h = max(1, math.ceil(ahead / step - 1e-9))
+            return self._forecast_locked(state, h, quantile)
+
+    def _forecast_locked(self, state: TargetState, h: int, quantile: float) -> Forecast | None:
+        config = state.config
+        if h > config.max_horizon:
+            return None
+        chosen = next(x for x in config.horizons if x >= h)
+        model = state.models[chosen]
+        prediction = model.predict([h], quantile)
+        return Forecast(
+            target=config.name,
+            horizon_seconds=h * config.step,
+            point=float(prediction.point[0]),
+            upper=float(prediction.upper[0]),
+            quantile=quantile,
+            model=model.name,
+            issued_at=float(state.issued_at or 0.0),
+        )
+
+    def forecasts(self, target: str) -> list[Forecast]:
+        """Forecasts at every configured horizon (what /metrics publishes)."""
+        state = self.targets[target]
+        with state.lock:
+            if not state.models or state.issued_at is None:
+                return []
+            out = [self._forecast_locked(state, h, state.config.quantile) for h in state.config.horizons]
+        return [f for f in out if f is not None]
+
+    # -- push mode ---------------------------------------------------------------------------
+    def observe(self, target: str, timestamp: float, value: float) -> None:
+        """Add one sample. Samples fill bins of the target's step (aggregated as configured);
+        a bin is closed, appended and fed to the models when a sample of a later bin arrives.
+        Samples for an already closed bin are counted as late and ignored."""
+        state = self.targets.get(target)
+        if state is None:
+            raise KeyError(f"unknown target {target!r}; configured: {', '.join(self.targets)}")
+        if not math.isfinite(value):
+            self.metrics.observations_rejected.labels(target, "not_finite").inc()
+            return
+        step = state.config.step
+        index = math.floor(timestamp / step)
+        with state.lock:
+            if state.open_bin is None:
+                state.open_bin = index
+            if index < state.open_bin:
+                self.metrics.observations_rejected.labels(target, "late").inc()
+                return
+            if index > state.open_bin:
+                closed = self._close_bin(state)
+                gap = index - state.open_bin - 1
+                filler = 0.0 if state.config.aggregate == "sum" else closed
+                new = [closed] + [filler] * gap
+                self._append_locked(state, new, (state.open_bin + 1 + gap) * step)
+                state.open_bin = index
+                state.open_samples = []
+            state.open_samples.append(float(value))
+
+    @staticmethod
+    def _close_bin(state: TargetState) -> float:
+        samples = state.open_samples
+        if state.config.aggregate == "sum":
+            return float(np.sum(samples))
+        if state.config.aggregate == "last":
+            return float(samples[-1])
+        return float(np.mean(samples))
+
+    def _append_locked(self, state: TargetState, new: list[float], last_time: float) -> None:
+        state.values.extend(new)
+        state.appended += len(new)
+        del state.values[: max(0, len(state.values) - state.capacity)]
+        state.last_time = last_time
+        if state.models:
+            for model in {id(m): m for m in state.models.values()}.values():
+                for v in new:
+                    model.update(v)
+            state.issued_at = self.clock()
+            self.metrics.updates.labels(state.config.name).inc(len(new))
+
+    # -- pull mode ---------------------------------------------------------------------------
+    def _fetch(self, state: TargetState, start: float, end: float) -> tuple[float, np.ndarray]:
+        """Grid-aligned values of the target's query on start..end (NaN where missing)."""
+        assert self.source is not None
+        config = state.config
+        t, v = self.source.query_range(config.query, start, end, config.step)
+        grid, values = align_to_grid(t, v, config.step, start, end)
+        if config.counter:
+            values = counter_increase(values)
+        return float(grid[-1]) if len(grid) else start, values
+
+    def poll(self, target: str) -> None:
+        """Fetch points newer than the last one from Prometheus and update the models."""
+        state = self.targets[target]
+        config = state.config
+        if not config.query or self.source is None:
+            return
+        now_grid = math.floor(self.clock() / config.step) * config.step
+        with state.lock:
+            last = state.last_time
+        if last is None:
+            self.refit(target)
+            return
+        start = last + config.step - (config.step if config.counter else 0.0)
+        if start > now_grid:
+            return
+        try:
+            end_time, fresh = self._fetch(state, start, now_grid)
+        except PrometheusError as exc:
+            self._query_failed(target, exc)
+            return
+        if config.counter:
+            fresh = fresh[1:]
+        if len(fresh) == 0 or not np.isfinite(fresh).any():
+            return
+        with state.lock:
+            previous = state.values[-1] if state.values else np.nan
+            filled = fill_gaps(np.concatenate([[previous], fresh]))[1:]
+            self._append_locked(state, [float(x) for x in filled], end_time)
+
+    def _query_failed(self, target: str, exc: Exception) -> None:
+        self.metrics.query_errors.labels(target).inc()
+        log.warning("prometheus query failed", extra={"target": target, "error": str(exc)})
+
+    # -- refits ------------------------------------------------------------------------------
+    def refit(self, target: str) -> bool:
+        """Re-select and refit the target's models on its whole history; True on success."""
+        state = self.targets[target]
+        config = state.config
+        with state.lock:
+            if state.refit_running:
+                return False
+            state.refit_running = True
+        started = time.perf_counter()
+        try:
+            with state.lock:
+                appended_before = state.appended
+            series, end_time = self._history_for_refit(state)
+            if series is None:
+                return False
+            factories = candidate_factories(
+                config.step, config.seasons, config.max_horizon, len(series), config.models
+            )
+            selection = select_model(factories, series, config.horizons, config.quantile)
+            fitted: dict[str, ForecastModel] = {}
+            for name in dict.fromkeys(selection.per_horizon.values()):
+                model = factories[name]()
+                model.fit(series)
+                fitted[name] = model
+            with state.lock:
+                # Points appended while the refit ran must reach the new models too.
+                arrived = state.appended - appended_before
+                if end_time is not None:
+                    newer = 0
+                    if state.last_time is not None and state.last_time > end_time:
+                        newer = round((state.last_time - end_time) / config.step)
+                    replay = state.values[len(state.values) - newer :] if newer else []
+                    state.values = [float(x) for x in series] + replay
+                    state.last_time = max(end_time, state.last_time or end_time)
+                else:
+                    replay = state.values[len(state.values) - arrived :] if arrived else []
+                for model in fitted.values():
+                    for v in replay:
+                        model.update(v)
+                state.models = {h: fitted[name] for h, name in selection.per_horizon.items()}
+                state.selection = selection
+                state.issued_at = self.clock()
+            duration = time.perf_counter() - started
+            self.metrics.refits.labels(target, "success").inc()
+            self.metrics.refit_duration.labels(target).observe(duration)
+            log.info(
+                "refit done",
+                extra={
+                    "target": target,
+                    "points": len(series),
+                    "selected": selection.overall,
+                    "per_horizon": selection.per_horizon,
+                    "seconds": round(duration, 3),
+                },
+            )
+            return True
+        except PrometheusError as exc:
+            self._query_failed(target, exc)
+            self.metrics.refits.labels(target, "error").inc()
+            return False
+        except ValueError as exc:
+            self.metrics.refits.labels(target, "error").inc()
+            log.warning("refit failed", extra={"target": target, "error": str(exc)})
+            return False
+        finally:
+            with state.lock:
+                state.refit_running = False
+
+    def _history_for_refit(self, state: TargetState) -> tuple[np.ndarray | None, float | None]:
+        """The series to fit on, and (pull mode) the time of its last point."""
+        config = state.config
+        if config.query and self.source is not None:
+            end = math.floor(self.clock() / config.step) * config.step
+            end_time, values = self._fetch(state, end - config.lookback, end)
+            if config.counter:
+                values = values[1:]
+            finite = np.flatnonzero(np.isfinite(values))
+            if len(finite) < MIN_POINTS:
+                raise ValueError(
+                    f"only {len(finite)} points in the lookback; need {MIN_POINTS} "
+                    "(check the query, or wait for history)"
+                )
+            values = fill_gaps(values[finite[0] :])
+            return values, end_time
+        with state.lock:
+            values = np.array(state.values, dtype=float)
+        if len(values) < MIN_POINTS:
+            log.info("waiting for points", extra={"target": config.name, "points": len(values)})
+            return None, None
+        return values, None
+
+    def refit_all(self) -> None:
+        for name in self.targets:
+            self.refit(name)
+
+    def poll_all(self) -> None:
+        """The periodic job: pull new points; fit targets that have none yet but now can."""
+        for name, state in self.targets.items():
+            if state.config.query and self.source is not None:
+                self.poll(name)
+            elif not state.models and len(state.values) >= MIN_POINTS:
+                self.refit(name)
+
+    # -- scheduling --------------------------------------------------------------------------
+    def start(self, refit_seconds: float, update_seconds: float) -> None:
+        """Run refits and polls in the background (apscheduler); the first refit runs now."""
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        scheduler = BackgroundScheduler(daemon=True)
+        scheduler.add_job(
+            self.refit_all,
+            "interval",
+            seconds=refit_seconds,
+            id="refit",
+            max_instances=1,
+            coalesce=True,
+            next_run_time=_now_datetime(),
+        )
+        scheduler.add_job(
+            self.poll_all,
+            "interval",
+            seconds=update_seconds,
+            id="poll",
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def stop(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+
+
+def _now_datetime():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)

@@ -1,0 +1,489 @@
+"""The controller end to end: real kubernetes client -> fake API server, metrics from a query API.
+
+Every scenario goes through KubernetesController.reconcile_all(): read the GPUAutoscaler, the
+scale subresource and the pods, query the metrics, decide with the real core, scale through the
+scale subresource, write status and Events.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from fake_kube import FakeKubeServer
+from fake_prometheus import FakePrometheus
+from prometheus_client import generate_latest
+
+from autoscaler.controller.controllers import KubernetesController
+from autoscaler.controller.kube import KubeAPI
+from autoscaler.controller.leader import LeaderElector
+from autoscaler.controller.loop import ReconcileLoop
+from autoscaler.controller.metrics_source import PrometheusMetricsSource
+from autoscaler.controller.prometheus import PrometheusClient
+from autoscaler.controller.reconciler import Reconciler
+from autoscaler.metrics import AutoscalerMetrics
+
+NS = "ml"
+UTIL = 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ml"})'
+QUEUE = 'sum(autoglm_batcher_queue_depth{namespace="ml"})'
+T0 = 1_720_000_000.0  # after the fake pods started (2024-01-01)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def autoscaler_object(name="llm", kind="Deployment", metrics=None, **spec) -> dict:
+    return {
+        "apiVersion": "autoscaling.autoglm.io/v1alpha1",
+        "kind": "GPUAutoscaler",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 10,
+            "metrics": metrics
+            or [
+                {
+                    "name": "gpu_util",
+                    "type": "Pods",
+                    "query": UTIL,
+                    "target": {"type": "Utilization", "averageUtilization": 70},
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+class Harness:
+    def __init__(self, prom_url: str | None = None, dry_run: bool = False, identity="ctl-a"):
+        self.kube_server = FakeKubeServer().start()
+        self.fake = self.kube_server.fake
+        self.prom = FakePrometheus()
+        self.clock = Clock()
+        self.metrics = AutoscalerMetrics()
+        self.client = PrometheusClient(prom_url or self.prom.url, timeout=2)
+        self.api_client = self.kube_server.api_client()
+        self.kube = KubeAPI(self.api_client, identity=identity, clock=self.clock)
+        self.reconciler = Reconciler(
+            PrometheusMetricsSource(self.client),
+            None,
+            self.metrics,
+            dry_run=dry_run,
+            clock=self.clock,
+        )
+        self.controller = KubernetesController(self.kube, self.reconciler, NS)
+
+    def deployment(self, name: str, replicas: int, utils: list[float], kind="deployments"):
+        labels = {"app": name}
+        self.fake.add_workload(NS, name, replicas, labels, resource=kind)
+        for i in range(replicas):
+            self.fake.add_pod(NS, f"{name}-{i}", labels)
+        self.prom.set_pods(UTIL, {f"{name}-{i}": u for i, u in enumerate(utils)})
+
+    def status(self, name="llm") -> dict:
+        return self.fake.get("gpuautoscalers", NS, name).get("status") or {}
+
+    def condition(self, ctype: str, name="llm") -> dict:
+        return next(c for c in self.status(name)["conditions"] if c["type"] == ctype)
+
+    def sample(self, name: str, **labels) -> float | None:
+        return self.metrics.registry.get_sample_value(name, labels)
+
+    def close(self) -> None:
+        self.client.close()
+        self.api_client.close()
+        self.prom.stop()
+        self.kube_server.stop()
+
+
+@pytest.fixture
+def h():
+    harness = Harness()
+    yield harness
+    harness.close()
+
+
+def scale_writes(fake, name="llm"):
+    return [r for r in fake.writes(f"/{name}/scale")]
+
+
+def test_scale_up_through_the_scale_subresource(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    results = h.controller.reconcile_all()
+
+    assert results["llm"].scaled
+    assert h.fake.replicas(NS, "llm") == 4  # ceil(2 * 140/70)
+    (put,) = scale_writes(h.fake)
+    assert put.method == "PUT"
+    assert put.body["spec"]["replicas"] == 4
+    assert put.body["metadata"]["resourceVersion"]  # optimistic concurrency, as the HPA does
+
+    status = h.status()
+    assert status["currentReplicas"] == 4
+    assert status["desiredReplicas"] == 4
+    assert status["lastScaleTime"] == "2024-07-03T09:46:40Z"
+    assert status["observedGeneration"] == 1
+    assert status["lastDecision"]["driver"] == "metric:gpu_util/reactive"
+    assert status["lastDecision"]["reactiveProposal"] == 4
+    assert status["currentMetrics"][0]["current"] == {"averageUtilization": "140"}
+    assert h.condition("AbleToScale")["reason"] == "SucceededRescale"
+    assert h.condition("ScalingActive")["status"] == "True"
+    assert h.condition("ScalingLimited")["status"] == "False"
+
+    (event,) = h.fake.events(NS)
+    assert event["reason"] == "SuccessfulRescale"
+    assert event["type"] == "Normal"
+    assert event["message"].startswith("New size: 4; reason:")
+    assert event["involvedObject"]["kind"] == "GPUAutoscaler"
+    assert event["involvedObject"]["name"] == "llm"
+    assert event["source"]["component"] == "autoglm-autoscaler"
+
+    assert h.sample("autoglm_autoscaler_desired_replicas", namespace=NS, autoscaler="llm") == 4
+    assert h.sample("autoglm_autoscaler_current_replicas", namespace=NS, autoscaler="llm") == 4
+    assert (
+        h.sample(
+            "autoglm_autoscaler_scale_events_total", namespace=NS, autoscaler="llm", direction="up"
+        )
+        == 1
+    )
+    assert (
+        h.sample(
+            "autoglm_autoscaler_metric_value", namespace=NS, autoscaler="llm", metric="gpu_util"
+        )
+        == 140
+    )
+
+
+def test_scale_down_after_the_stabilization_window(h):
+    h.deployment("llm", 4, [35.0] * 4)
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    h.controller.reconcile_all()
+    # The first recommendation is the current count and the window is 300 s: no change yet.
+    assert h.fake.replicas(NS, "llm") == 4
+    assert h.status()["desiredReplicas"] == 4
+    assert h.status()["lastDecision"]["reactiveProposal"] == 2
+    assert h.status()["lastDecision"]["driver"] == "stabilization"
+    assert not scale_writes(h.fake)
+
+    h.clock.now += 301
+    h.controller.reconcile_all()
+    assert h.fake.replicas(NS, "llm") == 2
+    assert h.status()["currentReplicas"] == 2
+    assert (
+        h.sample(
+            "autoglm_autoscaler_scale_events_total",
+            namespace=NS,
+            autoscaler="llm",
+            direction="down",
+        )
+        == 1
+    )
+
+
+def test_a_conflicting_update_is_retried_on_a_fresh_read(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    h.fake.concurrent_scale_writers = 2  # two other writers win the race first
+
+    h.controller.reconcile_all()
+
+    assert h.fake.replicas(NS, "llm") == 4
+    puts = scale_writes(h.fake)
+    assert len(puts) == 3
+    assert len({p.body["metadata"]["resourceVersion"] for p in puts}) == 3  # re-read each time
+    assert h.kube.conflicts_retried == 2
+    assert h.condition("AbleToScale")["reason"] == "SucceededRescale"
+
+
+def test_conflicts_beyond_the_retry_budget_fail_the_rescale(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    h.fake.concurrent_scale_writers = 100
+
+    h.controller.reconcile_all()
+
+    assert h.fake.replicas(NS, "llm") == 2
+    assert h.condition("AbleToScale") | {"lastTransitionTime": ""} == {
+        "type": "AbleToScale",
+        "status": "False",
+        "reason": "FailedUpdateScale",
+        "message": h.condition("AbleToScale")["message"],
+        "lastTransitionTime": "",
+    }
+    assert "Conflict" in h.condition("AbleToScale")["message"]
+    assert [e["reason"] for e in h.fake.events(NS)] == ["FailedRescale"]
+    assert (
+        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="update_scale")
+        == 1
+    )
+
+
+def test_dry_run_never_writes_the_scale():
+    h = Harness(dry_run=True)
+    try:
+        h.deployment("llm", 2, [140.0, 140.0])
+        h.fake.add_custom("gpuautoscalers", autoscaler_object())
+        for _ in range(3):
+            h.controller.reconcile_all()
+            h.clock.now += 15
+        assert h.fake.replicas(NS, "llm") == 2
+        assert not scale_writes(h.fake)
+        status = h.status()
+        assert status["currentReplicas"] == 2
+        assert status["desiredReplicas"] == 4
+        assert status["lastDecision"]["dryRun"] is True
+        assert "lastScaleTime" not in status
+        assert {e["reason"] for e in h.fake.events(NS)} == {"DryRunRescale"}
+        assert "would scale from 2 to 4" in h.fake.events(NS)[0]["message"]
+    finally:
+        h.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_prometheus_down_never_scales_down_and_is_reported():
+    h = Harness(prom_url=f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    try:
+        h.deployment("llm", 4, [10.0] * 4)
+        h.fake.add_custom(
+            "gpuautoscalers",
+            autoscaler_object(behavior={"scaleDown": {"stabilizationWindowSeconds": 0}}),
+        )
+        for _ in range(3):
+            h.controller.reconcile_all()
+            h.clock.now += 60
+        assert h.fake.replicas(NS, "llm") == 4
+        assert not scale_writes(h.fake)
+        active = h.condition("ScalingActive")
+        assert active["status"] == "False"
+        assert active["reason"] == "FailedGetPodsMetric"
+        assert "unreachable" in active["message"]
+        assert h.status()["lastDecision"]["driver"] == "all_metrics_invalid"
+        errors = h.sample(
+            "autoglm_autoscaler_errors_total",
+            namespace=NS,
+            autoscaler="llm",
+            kind="prometheus_unreachable",
+        )
+        assert errors == 3
+        # one Warning when the condition turned false, not one per reconcile
+        assert [e["reason"] for e in h.fake.events(NS)] == ["FailedGetPodsMetric"]
+        assert (
+            h.sample(
+                "autoglm_autoscaler_condition",
+                namespace=NS,
+                autoscaler="llm",
+                condition="ScalingActive",
+            )
+            == 0
+        )
+    finally:
+        h.close()
+
+
+def test_a_nan_metric_blocks_scale_down_but_not_scale_up(h):
+    metrics = [
+        {
+            "name": "gpu_util",
+            "type": "Pods",
+            "query": UTIL,
+            "target": {"type": "Utilization", "averageUtilization": 70},
+        },
+        {
+            "name": "queue",
+            "type": "External",
+            "query": QUEUE,
+            "target": {"type": "AverageValue", "averageValue": 8},
+        },
+    ]
+    h.deployment("llm", 4, [10.0] * 4)
+    h.prom.answers[QUEUE] = [({}, "NaN")]
+    h.fake.add_custom(
+        "gpuautoscalers",
+        autoscaler_object(
+            metrics=metrics, behavior={"scaleDown": {"stabilizationWindowSeconds": 0}}
+        ),
+    )
+    h.controller.reconcile_all()
+    assert h.fake.replicas(NS, "llm") == 4  # gpu_util alone would say 1
+    assert h.status()["lastDecision"]["driver"] == "invalid_metrics_no_scale_down"
+    assert h.condition("ScalingActive")["reason"] == "FailedGetExternalMetric"
+    assert (
+        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="metric_nan")
+        == 1
+    )
+    # the valid metric may still scale up while the other is broken
+    h.prom.set_pods(UTIL, {f"llm-{i}": 140.0 for i in range(4)})
+    h.clock.now += 15
+    h.controller.reconcile_all()
+    assert h.fake.replicas(NS, "llm") == 8
+    # and once the metric is back, scale-down works again
+    h.prom.answers[QUEUE] = [({}, 8.0)]
+    h.prom.set_pods(UTIL, {f"llm-{i}": 10.0 for i in range(4)})
+    for i in range(4, 8):
+        h.fake.add_pod(NS, f"llm-{i}", {"app": "llm"})
+    h.prom.set_pods(UTIL, {f"llm-{i}": 10.0 for i in range(8)})
+    h.clock.now += 15
+    h.controller.reconcile_all()
+    assert h.fake.replicas(NS, "llm") == 2  # max(ceil(8 * 10/70), ceil(8/8))
+
+
+def test_an_api_error_reading_the_scale_changes_nothing_and_is_reported(h):
+    h.deployment("llm", 4, [10.0] * 4)
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    h.fake.inject("GET", r"/deployments/llm/scale$", 500, "InternalError", times=1)
+    h.controller.reconcile_all()
+    assert not scale_writes(h.fake)
+    assert h.condition("AbleToScale")["reason"] == "FailedGetScale"
+    assert [e["reason"] for e in h.fake.events(NS)] == ["FailedGetScale"]
+    assert (
+        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="get_scale")
+        == 1
+    )
+    # recovers on the next reconcile; lastTransitionTime moves with the status change
+    h.clock.now += 15
+    h.controller.reconcile_all()
+    assert h.condition("AbleToScale")["status"] == "True"
+    assert h.condition("AbleToScale")["lastTransitionTime"] == "2024-07-03T09:46:55Z"
+
+
+def test_pods_list_failure_is_an_invalid_metric(h):
+    h.deployment("llm", 4, [10.0] * 4)
+    h.fake.add_custom(
+        "gpuautoscalers",
+        autoscaler_object(behavior={"scaleDown": {"stabilizationWindowSeconds": 0}}),
+    )
+    h.fake.inject("GET", r"/pods$", 503, "ServiceUnavailable", times=1)
+    h.controller.reconcile_all()
+    assert h.fake.replicas(NS, "llm") == 4
+    assert h.condition("ScalingActive")["status"] == "False"
+    for kind in ("list_pods", "pods_unavailable"):
+        assert (
+            h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind=kind)
+            == 1
+        )
+
+
+def test_statefulsets_scale_too_and_pods_are_matched_by_the_scale_selector(h):
+    h.deployment("db", 2, [140.0, 140.0], kind="statefulsets")
+    # a pod of another app with a metric must not be counted
+    h.fake.add_pod(NS, "other-0", {"app": "other"})
+    h.prom.answers[UTIL].append(({"pod": "other-0"}, 1.0))
+    h.fake.add_custom("gpuautoscalers", autoscaler_object(name="db", kind="StatefulSet"))
+    h.controller.reconcile_all()
+    assert h.fake.replicas(NS, "db", resource="statefulsets") == 4
+    pod_lists = [r for r in h.fake.requests if r.path.endswith("/pods")]
+    assert pod_lists[0].query["labelSelector"] == ["app=db"]
+
+
+def test_an_invalid_spec_is_reported_not_acted_on(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    bad = autoscaler_object()
+    bad["spec"]["maxReplicas"] = 0
+    h.fake.add_custom("gpuautoscalers", bad)
+    h.controller.reconcile_all()
+    h.controller.reconcile_all()
+    assert not scale_writes(h.fake)
+    cond = h.condition("ScalingActive")
+    assert cond["reason"] == "InvalidSpec"
+    assert "spec.maxReplicas" in cond["message"]
+    assert [e["reason"] for e in h.fake.events(NS)] == ["InvalidSpec"]  # once, not per reconcile
+
+
+def test_all_autoscalers_in_the_namespace_are_reconciled(h):
+    h.deployment("a", 2, [140.0, 140.0])
+    h.fake.add_workload(NS, "b", 3, {"app": "b"})
+    for i in range(3):
+        h.fake.add_pod(NS, f"b-{i}", {"app": "b"})
+    h.prom.answers[UTIL] += [({"pod": f"b-{i}"}, 70.0) for i in range(3)]
+    h.fake.add_custom("gpuautoscalers", autoscaler_object(name="a"))
+    h.fake.add_custom("gpuautoscalers", autoscaler_object(name="b"))
+    results = h.controller.reconcile_all()
+    assert set(results) == {"a", "b"}
+    assert h.fake.replicas(NS, "a") == 4
+    assert h.fake.replicas(NS, "b") == 3  # at target: within tolerance
+    assert h.status("b")["lastDecision"]["reason"] == "no change"
+
+
+def _leader_setup(h: Harness, identity: str):
+    kube = KubeAPI(h.api_client, identity=identity, clock=h.clock)
+    elector = LeaderElector(
+        h.api_client, NS, "autoglm-autoscaler", identity, clock=h.clock
+    )
+    metrics = AutoscalerMetrics()
+    reconciler = Reconciler(
+        PrometheusMetricsSource(h.client),
+        None,
+        metrics,
+        clock=h.clock,
+        may_act=elector.is_leader,
+    )
+    controller = KubernetesController(kube, reconciler, NS, may_act=elector.is_leader)
+    return ReconcileLoop(controller, metrics, elector=elector), metrics
+
+
+def test_leader_handover_only_the_holder_acts(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    loop_a, metrics_a = _leader_setup(h, "ctl-a")
+    loop_b, metrics_b = _leader_setup(h, "ctl-b")
+
+    loop_a.tick()
+    assert h.fake.replicas(NS, "llm") == 4
+    assert metrics_a.registry.get_sample_value("autoglm_autoscaler_leader") == 1
+
+    for i in range(2, 4):  # the new pods come up, load rises again
+        h.fake.add_pod(NS, f"llm-{i}", {"app": "llm"})
+    h.prom.set_pods(UTIL, {f"llm-{i}": 140.0 for i in range(4)})
+    before = len(h.fake.writes())
+    h.clock.now += 5
+    loop_b.tick()  # b only reads the lease: it must not scale, patch status or write events
+    assert h.fake.writes()[before:] == []
+    assert metrics_b.registry.get_sample_value("autoglm_autoscaler_leader") == 0
+    assert h.fake.replicas(NS, "llm") == 4
+
+    # a stops (crash: no release); after the lease expires b takes over and acts
+    h.clock.now += 16
+    loop_b.tick()
+    assert metrics_b.registry.get_sample_value("autoglm_autoscaler_leader") == 1
+    assert h.fake.replicas(NS, "llm") == 8
+    lease = h.fake.get("leases", NS, "autoglm-autoscaler")
+    assert lease["spec"]["holderIdentity"] == "ctl-b"
+    assert h.fake.events(NS)[-1]["reportingInstance"] == "ctl-b"
+
+    # a comes back and must not act
+    h.prom.set_pods(UTIL, {f"llm-{i}": 140.0 for i in range(8)})
+    before = len(h.fake.writes())
+    loop_a.tick()
+    assert h.fake.writes()[before:] == []
+    assert h.fake.replicas(NS, "llm") == 8
+    assert metrics_a.registry.get_sample_value("autoglm_autoscaler_leader") == 0
+
+
+@pytest.mark.timeout(30)
+def test_the_loop_ticks_on_apscheduler_and_stops_cleanly(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    loop = ReconcileLoop(h.controller, h.metrics, interval=0.05)
+    loop.start()
+    try:
+        while loop.ticks < 3:
+            loop.tick_done.wait(10)
+            loop.tick_done.clear()
+    finally:
+        loop.stop()
+    assert h.fake.replicas(NS, "llm") == 4
+    exposition = generate_latest(h.metrics.registry).decode()
+    assert "autoglm_autoscaler_reconcile_duration_seconds_count" in exposition
+    assert 'autoglm_autoscaler_leader 1.0' not in exposition  # stop() cleared it

@@ -1,0 +1,165 @@
+"""The exporter command: one-line errors with exit codes, and the running process over HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import signal
+import socket
+
+import pytest
+import requests
+
+from exporter.cli import main
+from exporter.service import ExporterService
+from tests.exporter.fakes import ScriptedSource, device
+from tests.exporter.processes import wait_until
+
+
+def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
+    code = main(list(argv))
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    return code, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--interval", "0"], "--interval must be > 0"),
+        (["--interval", "1", "--deadline", "2"], "--deadline 2 must be > 0 and no longer"),
+        (["--gpus", "x"], "--gpus: 'x' is not a valid int"),
+        (["--naming", "camel"], "invalid choice"),
+        (["--listen", "nowhere"], "must be HOST:PORT"),
+        (["--fault", "xid:gpu=0:code=79"], "--fault needs --source simulated"),
+        (["--source", "simulated", "--fault", "melt:gpu=0"], "unknown fault kind 'melt'"),
+        (["--source", "simulated", "--fault", "lost:gpu=99"], "gpu"),
+        (["--source", "simulated", "--profile", "sine:1"], "--profile"),
+        (["--source", "simulated", "--web-config-file", "/nonexistent.yml"], "nonexistent"),
+        (["--no-such-flag"], "unrecognized arguments"),
+    ],
+)
+def test_bad_settings_exit_2_with_one_line(capsys, argv, needle):
+    code, err = run_main(capsys, *argv)
+    assert code == 2
+    assert len(err) == 1, err
+    assert needle in err[0]
+
+
+def test_bad_yaml_setting_exits_2(capsys, tmp_path):
+    config = tmp_path / "exporter.yaml"
+    config.write_text("source: simulated\ninterval: soon\n")
+    code, err = run_main(capsys, "--config", str(config))
+    assert code == 2
+    assert err == ["autoglm-exporter: error: --interval: 'soon' is not a valid float"]
+
+
+@pytest.mark.parametrize("source", ["auto", "nvml"])
+def test_without_a_driver_nvml_stops_with_one_line_naming_the_fix(capsys, source):
+    code, err = run_main(capsys, "--source", source)
+    assert code == 1
+    assert len(err) == 1
+    assert "no NVIDIA driver" in err[0]
+    assert "--source simulated" in err[0]
+
+
+def test_taken_port_exits_2(capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = run_main(
+            capsys, "--source", "simulated", "--gpus", "1", "--listen", f"127.0.0.1:{port}"
+        )
+    assert code == 2
+    assert "cannot listen on" in err[-1]
+
+
+def metric_lines(url: str, prefix: str) -> list[str]:
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+@pytest.mark.timeout(90)
+def test_running_exporter_serves_health_metrics_formats_and_takes_faults(start_exporter):
+    exporter = start_exporter("--source", "simulated", "--gpus", "2", "--interval", "0.2")
+    url = exporter.url
+    assert requests.get(f"{url}/healthz", timeout=5).text == "ok\n"
+    wait_until(lambda: requests.get(f"{url}/readyz", timeout=5).status_code == 200, what="ready")
+
+    assert len(metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")) == 2
+    om = requests.get(
+        f"{url}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": ""},
+        timeout=5,
+    )
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert om.text.endswith("# EOF\n")
+    raw = requests.get(
+        f"{url}/metrics", headers={"Accept-Encoding": "gzip"}, timeout=5, stream=True
+    )
+    assert raw.headers["Content-Encoding"] == "gzip"
+    assert b"DCGM_FI_DEV_FB_USED{" in gzip.decompress(raw.raw.read())
+
+    # Faults at run time: an Xid is counted and shown; a lost GPU's series go away.
+    reply = requests.post(f"{url}/debug/faults", data="xid:gpu=1:code=79", timeout=5)
+    assert reply.status_code == 200, reply.text
+    wait_until(
+        lambda: any('xid="79"' in line for line in metric_lines(url, "autoglm_gpu_xid_errors")),
+        what="the Xid counter",
+    )
+    xid_field = metric_lines(url, 'DCGM_FI_DEV_XID_ERRORS{gpu="1"')
+    assert xid_field and xid_field[0].endswith(" 79")
+    assert requests.post(f"{url}/debug/faults", data="lost:gpu=0", timeout=5).ok
+    wait_until(
+        lambda: [x.split('"')[1] for x in metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")] == ["1"],
+        what="GPU 0's series to be dropped",
+    )
+    assert any(
+        'gpu="0"' in line and 'reason="gpu_is_lost"' in line
+        for line in metric_lines(url, "autoglm_exporter_collect_errors_total")
+    )
+    bad = requests.post(f"{url}/debug/faults", data="melt:gpu=0", timeout=5)
+    assert bad.status_code == 400 and "unknown fault kind" in bad.text
+    assert requests.delete(f"{url}/debug/faults", timeout=5).ok
+    wait_until(lambda: len(metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")) == 2, what="recovery")
+
+    assert exporter.stop(signal.SIGTERM) == 0
+
+
+@pytest.mark.timeout(60)
+def test_sigint_stops_cleanly_with_prometheus_naming(start_exporter):
+    exporter = start_exporter("--source", "simulated", "--gpus", "1", "--naming", "prometheus")
+    wait_until(lambda: metric_lines(exporter.url, "autoglm_gpu_power_watts{"), what="metrics")
+    assert exporter.stop(signal.SIGINT) == 0
+
+
+def test_fault_routes_exist_only_for_a_fault_taking_source():
+    source = ScriptedSource([device(0)])
+    service = ExporterService(source, listen="127.0.0.1:0", interval=0.2, deadline=0.2)
+    service.start()
+    try:
+        wait_until(lambda: service.exposition is not None, what="the first collection")
+        reply = requests.post(f"{service.server.url}/debug/faults", data="lost:gpu=0", timeout=5)
+        assert reply.status_code == 404
+        assert requests.get(f"{service.server.url}/readyz", timeout=5).status_code == 200
+    finally:
+        service.stop()
+        source.close()
+
+
+def test_readyz_is_503_until_a_collection_reads_a_gpu():
+    source = ScriptedSource([device(0)])
+    source.raises[0] = RuntimeError("driver not ready")
+    service = ExporterService(source, listen="127.0.0.1:0", interval=0.2, deadline=0.2)
+    service.start()
+    try:
+        wait_until(lambda: service.exposition is not None, what="the first collection")
+        assert requests.get(f"{service.server.url}/readyz", timeout=5).status_code == 503
+        assert requests.get(f"{service.server.url}/metrics", timeout=5).status_code == 200
+        del source.raises[0]
+        wait_until(
+            lambda: requests.get(f"{service.server.url}/readyz", timeout=5).status_code == 200,
+            what="ready",
+        )
+    finally:
+        service.stop()
+        source.close()

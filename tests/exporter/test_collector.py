@@ -1,0 +1,202 @@
+"""The collection loop against a scripted source and a fake clock: hangs, errors, Xids."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from exporter.collector import Collector, Snapshot, device_key
+from exporter.fields import XID_FIELD
+from exporter.model import XidEvent
+from tests.exporter.fakes import ScriptedSource, device
+from tests.exporter.processes import wait_until
+
+# Reads that do not hang finish in microseconds; this deadline only bounds the hung ones.
+DEADLINE = 0.5
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def make(source: ScriptedSource, clock: FakeClock, **kwargs: float) -> Collector:
+    kwargs.setdefault("interval", DEADLINE)
+    kwargs.setdefault("deadline", DEADLINE)
+    return Collector(source, lambda _: None, clock=clock, **kwargs)
+
+
+@pytest.fixture
+def cleanup() -> list[tuple[Collector, ScriptedSource]]:
+    made: list[tuple[Collector, ScriptedSource]] = []
+    yield made
+    for collector, source in made:
+        source.close()  # releases hung reads so reader threads can end
+        collector.stop()
+
+
+def test_reads_every_device_into_an_immutable_snapshot(clock, cleanup):
+    source = ScriptedSource([device(0), device(1)])
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    snap = collector.collect_once()
+
+    assert snap.taken_at == clock.now
+    assert snap.last_success == clock.now
+    assert [d.up for d in snap.devices] == [True, True]
+    assert snap.devices[1].values["DCGM_FI_DEV_GPU_UTIL"] == 51.0
+    assert snap.devices[0].values[XID_FIELD] == 0.0
+    assert snap.errors_total == {}
+    assert (snap.collections_total, snap.overruns_total) == (1, 0)
+    with pytest.raises(TypeError):
+        snap.devices[0].values["DCGM_FI_DEV_GPU_UTIL"] = 0.0  # type: ignore[index]
+
+
+def test_failed_field_is_counted_and_dropped_while_the_rest_is_served(clock, cleanup):
+    source = ScriptedSource(
+        [device(0)], {"DCGM_FI_DEV_GPU_UTIL": 40.0, "DCGM_FI_DEV_POWER_USAGE": 300.0}
+    )
+    source.values[0].pop("DCGM_FI_DEV_POWER_USAGE")
+    source.errors[0] = {"DCGM_FI_DEV_POWER_USAGE": "unknown_error"}
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    collector.collect_once()
+    snap = collector.collect_once()
+
+    dev = snap.devices[0]
+    assert dev.up
+    assert "DCGM_FI_DEV_POWER_USAGE" not in dev.values
+    assert dev.values["DCGM_FI_DEV_GPU_UTIL"] == 40.0
+    assert snap.errors_total == {("0", "DCGM_FI_DEV_POWER_USAGE", "unknown_error"): 2}
+
+
+def test_hung_read_times_out_without_blocking_others_or_piling_up(clock, cleanup):
+    source = ScriptedSource([device(0), device(1), device(2)])
+    source.hang(1)
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    first = collector.collect_once()
+    assert source.entered_hang.is_set()
+    assert [d.up for d in first.devices] == [True, False, True]
+    assert first.devices[1].values == {}  # dropped, not served stale
+    assert first.errors_total == {("1", "all", "timeout"): 1}
+    assert first.overruns_total == 1
+
+    second = collector.collect_once()
+    assert source.reads[1] == 1  # the hung device was not asked again
+    assert source.reads[0] == 2
+    assert second.errors_total == {("1", "all", "timeout"): 2}
+    assert second.devices[0].up and not second.devices[1].up
+
+    assert second.hung_devices == ("1",)
+    source.release(1)
+    wait_until(lambda: not collector.in_flight(), what="the released read to return")
+    third = collector.collect_once()
+    # The late result of the hung read was discarded; GPU 1 is read afresh.
+    assert third.devices[1].up
+    assert third.hung_devices == ()
+    assert source.reads[1] == 2
+    assert third.devices[1].values["DCGM_FI_DEV_GPU_UTIL"] == 51.0
+
+
+def test_a_read_that_raises_counts_its_reason_and_marks_the_gpu_down(clock, cleanup):
+    class GpuLost(RuntimeError):
+        reason = "gpu_is_lost"
+
+    source = ScriptedSource([device(0), device(1)])
+    source.raises[0] = GpuLost("fell off the bus")
+    source.raises[1] = OSError("boom")
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    snap = collector.collect_once()
+
+    assert [d.up for d in snap.devices] == [False, False]
+    assert snap.errors_total == {("0", "all", "gpu_is_lost"): 1, ("1", "all", "exception"): 1}
+    assert snap.last_success is None  # no device read: not a success
+
+
+def test_last_success_keeps_the_time_of_the_last_good_collection(clock, cleanup):
+    source = ScriptedSource([device(0)])
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+    good = collector.collect_once().taken_at
+    source.raises[0] = RuntimeError("driver gone")
+    clock.now += 10
+    snap = collector.collect_once()
+    assert snap.last_success == good
+    assert snap.taken_at == good + 10
+
+
+def test_xids_are_counted_per_code_and_the_dcgm_field_is_not_sticky(clock, cleanup):
+    source = ScriptedSource([device(0), device(1)])
+    collector = make(source, clock, xid_hold=300.0)
+    cleanup.append((collector, source))
+    source.add_xid(1, 79, clock.now - 5)
+    source.add_xid(1, 13, clock.now - 2)
+    source.add_xid(1, 13, clock.now - 1)
+
+    snap = collector.collect_once()
+    gpu1 = snap.devices[1]
+    assert gpu1.xid_counts == {79: 1, 13: 2}
+    assert gpu1.last_xid == (13, clock.now - 1)
+    assert gpu1.values[XID_FIELD] == 13.0
+    assert snap.devices[0].values[XID_FIELD] == 0.0
+
+    clock.now += 301  # past the hold: the DCGM field returns to 0, the history stays
+    later = collector.collect_once().devices[1]
+    assert later.values[XID_FIELD] == 0.0
+    assert later.xid_counts == {79: 1, 13: 2}
+    assert later.last_xid == (13, clock.now - 302)
+
+
+def test_xid_on_a_physical_gpu_goes_to_its_first_mig_instance(clock, cleanup):
+    mig = device(0, mig_profile="1g.10gb", mig_instance_id=7, mig_uuid="MIG-abc")
+    source = ScriptedSource([mig])
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+    source.add_xid_for(device(0), XidEvent(48, clock.now))
+
+    dev = collector.collect_once().devices[0]
+
+    assert dev.key == "0/7" == device_key(mig)
+    assert dev.xid_counts == {48: 1}
+
+
+def test_background_loop_publishes_snapshots_and_stops(clock):
+    source = ScriptedSource([device(0)])
+    published: list[Snapshot] = []
+    two = threading.Event()
+
+    def publish(snap: Snapshot) -> None:
+        published.append(snap)
+        if len(published) >= 2:
+            two.set()
+
+    collector = Collector(source, publish, interval=0.05, deadline=0.05, clock=clock)
+    collector.start()
+    try:
+        assert two.wait(timeout=10)
+    finally:
+        collector.stop()
+        source.close()
+    count = len(published)
+    assert [s.collections_total for s in published] == list(range(1, count + 1))
+    assert collector.latest is published[-1]
+
+
+def test_deadline_longer_than_interval_is_refused():
+    with pytest.raises(ValueError, match="deadline"):
+        Collector(ScriptedSource([device(0)]), lambda _: None, interval=1.0, deadline=2.0)

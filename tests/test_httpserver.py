@@ -1,0 +1,369 @@
+"""The shared HTTP server over real sockets: routing, keep-alive, metrics, auth and real TLS."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import http.client
+import logging
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import bcrypt
+import pytest
+import requests
+import yaml
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.parser import text_string_to_metric_families
+from selfsigned import CertFiles, ScratchCA
+
+from autoglm.config import ConfigError
+from autoglm.httpserver import HTTPServer, Request, Response, registry_route
+from autoglm.webconfig import WebConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def echo(request: Request) -> Response:
+    return Response.json(
+        {
+            "method": request.method,
+            "path": request.path,
+            "query": request.query,
+            "body": request.body.decode(),
+            "agent": request.headers.get("user-agent"),
+        }
+    )
+
+
+def explode(request: Request) -> Response:
+    raise RuntimeError("handler bug")
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def server(registry: CollectorRegistry) -> Iterator[HTTPServer]:
+    routes = {
+        "/metrics": registry_route(registry),
+        "/echo": echo,
+        "POST /echo": echo,
+        "DELETE /items": lambda r: Response(status=204),
+        "/boom": explode,
+    }
+    with HTTPServer("127.0.0.1:0", routes, registry=registry, component="test") as srv:
+        yield srv
+
+
+def eventually(condition: Callable[[], bool], within_s: float = 10.0) -> bool:
+    """Wait for something a server thread does after the client has its answer."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def sample(registry: CollectorRegistry, name: str, labels: dict[str, str]) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_routes_methods_and_status_codes(server: HTTPServer, registry: CollectorRegistry) -> None:
+    with requests.Session() as s:
+        r = s.get(server.url + "/echo?a=1&a=2&b=", headers={"User-Agent": "pytest"})
+        assert r.status_code == 200
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.json() == {
+            "method": "GET",
+            "path": "/echo",
+            "query": {"a": ["1", "2"], "b": [""]},
+            "body": "",
+            "agent": "pytest",
+        }
+        assert s.post(server.url + "/echo", data=b"payload").json()["body"] == "payload"
+        assert s.delete(server.url + "/items").status_code == 204
+
+        head = s.head(server.url + "/echo")
+        assert head.status_code == 200
+        assert head.content == b""
+        assert int(head.headers["Content-Length"]) > 0
+
+        not_allowed = s.put(server.url + "/echo")
+        assert not_allowed.status_code == 405
+        assert not_allowed.headers["Allow"] == "GET, HEAD, POST"
+        assert s.get(server.url + "/items").status_code == 405
+        assert s.get(server.url + "/nowhere").status_code == 404
+
+    assert sample(registry, "autoglm_http_requests_total", {"path": "/echo", "code": "200"}) == 3
+    assert sample(registry, "autoglm_http_requests_total", {"path": "/echo", "code": "405"}) == 1
+    assert sample(registry, "autoglm_http_requests_total", {"path": "other", "code": "404"}) == 1
+    assert sample(registry, "autoglm_http_request_duration_seconds_count", {"path": "/echo"}) == 4
+
+
+def test_handler_error_is_a_500_and_the_server_keeps_serving(server: HTTPServer) -> None:
+    with requests.Session() as s:
+        r = s.get(server.url + "/boom")
+        assert r.status_code == 500
+        assert "handler bug" not in r.text
+        assert s.get(server.url + "/echo").status_code == 200
+
+
+def test_request_body_limit(registry: CollectorRegistry) -> None:
+    with HTTPServer("127.0.0.1:0", {"POST /echo": echo}, max_body_bytes=10) as srv:
+        assert requests.post(srv.url + "/echo", data=b"x" * 10).status_code == 200
+        assert requests.post(srv.url + "/echo", data=b"x" * 11).status_code == 413
+
+
+def test_keep_alive_reuses_one_connection(server: HTTPServer) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("GET", "/echo")
+        first = conn.getresponse()
+        first.read()
+        sock = conn.sock
+        conn.request("GET", "/metrics")
+        second = conn.getresponse()
+        second.read()
+        assert first.status == second.status == 200
+        assert conn.sock is sock, "the server closed a keep-alive connection"
+    finally:
+        conn.close()
+
+
+def test_metrics_negotiation_text_openmetrics_gzip_and_name_filter(
+    server: HTTPServer, registry: CollectorRegistry
+) -> None:
+    jobs = Counter("jobs", "Jobs done.", registry=registry)
+    jobs.inc(3)
+    text = requests.get(server.url + "/metrics", headers={"Accept-Encoding": "identity"})
+    assert text.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "Content-Encoding" not in text.headers
+    families = {f.name: f for f in text_string_to_metric_families(text.text)}
+    assert families["jobs"].samples[0].value == 3
+
+    om = requests.get(
+        server.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert om.text.endswith("# EOF\n")
+    assert "jobs_total 3.0" in om.text
+
+    raw = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        raw.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+        response = raw.getresponse()
+        assert response.getheader("Content-Encoding") == "gzip"
+        assert b"jobs_total 3.0" in gzip.decompress(response.read())
+    finally:
+        raw.close()
+
+    only = requests.get(server.url + "/metrics", params={"name[]": "jobs_total"}).text
+    assert "jobs_total 3.0" in only
+    assert "autoglm_http_requests_total" not in only
+
+
+def test_taken_port_and_bad_address_are_config_errors(server: HTTPServer) -> None:
+    with pytest.raises(ConfigError, match=rf"127\.0\.0\.1:{server.port}.*choose another --listen"):
+        HTTPServer(f"127.0.0.1:{server.port}", {}).start()
+    with pytest.raises(ConfigError, match=r"unknown host 'no-such-host\.invalid'"):
+        HTTPServer("no-such-host.invalid:0", {}).start()
+    with pytest.raises(ConfigError, match="must be HOST:PORT"):
+        HTTPServer("127.0.0.1", {})
+
+
+def test_stop_closes_keep_alive_connections_and_joins_threads(registry: CollectorRegistry) -> None:
+    srv = HTTPServer("127.0.0.1:0", {"/echo": echo}, component="joined")
+    srv.start()
+    sessions = [requests.Session() for _ in range(3)]
+    for s in sessions:
+        assert s.get(srv.url + "/echo").status_code == 200
+    assert any(t.name.startswith("joined-http") for t in threading.enumerate())
+    srv.stop()
+    assert [t.name for t in threading.enumerate() if t.name.startswith("joined-http")] == []
+    for s in sessions:
+        s.close()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", srv.port)) != 0
+
+
+def test_access_log_only_at_debug(server: HTTPServer, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="autoglm.httpserver"):
+        requests.get(server.url + "/echo")
+    assert [r for r in caplog.records if r.getMessage() == "request"] == []
+    with caplog.at_level(logging.DEBUG, logger="autoglm.httpserver"):
+        requests.get(server.url + "/echo")
+    records = [r for r in caplog.records if r.getMessage() == "request"]
+    assert records
+    assert (records[-1].path, records[-1].status) == ("/echo", 200)
+
+
+# --- basic auth and TLS with real certificates ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    folder = tmp_path_factory.mktemp("pki")
+    ca = ScratchCA(folder)
+    stranger_ca = ScratchCA(folder, "stranger CA")
+    return {
+        "dir": folder,
+        "ca": ca.cert_file,
+        "server": ca.server(),
+        "scraper": ca.client("scraper", "scraper.example"),
+        "intruder": ca.client("intruder", "intruder.example"),
+        "stranger": stranger_ca.client("stranger", "scraper.example"),
+    }
+
+
+def web_config(folder: Path, data: dict[str, object]) -> WebConfig:
+    path = folder / "web-config.yml"
+    path.write_text(yaml.safe_dump(data))
+    return WebConfig.load(path)
+
+
+def tls_section(pki: dict[str, object], **extra: object) -> dict[str, object]:
+    server: CertFiles = pki["server"]  # type: ignore[assignment]
+    return {"cert_file": str(server.cert), "key_file": str(server.key), **extra}
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def test_basic_auth_over_tls(tmp_path: Path, pki: dict[str, object]) -> None:
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+    config = web_config(
+        tmp_path,
+        {
+            "tls_server_config": tls_section(pki),
+            "basic_auth_users": {"prometheus": hashed},
+            "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}},
+        },
+    )
+    registry = CollectorRegistry()
+    routes = {"/metrics": registry_route(registry), "/healthz": lambda r: Response.text("ok")}
+    with HTTPServer("127.0.0.1:0", routes, config, component="exporter", registry=registry) as srv:
+        assert srv.url.startswith("https://127.0.0.1:")
+        with requests.Session() as s:
+            s.trust_env = False  # REQUESTS_CA_BUNDLE would override s.verify
+            s.verify = str(pki["ca"])
+            denied = s.get(srv.url + "/metrics")
+            assert denied.status_code == 401
+            assert denied.headers["WWW-Authenticate"] == 'Basic realm="exporter"'
+            assert (
+                s.get(srv.url + "/metrics", headers=basic("prometheus", "wrong")).status_code == 401
+            )
+            assert s.get(srv.url + "/healthz").status_code == 401
+            assert s.get(srv.url + "/unknown").status_code == 401
+            ok = s.get(srv.url + "/metrics", headers=basic("prometheus", "s3cret"))
+            assert ok.status_code == 200
+            assert ok.headers["X-Content-Type-Options"] == "nosniff"
+            assert "autoglm_http_requests_total" in ok.text
+        with pytest.raises(requests.exceptions.ConnectionError):
+            requests.get(srv.url.replace("https", "http") + "/metrics", timeout=10)
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(srv.url + "/metrics", timeout=10)  # the CA is not trusted by default
+        assert eventually(
+            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 2
+        )
+
+
+def test_open_paths_skip_auth(tmp_path: Path) -> None:
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
+    config = web_config(tmp_path, {"basic_auth_users": {"u": hashed}})
+    routes = {"/metrics": lambda r: Response.text("m"), "/healthz": lambda r: Response.text("ok")}
+    with HTTPServer("127.0.0.1:0", routes, config, open_paths={"/healthz"}) as srv:
+        assert requests.get(srv.url + "/healthz").status_code == 200
+        assert requests.get(srv.url + "/metrics").status_code == 401
+
+
+def test_min_version_is_enforced(tmp_path: Path, pki: dict[str, object]) -> None:
+    config = web_config(tmp_path, {"tls_server_config": tls_section(pki, min_version="TLS13")})
+    with HTTPServer("127.0.0.1:0", {"/x": lambda r: Response.text("x")}, config) as srv:
+        client = ssl.create_default_context(cafile=str(pki["ca"]))
+        client.maximum_version = ssl.TLSVersion.TLSv1_2
+        with pytest.raises(ssl.SSLError), socket.create_connection(("127.0.0.1", srv.port)) as raw:
+            client.wrap_socket(raw, server_hostname="localhost")
+        client.maximum_version = ssl.TLSVersion.TLSv1_3
+        with (
+            socket.create_connection(("127.0.0.1", srv.port)) as raw,
+            client.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            assert tls.version() == "TLSv1.3"
+
+
+def cert_pair(pki: dict[str, object], name: str) -> tuple[str, str]:
+    files: CertFiles = pki[name]  # type: ignore[assignment]
+    return str(files.cert), str(files.key)
+
+
+def mtls_get(url: str, pki: dict[str, object], cert: str | None) -> requests.Response:
+    return requests.get(
+        url, verify=str(pki["ca"]), cert=cert_pair(pki, cert) if cert else None, timeout=10
+    )
+
+
+def test_client_certificate_required(tmp_path: Path, pki: dict[str, object]) -> None:
+    config = web_config(
+        tmp_path,
+        {
+            "tls_server_config": tls_section(
+                pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(pki["ca"])
+            )
+        },
+    )
+    with HTTPServer("127.0.0.1:0", {"/x": lambda r: Response.text("x")}, config) as srv:
+        assert mtls_get(srv.url + "/x", pki, "scraper").text == "x\n"
+        with pytest.raises(requests.exceptions.RequestException):
+            mtls_get(srv.url + "/x", pki, None)
+        with pytest.raises(requests.exceptions.RequestException):
+            mtls_get(srv.url + "/x", pki, "stranger")
+        assert mtls_get(srv.url + "/x", pki, "scraper").status_code == 200
+
+
+def test_client_allowed_sans(tmp_path: Path, pki: dict[str, object]) -> None:
+    config = web_config(
+        tmp_path,
+        {
+            "tls_server_config": tls_section(
+                pki,
+                client_auth_type="RequireAndVerifyClientCert",
+                client_ca_file=str(pki["ca"]),
+                client_allowed_sans=["scraper.example"],
+            )
+        },
+    )
+    registry = CollectorRegistry()
+    routes = {"/x": lambda r: Response.text("x")}
+    with HTTPServer("127.0.0.1:0", routes, config, registry=registry) as srv:
+        assert mtls_get(srv.url + "/x", pki, "scraper").status_code == 200
+        with pytest.raises(requests.exceptions.RequestException):
+            mtls_get(srv.url + "/x", pki, "intruder")
+        assert eventually(
+            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 1
+        )
+
+
+def test_client_certificate_optional(tmp_path: Path, pki: dict[str, object]) -> None:
+    config = web_config(
+        tmp_path,
+        {
+            "tls_server_config": tls_section(
+                pki, client_auth_type="VerifyClientCertIfGiven", client_ca_file=str(pki["ca"])
+            )
+        },
+    )
+    with HTTPServer("127.0.0.1:0", {"/x": lambda r: Response.text("x")}, config) as srv:
+        assert mtls_get(srv.url + "/x", pki, None).status_code == 200
+        assert mtls_get(srv.url + "/x", pki, "scraper").status_code == 200
+        with pytest.raises(requests.exceptions.RequestException):
+            mtls_get(srv.url + "/x", pki, "stranger")

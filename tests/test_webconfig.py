@@ -1,0 +1,359 @@
+"""The exporter-toolkit web config: what loads, what is refused and how passwords are checked."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from pathlib import Path
+
+import bcrypt
+import pytest
+import yaml
+from selfsigned import ScratchCA
+
+from autoglm import webconfig
+from autoglm.config import ConfigError
+from autoglm.webconfig import WebConfig
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def htpasswd_style_hash(password: str) -> str:
+    """A ``$2y$`` hash as htpasswd writes it (cost 4 keeps the tests fast)."""
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode().replace("$2b$", "$2y$", 1)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("pki")
+    ca = ScratchCA(folder)
+    server = ca.server()
+    other = ScratchCA(folder, "other CA").server("other-server")
+    return {
+        "ca": ca.cert_file,
+        "cert": server.cert,
+        "key": server.key,
+        "other_key": other.key,
+        "dir": folder,
+    }
+
+
+def write_config(folder: Path, data: object) -> Path:
+    path = folder / "web-config.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def load(folder: Path, data: object) -> WebConfig:
+    return WebConfig.load(write_config(folder, data))
+
+
+def test_no_file_means_plain_http_without_auth() -> None:
+    config = WebConfig.load(None)
+    assert config.ssl_context() is None
+    assert not config.auth_required
+    assert config.authorized(None)
+    assert config.headers == {}
+
+
+def test_empty_file_is_plain_http(tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_text("")
+    assert WebConfig.load(path).ssl_context() is None
+
+
+def test_full_config_builds_tls_context_headers_and_users(
+    tmp_path: Path, pki: dict[str, Path]
+) -> None:
+    config = load(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert_file": str(pki["cert"]),
+                "key_file": str(pki["key"]),
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(pki["ca"]),
+                "min_version": "TLS13",
+            },
+            "http_server_config": {
+                "http2": True,
+                "headers": {"X-Frame-Options": "deny", "Content-Security-Policy": "default-src"},
+            },
+            "basic_auth_users": {"alice": htpasswd_style_hash("wonderland")},
+        },
+    )
+    context = config.ssl_context()
+    assert isinstance(context, ssl.SSLContext)
+    assert context.minimum_version is ssl.TLSVersion.TLSv1_3
+    assert context.maximum_version is ssl.TLSVersion.TLSv1_3
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert config.headers == {"X-Frame-Options": "deny", "Content-Security-Policy": "default-src"}
+    assert config.auth_required
+
+
+def test_default_tls_versions_and_no_client_cert(tmp_path: Path, pki: dict[str, Path]) -> None:
+    config = load(
+        tmp_path,
+        {"tls_server_config": {"cert_file": str(pki["cert"]), "key_file": str(pki["key"])}},
+    )
+    context = config.ssl_context()
+    assert context is not None
+    assert context.minimum_version is ssl.TLSVersion.TLSv1_2
+    assert context.verify_mode is ssl.CERT_NONE
+
+
+def test_relative_paths_resolve_from_the_config_folder(pki: dict[str, Path]) -> None:
+    config = load(
+        pki["dir"],
+        {"tls_server_config": {"cert_file": pki["cert"].name, "key_file": pki["key"].name}},
+    )
+    assert config.ssl_context() is not None
+
+
+def test_inline_pem_certificate_and_key(tmp_path: Path, pki: dict[str, Path]) -> None:
+    config = load(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert": pki["cert"].read_text(),
+                "key": pki["key"].read_text(),
+                "client_auth_type": "VerifyClientCertIfGiven",
+                "client_ca": pki["ca"].read_text(),
+            }
+        },
+    )
+    context = config.ssl_context()
+    assert context is not None
+    assert context.verify_mode is ssl.CERT_OPTIONAL
+
+
+def test_cipher_suites_use_go_names(tmp_path: Path, pki: dict[str, Path]) -> None:
+    config = load(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert_file": str(pki["cert"]),
+                "key_file": str(pki["key"]),
+                "max_version": "TLS12",
+                "cipher_suites": ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
+            }
+        },
+    )
+    context = config.ssl_context()
+    assert context is not None
+    tls12 = {c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"}
+    assert tls12 == {"ECDHE-ECDSA-AES128-GCM-SHA256"}
+
+
+def test_password_check(tmp_path: Path) -> None:
+    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
+    assert config.authorized(basic("alice", "wonderland"))
+    assert not config.authorized(basic("alice", "wonderlanD"))
+    assert not config.authorized(basic("bob", "wonderland"))
+    assert not config.authorized(None)
+    assert not config.authorized("")
+    assert not config.authorized("Bearer abc")
+    assert not config.authorized("Basic not-base64!")
+    assert not config.authorized("Basic " + base64.b64encode(b"no-colon").decode())
+
+
+def test_password_with_colon_and_unicode(tmp_path: Path) -> None:
+    config = load(tmp_path, {"basic_auth_users": {"jörg": htpasswd_style_hash("a:b:ç")}})
+    assert config.authorized(basic("jörg", "a:b:ç"))
+    assert not config.authorized(basic("jörg", "a:b"))
+
+
+def test_long_password_is_truncated_like_go_bcrypt(tmp_path: Path) -> None:
+    password = "p" * 72
+    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash(password)}})
+    assert config.authorized(basic("alice", password + "ignored by bcrypt"))
+
+
+def test_successful_checks_are_cached_failures_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
+    calls = []
+    real_checkpw = bcrypt.checkpw
+
+    def counting_checkpw(password: bytes, hashed: bytes) -> bool:
+        calls.append(password)
+        return real_checkpw(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting_checkpw)
+    for _ in range(5):
+        assert config.authorized(basic("alice", "wonderland"))
+    assert len(calls) == 1
+    for _ in range(3):
+        assert not config.authorized(basic("alice", "guess"))
+    assert len(calls) == 4
+
+
+def test_unknown_user_still_costs_a_bcrypt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
+    hashes_checked = []
+    real_checkpw = bcrypt.checkpw
+
+    def recording_checkpw(password: bytes, hashed: bytes) -> bool:
+        hashes_checked.append(hashed)
+        return real_checkpw(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", recording_checkpw)
+    assert not config.authorized(basic("mallory", "wonderland"))
+    assert len(hashes_checked) == 1
+
+
+def test_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webconfig, "_AUTH_CACHE_SIZE", 3)
+    users = {f"user{i}": htpasswd_style_hash(f"pw{i}") for i in range(5)}
+    config = load(tmp_path, {"basic_auth_users": users})
+    for i in range(5):
+        assert config.authorized(basic(f"user{i}", f"pw{i}"))
+        assert len(config._authorized_cache) <= 3
+
+
+def test_client_allowed_sans(tmp_path: Path, pki: dict[str, Path]) -> None:
+    config = load(
+        tmp_path,
+        {
+            "tls_server_config": {
+                "cert_file": str(pki["cert"]),
+                "key_file": str(pki["key"]),
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(pki["ca"]),
+                "client_allowed_sans": ["scraper.example"],
+            }
+        },
+    )
+    allowed = {"subjectAltName": (("DNS", "scraper.example"),)}
+    other = {"subjectAltName": (("DNS", "intruder.example"),)}
+    assert config.client_certificate_allowed(allowed)
+    assert not config.client_certificate_allowed(other)
+    assert not config.client_certificate_allowed(None)
+    assert WebConfig().client_certificate_allowed(None)
+
+
+BAD_CONFIGS = [
+    pytest.param({"tls_config": {}}, "unknown key tls_config", id="unknown-top-level-key"),
+    pytest.param(
+        {"tls_server_config": {"cert_file": "x", "key_file": "y", "certfile": "z"}},
+        "unknown key tls_server_config.certfile",
+        id="unknown-tls-key",
+    ),
+    pytest.param(
+        {"tls_server_config": {"cert_file": "missing.crt", "key_file": "missing.key"}},
+        "tls_server_config.cert_file",
+        id="missing-cert-file",
+    ),
+    pytest.param(
+        {"tls_server_config": {"key_file": "k"}},
+        "tls_server_config.cert_file is missing",
+        id="no-cert",
+    ),
+    pytest.param(
+        {"basic_auth_users": {"alice": "plaintext"}},
+        "basic_auth_users.alice is not a bcrypt hash",
+        id="plain-password",
+    ),
+    pytest.param(
+        {"basic_auth_users": {"alice": "$2y$10$short"}},
+        "htpasswd -nBC 10",
+        id="truncated-hash",
+    ),
+    pytest.param({"basic_auth_users": ["alice"]}, "basic_auth_users must be a mapping", id="list"),
+    pytest.param(
+        {"http_server_config": {"headers": {"Server": "x"}}},
+        "http_server_config.headers.Server cannot be set",
+        id="header-not-allowed",
+    ),
+    pytest.param(
+        {"http_server_config": {"headers": {"X-Frame-Options": "allow"}}},
+        "is not one of deny, sameorigin",
+        id="bad-header-value",
+    ),
+    pytest.param(
+        {"http_server_config": {"http2": "yes please"}},
+        "http2 must be true or false",
+        id="bad-http2",
+    ),
+    pytest.param(
+        {"rate_limit": {"interval": "1s", "burst": 20}},
+        "rate_limit is not supported",
+        id="rate-limit",
+    ),
+    pytest.param(["a"], "must be a mapping", id="not-a-mapping"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), BAD_CONFIGS)
+def test_bad_config_names_the_key(tmp_path: Path, data: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("$", r"\$").replace(".", r"\.")):
+        load(tmp_path, data)
+
+
+def tls(pki: dict[str, Path], **extra: object) -> dict[str, object]:
+    return {
+        "tls_server_config": {"cert_file": str(pki["cert"]), "key_file": str(pki["key"])} | extra
+    }
+
+
+BAD_TLS = [
+    pytest.param({"client_auth_type": "Always"}, "client_auth_type 'Always'", id="auth-type"),
+    pytest.param(
+        {"client_auth_type": "RequireAndVerifyClientCert"},
+        "needs tls_server_config.client_ca_file",
+        id="verify-without-ca",
+    ),
+    pytest.param({"min_version": "TLS14"}, "min_version 'TLS14' is not one of", id="version"),
+    pytest.param(
+        {"min_version": "TLS13", "max_version": "TLS12"}, "above max_version", id="min-above-max"
+    ),
+    pytest.param({"cipher_suites": ["AES128"]}, "'AES128' is not a supported suite", id="cipher"),
+    pytest.param({"curve_preferences": ["X25519"]}, "curve_preferences", id="curves"),
+    pytest.param(
+        {"client_allowed_sans": ["a"]}, "client_allowed_sans needs client_auth_type", id="sans"
+    ),
+    pytest.param(
+        {"prefer_server_cipher_suites": "yes"},
+        "prefer_server_cipher_suites must be true or false",
+        id="prefer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD_TLS)
+def test_bad_tls_settings(
+    tmp_path: Path, pki: dict[str, Path], extra: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, tls(pki, **extra))
+
+
+def test_client_ca_without_auth_type_is_refused(tmp_path: Path, pki: dict[str, Path]) -> None:
+    with pytest.raises(ConfigError, match="set client_auth_type: RequireAndVerifyClientCert"):
+        load(tmp_path, tls(pki, client_ca_file=str(pki["ca"])))
+
+
+def test_missing_client_ca_file(tmp_path: Path, pki: dict[str, Path]) -> None:
+    with pytest.raises(ConfigError, match=r"client_ca_file .*nope\.crt.* does not exist"):
+        load(
+            tmp_path,
+            tls(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file="nope.crt"),
+        )
+
+
+def test_key_that_does_not_match_the_certificate(tmp_path: Path, pki: dict[str, Path]) -> None:
+    data = {"tls_server_config": {"cert_file": str(pki["cert"]), "key_file": str(pki["other_key"])}}
+    with pytest.raises(ConfigError, match="matching PEM private key"):
+        load(tmp_path, data)
+
+
+def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read it"):
+        WebConfig.load(tmp_path / "absent.yml")
+    broken = tmp_path / "broken.yml"
+    broken.write_text("tls_server_config: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        WebConfig.load(broken)
