@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 CONNECTION_TIMEOUT_S = 60.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 MAX_BODY_BYTES = 1 << 20
+# Each connection holds a thread; beyond this many, new connections are closed at once.
+MAX_CONNECTIONS = 256
 _STOP_JOIN_TIMEOUT_S = 5.0
 _OTHER_PATH = "other"
 
@@ -126,6 +128,11 @@ class _ServerMetrics:
             "certificate or SAN not allowed.",
             registry=registry,
         )
+        self.connections_refused = Counter(
+            "autoglm_http_connections_refused",
+            "Connections closed on arrival because the server already had its maximum open.",
+            registry=registry,
+        )
         self._durations = {p: self.duration.labels(path=p) for p in [*paths, _OTHER_PATH]}
         self._counts: dict[tuple[str, int], Any] = {}
 
@@ -149,12 +156,14 @@ class HTTPServer:
         registry: CollectorRegistry | None = None,
         open_paths: Collection[str] = (),
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.host, self._requested_port = parse_listen(listen)
         self.component = component
         self.web_config = web_config or WebConfig()
         self.open_paths = frozenset(open_paths)
         self.max_body_bytes = max_body_bytes
+        self.max_connections = max_connections
         self._routes: dict[str, dict[str, Handler]] = {}
         for key, handler in routes.items():
             method, path = _parse_route_key(key)
@@ -318,10 +327,15 @@ class _ThreadingServer(ThreadingHTTPServer):
             daemon=True,
         )
         with self._connections_lock:
-            if self._closing:
-                self.shutdown_request(request)
-                return
-            self._connections[thread] = request
+            refuse = self._closing or len(self._connections) >= self.owner.max_connections
+            if not refuse:
+                self._connections[thread] = request
+        if refuse:
+            if not self._closing:
+                self.owner.metrics.connections_refused.inc()
+                log.debug("too many open connections", extra={"client": client_address[0]})
+            self.shutdown_request(request)
+            return
         thread.start()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
@@ -360,14 +374,19 @@ class _ThreadingServer(ThreadingHTTPServer):
             return None
         if not self.owner.web_config.client_certificate_allowed(tls.getpeercert()):
             self.owner.metrics.tls_handshake_errors.inc()
-            log.info(
+            log.debug(
                 "client certificate SAN not in client_allowed_sans",
                 extra={"client": client_address[0]},
             )
             _close_quietly(tls)
             return None
         with self._connections_lock:
-            self._connections[threading.current_thread()] = tls
+            closing = self._closing
+            if not closing:
+                self._connections[threading.current_thread()] = tls
+        if closing:
+            _close_quietly(tls)
+            return None
         return tls
 
     def handle_error(self, request: Any, client_address: Any) -> None:

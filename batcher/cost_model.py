@@ -8,9 +8,11 @@ Both must err on the slow side, so :meth:`CostModel.estimate` adds a margin of a
 deviations of recent residuals to the fitted line.
 
 Each batch size keeps an exponentially weighted mean (so the fit follows drift: thermal limits, a
-co-tenant arriving), and the line is a weighted least-squares fit through those means. With a
-single size observed, the conservative guess for larger batches is proportional scaling, an upper
-bound for any sublinear cost.
+co-tenant arriving), and the line is a weighted least-squares fit through those means. A size not
+seen for ``FORGET_AFTER`` batches is forgotten: after the device slows down or speeds up, stale
+means of sizes no longer executed would otherwise tilt the line and hold the cap where it was.
+With a single size known, the conservative guess for larger batches is proportional scaling, an
+upper bound for any sublinear cost; it lets the cap grow step by step and learn the line again.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ MEAN_WEIGHT = 0.2  # weight of a new observation in a size's running mean
 RESIDUAL_WEIGHT = 0.1  # weight of a new squared residual in the running variance
 MAX_FIT_WEIGHT = 20  # a size's weight in the fit saturates at this many observations
 MARGIN_STDDEVS = 3.0
+FORGET_AFTER = 100  # batches
 
 
 @dataclass
 class _SizeStats:
     mean: float
     count: int
+    last_seen: int
 
 
 class CostModel:
@@ -39,6 +43,7 @@ class CostModel:
         self._margin = margin_stddevs
         self._fixed = 0.0
         self._per_item = 0.0
+        self._observations = 0
 
     @property
     def known(self) -> bool:
@@ -67,12 +72,18 @@ class CostModel:
         if self._sizes:
             residual = seconds - self.mean(size)
             self._variance += RESIDUAL_WEIGHT * (residual * residual - self._variance)
+        self._observations += 1
         stats = self._sizes.get(size)
         if stats is None:
-            self._sizes[size] = _SizeStats(mean=seconds, count=1)
+            self._sizes[size] = _SizeStats(mean=seconds, count=1, last_seen=self._observations)
         else:
             stats.mean += MEAN_WEIGHT * (seconds - stats.mean)
             stats.count += 1
+            stats.last_seen = self._observations
+        for stale in [
+            b for b, s in self._sizes.items() if self._observations - s.last_seen > FORGET_AFTER
+        ]:
+            del self._sizes[stale]
         self._refit()
 
     def mean(self, size: int) -> float:

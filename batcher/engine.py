@@ -110,6 +110,7 @@ class _Request:
     expiry: float
     seq: int
     future: asyncio.Future = field(repr=False)
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     @property
     def key(self) -> tuple[int, float, int]:
@@ -163,7 +164,7 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self._accepting = False
         self._closing = False
-        self._in_flight = 0
+        self._busy_until = 0.0
         self._earliest_start = 0.0
         self._last_end = 0.0
         self._busy: deque[tuple[float, float]] = deque()
@@ -242,6 +243,8 @@ class Batcher:
                 f"timeout must be > 0 and a request must hold 1..{self.max_batch_size} items "
                 f"(got timeout {wait_limit} s, {size} items); send fewer items per request"
             )
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         ahead = sum(r.size for r in self._queue if r.level <= level)
         cap = self.cap
         reason = admission_refusal(
@@ -251,13 +254,12 @@ class Batcher:
             max_queue=self.max_queue,
             cap=cap,
             cost=self.cost.estimate,
+            busy_for=max(0.0, self._busy_until - now),
             timeout_seconds=wait_limit,
         )
         if reason is not None:
             self.metrics.answered("rejected", None, self.slo_seconds)
             raise Rejected(reason)
-        loop = asyncio.get_running_loop()
-        now = loop.time()
         request = _Request(
             payload=payload,
             size=size,
@@ -270,10 +272,11 @@ class Batcher:
         )
         self._note_arrival(now)
         self._enqueue(request)
+        request.timer = loop.call_at(request.expiry, self._expire, request)
         try:
             return await request.future
         except asyncio.CancelledError:
-            if self._remove(request):
+            if self._unqueue(request):
                 self.metrics.answered("cancelled", None, self.slo_seconds)
             raise
 
@@ -322,7 +325,10 @@ class Batcher:
         self._publish()
         self._wakeup.set()
 
-    def _remove(self, request: _Request) -> bool:
+    def _unqueue(self, request: _Request) -> bool:
+        """Take a request out of the queue (timeout, cancellation); False if it already left."""
+        if request.timer is not None:
+            request.timer.cancel()
         index = bisect.bisect_left(self._keys, request.key)
         if index < len(self._queue) and self._queue[index] is request:
             del self._queue[index], self._keys[index]
@@ -335,6 +341,9 @@ class Batcher:
         batch = self._queue[:count]
         del self._queue[:count], self._keys[:count]
         self._queued_items -= sum(r.size for r in batch)
+        for request in batch:
+            if request.timer is not None:
+                request.timer.cancel()
         self._publish()
         return batch
 
@@ -344,19 +353,16 @@ class Batcher:
             queued.extend(self._retry.popleft())
         return queued
 
-    def _expire(self, now: float) -> float | None:
-        """Answer queued requests past their timeout; return the next expiry."""
-        expired = [r for r in self._queue if r.expiry <= now]
-        for request in expired:
-            self._remove(request)
+    def _expire(self, request: _Request) -> None:
+        """A queued request reached its timeout without starting: answer it now."""
+        if self._unqueue(request):
             self._fail(
                 request,
                 RequestTimedOut(
-                    f"request waited {now - request.arrival:.3f} s without starting "
-                    f"(timeout {request.expiry - request.arrival:.3f} s)"
+                    f"request did not start within its timeout of "
+                    f"{request.expiry - request.arrival:.3f} s; retry later or raise the timeout"
                 ),
             )
-        return min((r.expiry for r in self._queue), default=None)
 
     def _publish(self) -> None:
         self.metrics.queue_items.set(self._queued_items)
@@ -368,7 +374,6 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            next_expiry = self._expire(now)
             if self._retry:
                 await self._execute(self._retry.popleft())
                 continue
@@ -395,8 +400,7 @@ class Batcher:
             if decision.take:
                 await self._execute(self._pop_front(decision.take))
                 continue
-            wake = min((t for t in (decision.wake_at, next_expiry) if t is not None), default=None)
-            await self._sleep_until(loop, wake)
+            await self._sleep_until(loop, decision.wake_at)
 
     async def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
         due = self.memory.release_due(self._last_end) if self.memory else None
@@ -424,10 +428,10 @@ class Batcher:
         items = sum(r.size for r in batch)
         executed = self.executor.batch_size_for(items)
         started = loop.time()
-        self._in_flight = items
+        self._busy_until = started + self.cost.estimate(executed)
         outcome = await self.executor.execute([r.payload for r in batch])
         ended = loop.time()
-        self._in_flight = 0
+        self._busy_until = ended
         self.batches += 1
         self._account_busy(started, ended, outcome)
         if outcome.out_of_memory:

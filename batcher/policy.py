@@ -171,23 +171,24 @@ def admission_refusal(
     max_queue: int,
     cap: int,
     cost: Cost,
+    busy_for: float,
     timeout_seconds: float,
 ) -> str | None:
     """Why a new request must be refused at once, or None to accept it.
 
     ``items_ahead`` counts the queued items that would be dispatched before it (same or higher
-    priority). Refusing now beats queueing a request that cannot start before its timeout.
+    priority); ``busy_for`` is the predicted rest of the batch running now. Refusing now beats
+    queueing a request that cannot start before its timeout.
     """
     if queued_items + size > max_queue:
         return (
             f"queue full ({queued_items} of {max_queue} items waiting); retry later or add replicas"
         )
-    batches = math.ceil((items_ahead + size) / max(cap, 1))
-    expected = batches * cost(cap)
-    if expected > timeout_seconds:
+    expected_start = busy_for + math.ceil(items_ahead / max(cap, 1)) * cost(cap)
+    if expected_start > timeout_seconds:
         return (
-            f"queue too long to meet the timeout: about {expected:.3f} s of work ahead, "
-            f"timeout {timeout_seconds:.3f} s; retry later or raise the timeout"
+            f"queue too long to start within the timeout: about {expected_start:.3f} s of work "
+            f"ahead, timeout {timeout_seconds:.3f} s; retry later or raise the timeout"
         )
     return None
 

@@ -190,13 +190,13 @@ def scrape(url: str, headers: dict[str, str], per_thread: int) -> tuple[list[flo
             for _ in range(per_thread):
                 t0 = time.perf_counter()
                 reply = session.get(url, headers=headers, timeout=10)
-                body = reply.content
+                _ = reply.content
                 mine.append(time.perf_counter() - t0)
                 if reply.status_code != 200:
                     raise RuntimeError(f"{url}: HTTP {reply.status_code}")
             with lock:
                 latencies.extend(mine)
-                sizes.append(len(body))
+                sizes.append(int(reply.headers["Content-Length"]))
 
     threads = [threading.Thread(target=worker) for _ in range(SCRAPERS)]
     for t in threads:
@@ -233,12 +233,10 @@ def run(scrapes: int, rounds: int, cpu_seconds: float) -> dict:
                     "scrapes": len(lat[kind]),
                     "body_bytes_on_wire": size[kind],
                 }
-            row["p99_ratio_exporter_over_floor"] = (
-                row["exporter"]["p99_ms"] / row["floor"]["p99_ms"]
-            )
-            row["p50_ratio_exporter_over_floor"] = (
-                row["exporter"]["p50_ms"] / row["floor"]["p50_ms"]
-            )
+            for floor in KINDS[1:]:
+                for q in ("p50", "p99"):
+                    ratio = row["exporter"][f"{q}_ms"] / row[floor][f"{q}_ms"]
+                    row[f"{q}_ratio_exporter_over_{floor}"] = ratio
             results["scenarios"][name] = row
     finally:
         for server in servers.values():
@@ -248,25 +246,34 @@ def run(scrapes: int, rounds: int, cpu_seconds: float) -> dict:
 
 
 def print_table(results: dict) -> None:
-    print(f"/metrics latency, {results['gpus']} simulated GPUs with pod labels, "
-          f"{results['scrapers']} concurrent scrapers, "
-          f"{results['scrapes_per_scraper'] * results['rounds']} scrapes each per server")  # fmt: skip
+    scrapes = results["scrapes_per_scraper"] * results["rounds"]
+    print(
+        f"/metrics latency, {results['gpus']} simulated GPUs with pod labels, "
+        f"{results['scrapers']} concurrent scrapers x {scrapes} scrapes per server"
+    )
     header = (
-        f"{'scenario':<26} {'server':<9} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'bytes':>7}"
+        f"{'scenario':<26} {'server':<22} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'wire B':>7}"
     )
     print(header)
     print("-" * len(header))
     for name, row in results["scenarios"].items():
-        for kind in ("exporter", "floor"):
+        for kind in KINDS:
             r = row[kind]
-            print(f"{name:<26} {kind:<9} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
-                  f"{r['mean_ms']:>8.3f} {r['body_bytes_on_wire']:>7}")  # fmt: skip
-        print(f"{'':<26} {'ratio':<9} {row['p50_ratio_exporter_over_floor']:>8.2f} "
-              f"{row['p99_ratio_exporter_over_floor']:>8.2f}   (exporter / floor; goal p99 <= 1.5)")  # fmt: skip
+            print(
+                f"{name:<26} {kind:<22} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
+                f"{r['mean_ms']:>8.3f} {r['body_bytes_on_wire']:>7}"
+            )
+        for floor in KINDS[1:]:
+            p50 = row[f"p50_ratio_exporter_over_{floor}"]
+            p99 = row[f"p99_ratio_exporter_over_{floor}"]
+            print(f"{'':<26} {'ratio / ' + floor:<22} {p50:>8.2f} {p99:>8.2f}")
+    print("ratio = exporter / floor; goal: exporter p99 <= 1.5 x floor p99")
     cpu = results["collector_cpu"]
-    print(f"collection loop: {cpu['cpu_seconds_per_wall_second']:.4f} CPU s per wall s over "
-          f"{cpu['seconds']} s ({cpu['collections']} collections, last took "
-          f"{cpu['last_collection_duration_seconds'] * 1e3:.2f} ms)")  # fmt: skip
+    print(
+        f"collection loop: {cpu['cpu_seconds_per_wall_second']:.4f} CPU s per wall s over "
+        f"{cpu['seconds']} s ({cpu['collections']} collections, last took "
+        f"{cpu['last_collection_duration_seconds'] * 1e3:.2f} ms)"
+    )
 
 
 def main() -> None:
@@ -275,13 +282,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per server")
     parser.add_argument("--cpu-seconds", type=float, default=10.0, help="collector CPU window")
     parser.add_argument("--json", default=str(REPO_ROOT / "bench/results/exporter.json"))
-    parser.add_argument("--serve", choices=["exporter", "floor"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve == "exporter":
         serve_exporter()
         return
-    if args.serve == "floor":
-        serve_floor()
+    if args.serve in ("floor", "floor-nodelay"):
+        serve_floor(nodelay=args.serve == "floor-nodelay")
         return
     results = run(args.scrapes, args.rounds, args.cpu_seconds)
     print_table(results)

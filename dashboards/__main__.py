@@ -1,4 +1,4 @@
-"""``python -m dashboards``: write the dashboard JSON files, or ``--check`` that they are current."""
+"""``python -m dashboards``: write the dashboard JSON files, or ``--check`` they are current."""
 
 from __future__ import annotations
 

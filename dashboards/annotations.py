@@ -10,7 +10,11 @@ from __future__ import annotations
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models.dashboard import AnnotationQuery
 
-from dashboards.variables import DATASOURCE
+from dashboards.expressions import new_or_increased, per_gpu
+from dashboards.variables import DATASOURCE, GPU_SELECTOR
+
+XID_SERIES = f"autoglm_gpu_xid_errors_total{{{GPU_SELECTOR}}}"
+REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 
 
 class PrometheusAnnotationQuery(AnnotationQuery):
@@ -54,3 +58,30 @@ class PrometheusAnnotation(cogbuilder.Builder[AnnotationQuery]):
 
     def build(self) -> AnnotationQuery:
         return self._query
+
+
+def xid_annotation() -> PrometheusAnnotation:
+    """A marker for every Xid the driver reported on the selected GPUs, titled with its code."""
+    return PrometheusAnnotation(
+        "Xid errors",
+        f"max without (container, namespace, pod) ({new_or_increased(XID_SERIES, '2m')})",
+        color="red",
+        title_format="Xid {{xid}}",
+        tag_keys="Hostname,gpu,xid",
+    )
+
+
+def throttle_annotation() -> PrometheusAnnotation:
+    """Regions where the selected GPUs' clocks were held down by power or heat.
+
+    NVML clocks event reason bits: 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal,
+    0x40 HW thermal, 0x80 HW power brake; ``floor(x / 2^k) % 2^n`` picks n bits from bit k.
+    """
+    reasons = per_gpu(REASONS)
+    return PrometheusAnnotation(
+        "Clock throttling",
+        f"(floor({reasons} / 4) % 4 > 0) or (floor({reasons} / 32) % 8 > 0)",
+        color="orange",
+        title_format="Clocks throttled (power or thermal)",
+        tag_keys="Hostname,gpu",
+    )

@@ -1,4 +1,4 @@
-"""Every dashboard the project ships. A component adds its dashboard with one module and one line."""
+"""Every dashboard the project ships; a component adds its dashboard with a module and a line."""
 
 from __future__ import annotations
 

@@ -32,3 +32,13 @@ def hours_over_range(ratio_expr: str) -> str:
     counts only while present.
     """
     return f"sum(sum_over_time(({ratio_expr})[$__range:1m])) / 60"
+
+
+def new_or_increased(series: str, window: str) -> str:
+    """Counter ``series`` that rose within ``window``, or that appeared within it.
+
+    A counter that is only created by its first event (the exporter's per-Xid-code counter)
+    appears at 1, and ``increase`` needs two samples to see a rise; the ``unless ... offset``
+    branch catches that first event. The result is the increase, or the count when new.
+    """
+    return f"(increase({series}[{window}]) > 0) or ({series} unless {series} offset {window})"

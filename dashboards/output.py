@@ -22,10 +22,10 @@ JSON_DIR = Path(__file__).resolve().parent / "json"
 def _number_panels(model: Dashboard) -> None:
     next_id = 1
     for panel in model.panels or []:
-        panel.id = next_id
+        panel.id_val = next_id
         next_id += 1
         for child in getattr(panel, "panels", None) or []:  # collapsed rows hold their panels
-            child.id = next_id
+            child.id_val = next_id
             next_id += 1
 
 

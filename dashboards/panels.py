@@ -76,10 +76,7 @@ def _targets(queries: Sequence[Query], table_format: bool = False) -> list[prome
         )
         if query.legend:
             target = target.legend_format(query.legend)
-        if query.instant or table_format:
-            target = target.instant()
-        else:
-            target = target.range()
+        target = target.instant() if query.instant or table_format else target.range()
         if table_format:
             target = target.format(PromQueryFormat.TABLE)
         built.append(target)
@@ -115,7 +112,7 @@ def timeseries_panel(
     bars: bool = False,
     dashed: Sequence[str] = (),
 ) -> timeseries.Panel:
-    """A time series; series whose legend is in ``dashed`` (targets, limits) draw as dashed lines."""
+    """A time series; series whose legend is in ``dashed`` (targets, limits) draw dashed."""
     panel = (
         timeseries.Panel()
         .title(title)
@@ -143,7 +140,9 @@ def timeseries_panel(
         panel = panel.override_by_name(
             name,
             [
-                DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
+                DynamicConfigValue(
+                    id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}
+                ),
                 DynamicConfigValue(id_val="custom.fillOpacity", value=0),
                 DynamicConfigValue(id_val="custom.lineWidth", value=2),
             ],

@@ -33,7 +33,9 @@ def datasource() -> db.DatasourceVariable:
     return db.DatasourceVariable("datasource").label("Data source").type("prometheus")
 
 
-def _label_values(name: str, label: str, metric: str, text: str, sort: VariableSort) -> db.QueryVariable:
+def _label_values(
+    name: str, label: str, metric: str, text: str, sort: VariableSort
+) -> db.QueryVariable:
     query = f"label_values({metric}, {label})"
     return (
         db.QueryVariable(name)
@@ -64,11 +66,13 @@ def gpu() -> db.QueryVariable:
     return _label_values("gpu", "gpu", metric, "GPU", VariableSort.NUMERICAL_ASC)
 
 
-def workload() -> db.QueryVariable:
+def workload_variable() -> db.QueryVariable:
     metric = f'{WORKLOAD_METRIC}{{namespace=~"$namespace"}}'
     return _label_values("workload", "workload", metric, "Workload", VariableSort.ALPHABETICAL_ASC)
 
 
-def standard() -> list[db.DatasourceVariable | db.QueryVariable]:
-    """The variables every GPU dashboard offers, in the order they appear."""
-    return [datasource(), namespace(), node(), gpu(), workload()]
+def standard(*, workload: bool = True) -> list[db.DatasourceVariable | db.QueryVariable]:
+    """The variables of a GPU dashboard, in the order they appear; ``workload`` only where
+    panels read the workload recording rules."""
+    chosen = [datasource(), namespace(), node(), gpu()]
+    return [*chosen, workload_variable()] if workload else chosen

@@ -12,7 +12,9 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError, add_config_arguments, config_or_exit
 from autoglm.logs import setup_logging
@@ -20,6 +22,9 @@ from autoglm.webconfig import WebConfig
 from exporter.config import ExporterConfig, default_hostname
 from exporter.model import GPUSource
 from exporter.service import ExporterService
+
+if TYPE_CHECKING:
+    from exporter.podresources import PodResourcesWatcher
 
 PROG = "autoglm-exporter"
 EXIT_NO_GPU = 1
@@ -69,12 +74,14 @@ def _inject_startup_faults(source: GPUSource, specs: Sequence[str]) -> None:
             raise ConfigError(f"--fault: {exc}") from None
 
 
-def _pod_watcher(cfg: ExporterConfig):  # -> PodResourcesWatcher | None
+def _pod_watcher(cfg: ExporterConfig, registry: CollectorRegistry) -> PodResourcesWatcher | None:
     if not cfg.kubernetes_enabled:
         return None
     from exporter.podresources import PodResourcesWatcher
 
-    return PodResourcesWatcher(cfg.pod_resources_socket, interval=cfg.pod_resources_interval)
+    return PodResourcesWatcher(
+        cfg.pod_resources_socket, interval=cfg.pod_resources_interval, registry=registry
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         web_config = WebConfig.load(cfg.web_config_file)
         source = open_source(cfg)
         _inject_startup_faults(source, cfg.fault)
-        pods = _pod_watcher(cfg)
+        registry = CollectorRegistry()
+        pods = _pod_watcher(cfg, registry)
         service = ExporterService(
             source,
             listen=cfg.listen,
@@ -105,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             web_config=web_config,
             pods=pods,
             fault_target=source if cfg.source == "simulated" else None,  # type: ignore[arg-type]
+            registry=registry,
         )
         service.start()
     except ConfigError as exc:

@@ -71,6 +71,7 @@ class ExporterService:
         web_config: WebConfig | None = None,
         pods: AttributionSource | None = None,
         fault_target: FaultTarget | None = None,
+        registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._source = source
@@ -81,7 +82,9 @@ class ExporterService:
         self._clock = clock
         self._exposition: Exposition | None = None
         self._ready = False
-        self.registry = CollectorRegistry()
+        # Metrics of the exporter's other parts (HTTP server, pod-resources watcher); rendered
+        # with each snapshot, so a scrape never walks them.
+        self.registry = registry or CollectorRegistry()
         self.collector = Collector(
             source,
             self._publish,

@@ -143,3 +143,61 @@ def rolling_origin(
         point=point,
         upper=upper,
     )
+
+
+def replay_with_selection(
+    select: Callable[[np.ndarray], tuple[dict[int, str], dict[str, Callable[[], ForecastModel]]]],
+    series: Sequence[float] | np.ndarray,
+    horizons: Sequence[int],
+    test_start: int,
+    reselect_every: int,
+    quantile: float = 0.9,
+    clock: Callable[[], float] = time.perf_counter,
+) -> BacktestResult:
+    """Backtest what the service does: every ``reselect_every`` origins, ``select`` (given the
+    history so far) names the model per horizon and the factories; the winners are fitted on
+    that history, updated point by point, and each horizon is forecast by its own winner."""
+    y = as_series(series)
+    hs = tuple(sorted(set(int(h) for h in horizons)))
+    pred_point = {h: [] for h in hs}
+    pred_upper = {h: [] for h in hs}
+    fit_times, update_time, updates = [], 0.0, 0
+    models: dict[str, ForecastModel] = {}
+    chosen: dict[int, str] = {}
+    for origin in range(test_start, len(y)):
+        if (origin - test_start) % max(reselect_every, 1) == 0 and (
+            reselect_every or origin == test_start
+        ):
+            started = clock()
+            chosen, factories = select(y[:origin])
+            models = {name: factories[name]() for name in set(chosen.values())}
+            for model in models.values():
+                model.fit(y[:origin])
+            fit_times.append(clock() - started)
+        for h in hs:
+            if origin + h - 1 < len(y):
+                p = models[chosen[h]].predict([h], quantile)
+                pred_point[h].append(p.point[0])
+                pred_upper[h].append(p.upper[0])
+        started = clock()
+        for model in models.values():
+            model.update(y[origin])
+        update_time += clock() - started
+        updates += 1
+    actual = {h: y[test_start + h - 1 :] for h in hs}
+    point = {h: np.asarray(pred_point[h]) for h in hs}
+    upper = {h: np.asarray(pred_upper[h]) for h in hs}
+    return BacktestResult(
+        model="selected",
+        horizons=hs,
+        wape={h: wape(actual[h], point[h]) for h in hs},
+        smape={h: smape(actual[h], point[h]) for h in hs},
+        under_rate={h: under_rate(actual[h], point[h]) for h in hs},
+        coverage={h: coverage(actual[h], upper[h]) for h in hs},
+        fit_seconds=float(np.mean(fit_times)),
+        update_seconds=update_time / max(updates, 1),
+        origins=len(y) - test_start,
+        actual=actual,
+        point=point,
+        upper=upper,
+    )

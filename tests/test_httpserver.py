@@ -122,6 +122,28 @@ def test_request_body_limit(registry: CollectorRegistry) -> None:
         assert requests.post(srv.url + "/echo", data=b"x" * 11).status_code == 413
 
 
+def test_connections_beyond_the_limit_are_refused(registry: CollectorRegistry) -> None:
+    routes = {"/echo": echo}
+    with HTTPServer("127.0.0.1:0", routes, registry=registry, max_connections=1) as srv:
+        holder = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+        try:
+            holder.request("GET", "/echo")
+            assert holder.getresponse().read()
+            with pytest.raises(requests.exceptions.ConnectionError):
+                requests.get(srv.url + "/echo", timeout=10)
+            assert registry.get_sample_value("autoglm_http_connections_refused_total") == 1
+        finally:
+            holder.close()
+        assert eventually(lambda: answers(srv.url + "/echo"))
+
+
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=10).status_code == 200
+    except requests.exceptions.ConnectionError:
+        return False
+
+
 def test_keep_alive_reuses_one_connection(server: HTTPServer) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:

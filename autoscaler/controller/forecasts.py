@@ -24,11 +24,11 @@ from predictor.api import ForecastProvider
 
 log = logging.getLogger(__name__)
 
-# Placeholders: {target} (the metric's name), {horizon} (seconds, integer), {quantile}.
-DEFAULT_FORECAST_QUERY = (
-    'max(autoglm_forecast_upper{{target="{target}",horizon_seconds="{horizon}",'
-    'quantile="{quantile}"}})'
-)
+# Placeholders: {target} (the metric's name), {horizon} (seconds, integer), {quantile}. When the
+# answer has a horizon_seconds label (as the predictor publishes), the shortest horizon that is at
+# least the one needed is used.
+DEFAULT_FORECAST_QUERY = 'autoglm_forecast_upper{{target="{target}",quantile="{quantile}"}}'
+HORIZON_LABEL = "horizon_seconds"
 
 
 ErrorCounter = Callable[[str], None]
@@ -118,9 +118,26 @@ class PrometheusForecasts:
             count_error(f"forecast_prometheus_{exc.kind}")
             log.warning("forecast query failed", extra={"query": query, "error": str(exc)})
             return None
-        if not result.samples:
+        assert metric.prediction is not None
+        needed = metric.prediction.effective_horizon_seconds
+        candidates = [s for s in result.samples if _horizon(s.labels) is None]
+        if not candidates:
+            long_enough = [s for s in result.samples if (_horizon(s.labels) or 0.0) >= needed]
+            shortest = min((_horizon(s.labels) or 0.0 for s in long_enough), default=None)
+            candidates = [s for s in long_enough if _horizon(s.labels) == shortest]
+        if not candidates:
+            if result.samples:
+                count_error("forecast_short_horizon")
             return None
-        if not result.finite():
+        if not all(math.isfinite(s.value) for s in candidates):
             count_error("forecast_nan")
             return None
-        return max(s.value for s in result.samples)
+        return max(s.value for s in candidates)
+
+
+def _horizon(labels: Mapping[str, str]) -> float | None:
+    raw = labels.get(HORIZON_LABEL)
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None

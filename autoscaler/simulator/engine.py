@@ -46,6 +46,8 @@ class SimulationConfig:
     max_replicas: int = 64
     forecast_step: float = 60.0
     forecast_quantile: float = 0.9
+    season_seconds: float = 86400.0  # the forecaster's season (a day, divided by any speed-up)
+    static_window: float = 300.0  # static provisioning covers the peak rate over this window
     behavior: dict[str, Any] | None = None  # the spec's behavior section, camelCase
     static_replicas: int | None = None  # default: peak provisioning at the target
     drain_limit: float = 3600.0  # seconds after the last arrival to finish the queue
@@ -125,8 +127,8 @@ def policy_spec(config: SimulationConfig, policy: Policy) -> GPUAutoscalerSpec:
 
 
 def peak_replicas(trace: Trace, config: SimulationConfig) -> int:
-    """Static peak provisioning: the most replicas the busiest metric window needs at target."""
-    window = max(config.metric_window, config.tick)
+    """Static peak provisioning: the replicas the busiest ``static_window`` needs at target."""
+    window = max(config.static_window, config.tick)
     ends = np.arange(window, trace.duration + window, config.tick)
     counts = np.searchsorted(trace.arrivals, ends, side="right") - np.searchsorted(
         trace.arrivals, ends - window, side="right"
@@ -152,7 +154,11 @@ def simulate(
         config.static_replicas or peak_replicas(trace, config) if static else config.min_replicas
     )
     if policy == "predictive" and forecaster is None:
-        forecaster = PredictorForecaster(config.forecast_step, config.forecast_horizon_steps)
+        forecaster = PredictorForecaster(
+            config.forecast_step,
+            config.forecast_horizon_steps,
+            seasons_seconds=(config.season_seconds,),
+        )
     fleet = Fleet(trace.arrivals, trace.work, config.service, config.cold_start, initial)
     state = ScalingState()
     timeline = Timeline()

@@ -15,6 +15,7 @@ from fake_prometheus import FakePrometheus
 from prometheus_client import generate_latest
 
 from autoscaler.controller.controllers import KubernetesController
+from autoscaler.controller.forecasts import ProviderForecasts
 from autoscaler.controller.kube import KubeAPI
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.loop import ReconcileLoop
@@ -22,6 +23,7 @@ from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.prometheus import PrometheusClient
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.metrics import AutoscalerMetrics
+from predictor.api import Forecast
 
 NS = "ml"
 UTIL = 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ml"})'
@@ -460,7 +462,10 @@ def test_leader_handover_only_the_holder_acts(h):
     assert h.fake.replicas(NS, "llm") == 8
     lease = h.fake.get("leases", NS, "autoglm-autoscaler")
     assert lease["spec"]["holderIdentity"] == "ctl-b"
-    assert h.fake.events(NS)[-1]["reportingInstance"] == "ctl-b"
+    assert sorted((e["reportingInstance"], e["reason"]) for e in h.fake.events(NS)) == [
+        ("ctl-a", "SuccessfulRescale"),
+        ("ctl-b", "SuccessfulRescale"),
+    ]
 
     # a comes back and must not act
     h.prom.set_pods(UTIL, {f"llm-{i}": 140.0 for i in range(8)})
@@ -487,3 +492,74 @@ def test_the_loop_ticks_on_apscheduler_and_stops_cleanly(h):
     exposition = generate_latest(h.metrics.registry).decode()
     assert "autoglm_autoscaler_reconcile_duration_seconds_count" in exposition
     assert 'autoglm_autoscaler_leader 1.0' not in exposition  # stop() cleared it
+
+
+class StubPredictor:
+    """Stands in for predictor.service.PredictorService through the ForecastProvider protocol."""
+
+    def __init__(self, upper: float, issued_at: float) -> None:
+        self.upper, self.issued_at = upper, issued_at
+        self.asked: list[tuple[str, float, float]] = []
+
+    def forecast(self, target: str, horizon_seconds: float, quantile: float = 0.9):
+        self.asked.append((target, horizon_seconds, quantile))
+        return Forecast(target, horizon_seconds, self.upper * 0.8, self.upper, quantile, "ets", self.issued_at)
+
+
+def test_a_forecast_orders_replicas_before_the_load_arrives(h):
+    queue = "avg by (pod) (autoglm_batcher_queue_depth)"
+    metrics = [
+        {
+            "name": "queue",
+            "type": "Pods",
+            "query": queue,
+            "target": {"type": "AverageValue", "averageValue": 4},
+            "prediction": {"horizonSeconds": 60, "quantile": 0.9, "warmupSeconds": 180},
+        }
+    ]
+    h.deployment("llm", 2, [0.0, 0.0])
+    h.prom.set_pods(queue, {"llm-0": 4.0, "llm-1": 4.0})  # at target now: reactive keeps 2
+    h.fake.add_custom("gpuautoscalers", autoscaler_object(metrics=metrics))
+    predictor = StubPredictor(upper=24.0, issued_at=T0 - 30)  # the fleet's total queue, ahead
+    h.reconciler.forecasts = ProviderForecasts(predictor, clock=h.clock)
+
+    h.controller.reconcile_all()
+
+    assert predictor.asked == [("queue", 180.0, 0.9)]  # never shorter than the warm-up
+    assert h.fake.replicas(NS, "llm") == 6  # 24 / 4 per pod
+    decision = h.status()["lastDecision"]
+    assert decision["driver"] == "metric:queue/predictive"
+    assert (decision["reactiveProposal"], decision["predictiveProposal"]) == (2, 6)
+    assert h.status()["currentMetrics"][0]["forecastUpper"] == "12"  # per pod
+    assert (
+        h.sample(
+            "autoglm_autoscaler_predictive_proposal_replicas", namespace=NS, autoscaler="llm"
+        )
+        == 6
+    )
+
+
+def test_a_stale_forecast_is_ignored(h):
+    queue = "avg by (pod) (autoglm_batcher_queue_depth)"
+    metrics = [
+        {
+            "name": "queue",
+            "type": "Pods",
+            "query": queue,
+            "target": {"type": "AverageValue", "averageValue": 4},
+            "prediction": {"horizonSeconds": 60},
+        }
+    ]
+    h.deployment("llm", 2, [0.0, 0.0])
+    h.prom.set_pods(queue, {"llm-0": 4.0, "llm-1": 4.0})
+    h.fake.add_custom("gpuautoscalers", autoscaler_object(metrics=metrics))
+    h.reconciler.forecasts = ProviderForecasts(
+        StubPredictor(upper=24.0, issued_at=T0 - 3600), clock=h.clock
+    )
+    h.controller.reconcile_all()
+    assert h.fake.replicas(NS, "llm") == 2
+    assert "predictiveProposal" not in h.status()["lastDecision"]  # null removes it (merge patch)
+    assert (
+        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="forecast_stale")
+        == 1
+    )

@@ -1,18 +1,61 @@
-"""A real Prometheus scrapes the real exporter process (8 simulated GPUs) and answers PromQL."""
+"""A real Prometheus scrapes the real exporter process (8 simulated GPUs) and answers PromQL.
+
+The exporter also reads pod attribution from a real gRPC server on a unix socket that serves the
+kubelet's pod-resources API, so the pod labels travel the whole way to PromQL.
+"""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
+from exporter.podresources import api_pb2 as pb
+from exporter.sources import SimulatedSource, load_profile
+from tests.exporter.test_podresources import FakeKubelet, KubeletServer, container, pod
 from tests.live import Prometheus, scrape_job
+
+SEED = 3
+
+
+@pytest.fixture
+def kubelet() -> Iterator[KubeletServer]:
+    folder = Path(tempfile.mkdtemp(prefix="podres-"))  # unix socket paths must stay short
+    server = KubeletServer(folder / "kubelet.sock", FakeKubelet())
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def simulated_uuids() -> list[str]:
+    source = SimulatedSource(8, "NVIDIA H100 80GB HBM3", SEED, load_profile("constant:0.5"))
+    try:
+        return [d.uuid for d in source.devices()]
+    finally:
+        source.close()
 
 
 @pytest.mark.live
 @pytest.mark.timeout(120)
-def test_prometheus_scrapes_eight_simulated_gpus(start_exporter, tmp_path):
-    exporter = start_exporter("--source", "simulated", "--gpus", "8", "--seed", "3")
-    target = exporter.address
-    with Prometheus(tmp_path / "prometheus", [scrape_job("gpu", [target])]) as prom:
+def test_prometheus_scrapes_eight_simulated_gpus_with_pod_labels(start_exporter, kubelet, tmp_path):
+    uuids = simulated_uuids()
+    kubelet.service.reply = pb.ListPodResourcesResponse(
+        pod_resources=[  # GPU 0 time-sliced by two pods; GPU 1 by one
+            pod("ml", "chat-0", container("model", **{"nvidia.com/gpu": [f"{uuids[0]}::0"]})),
+            pod("ml", "chat-1", container("model", **{"nvidia.com/gpu": [f"{uuids[0]}::1"]})),
+            pod("ml", "embed-0", container("model", **{"nvidia.com/gpu": [uuids[1]]})),
+        ]
+    )
+    exporter = start_exporter(
+        "--source", "simulated", "--gpus", "8", "--seed", str(SEED),
+        "--kubernetes", "--pod-resources-socket", str(kubelet.socket_path),
+        "--pod-resources-interval", "1",
+    )  # fmt: skip
+    with Prometheus(tmp_path / "prometheus", [scrape_job("gpu", [exporter.address])]) as prom:
         # The first scrape of a fresh Prometheus lands a few seconds after it starts.
         per_gpu = prom.wait_for(
             "avg by (gpu) (DCGM_FI_DEV_GPU_UTIL)", lambda r: len(r) == 8, timeout=60
@@ -20,11 +63,18 @@ def test_prometheus_scrapes_eight_simulated_gpus(start_exporter, tmp_path):
         assert sorted(int(s["metric"]["gpu"]) for s in per_gpu) == list(range(8))
         assert all(0.0 <= float(s["value"][1]) <= 100.0 for s in per_gpu)
 
+        shared = prom.query('DCGM_FI_DEV_GPU_UTIL{gpu="0"}')
+        assert sorted(s["metric"]["pod"] for s in shared) == ["chat-0", "chat-1"]
+        assert {s["metric"]["namespace"] for s in shared} == {"ml"}
+        assert prom.query('DCGM_FI_DEV_FB_USED{gpu="1"}')[0]["metric"]["pod"] == "embed-0"
+        assert "pod" not in prom.query('DCGM_FI_DEV_FB_USED{gpu="5"}')[0]["metric"]
+
         # Prometheus negotiates OpenMetrics: DCGM counters keep their exact names there.
         replays = prom.query("count(DCGM_FI_DEV_PCIE_REPLAY_COUNTER)")
-        assert replays and float(replays[0]["value"][1]) == 8
+        assert replays and float(replays[0]["value"][1]) == 9  # 8 GPUs, GPU 0 twice
         labels = prom.query('DCGM_FI_DEV_FB_USED{gpu="5"}')[0]["metric"]
         assert {"UUID", "pci_bus_id", "device", "modelName", "Hostname"} <= set(labels)
         assert prom.query('up{job="gpu"}')[0]["value"][1] == "1"
         health = prom.query("autoglm_exporter_gpu_up")
         assert len(health) == 8 and all(s["value"][1] == "1" for s in health)
+        assert prom.query("autoglm_exporter_pod_resources_up")[0]["value"][1] == "1"

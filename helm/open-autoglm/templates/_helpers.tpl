@@ -1,0 +1,238 @@
+{{/*
+Names. The chart name can be overridden; a release whose name already contains the chart name
+is not repeated ("autoglm" stays "autoglm", "gpu" becomes "gpu-open-autoglm").
+Kubernetes names are limited to 63 characters (DNS labels).
+*/}}
+{{- define "autoglm.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "autoglm.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of one component's objects: "<fullname>-<component>". The exporter's Service name therefore
+ends in "-exporter" and contains "autoglm-exporter" for the default chart name, which the
+AutoglmExporterDown alert's job regex in alerts/rules.yaml relies on (job = Service name).
+Usage: include "autoglm.componentName" (list . "exporter")
+*/}}
+{{- define "autoglm.componentName" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- printf "%s-%s" (include "autoglm.fullname" $root | trunc (int (sub 62 (len $component)))) $component | trimSuffix "-" }}
+{{- end }}
+
+{{- define "autoglm.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The recommended labels (app.kubernetes.io/*) of every object of a component.
+Usage: include "autoglm.labels" (list . "exporter")
+*/}}
+{{- define "autoglm.labels" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+helm.sh/chart: {{ include "autoglm.chart" $root }}
+{{ include "autoglm.selectorLabels" (list $root $component) }}
+app.kubernetes.io/version: {{ include "autoglm.imageTag" $root | quote }}
+app.kubernetes.io/part-of: open-autoglm
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+{{- with $root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select a component's pods; never change between upgrades (selectors are immutable). */}}
+{{- define "autoglm.selectorLabels" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+app.kubernetes.io/name: {{ include "autoglm.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ $component }}
+{{- end }}
+
+{{- define "autoglm.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{/* The container image: repository:tag, or repository@digest when a digest is pinned. */}}
+{{- define "autoglm.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (include "autoglm.imageTag" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether to render prometheus-operator objects (ServiceMonitor, PrometheusRule): monitoring.enabled
+"auto" follows the cluster (the monitoring.coreos.com/v1 API is served), true/false force it.
+Returns "true" or "".
+*/}}
+{{- define "autoglm.monitoring" -}}
+{{- $mode := .Values.monitoring.enabled }}
+{{- if eq (toString $mode) "auto" }}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- else if $mode }}true
+{{- end }}
+{{- end }}
+
+{{/* Labels of ServiceMonitors and the PrometheusRule: the common ones plus what Prometheus selects on. */}}
+{{- define "autoglm.monitoringLabels" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{ include "autoglm.labels" (list $root $component) }}
+{{- with $root.Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Web config (TLS, basic auth) of a component: "true" when on.
+Usage: include "autoglm.webConfig.enabled" .Values.exporter
+*/}}
+{{- define "autoglm.webConfig.enabled" -}}
+{{- if and .webConfig .webConfig.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding a component's web config file: the user's, or the one the chart makes. */}}
+{{- define "autoglm.webConfig.secretName" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $values := index $root.Values $component }}
+{{- if $values.webConfig.existingSecret }}
+{{- $values.webConfig.existingSecret }}
+{{- else }}
+{{- printf "%s-web-config" (include "autoglm.componentName" (list $root $component)) }}
+{{- end }}
+{{- end }}
+
+{{/* "https" when the component serves TLS, else "http": used by probes and ServiceMonitors. */}}
+{{- define "autoglm.scheme" -}}
+{{- if and .webConfig .webConfig.enabled .webConfig.tls }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/* Checks of a component's web config values that JSON schema cannot phrase clearly. */}}
+{{- define "autoglm.webConfig.validate" -}}
+{{- $component := index . 0 }}
+{{- $values := index . 1 }}
+{{- if and $values.webConfig $values.webConfig.enabled }}
+{{- if and (not $values.webConfig.existingSecret) (not $values.webConfig.config) }}
+{{- fail (printf "%s.webConfig.enabled is true but there is no web config: set %s.webConfig.existingSecret to a Secret holding %s, or %s.webConfig.config to its content (tls_server_config, basic_auth_users)" $component $component $values.webConfig.key $component) }}
+{{- end }}
+{{- if and $values.webConfig.existingSecret $values.webConfig.config }}
+{{- fail (printf "%s.webConfig: set either existingSecret or config, not both (the chart would not know which file to use)" $component) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Volumes and mounts of a component's web config: the file at /etc/autoglm/web/<key> (relative
+paths inside it resolve there), and an optional kubernetes.io/tls Secret at /etc/autoglm/tls.
+*/}}
+{{- define "autoglm.webConfig.volumes" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $values := index $root.Values $component }}
+{{- if include "autoglm.webConfig.enabled" $values }}
+- name: web-config
+  secret:
+    secretName: {{ include "autoglm.webConfig.secretName" (list $root $component) }}
+{{- with $values.webConfig.tlsSecret }}
+- name: web-tls
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "autoglm.webConfig.mounts" -}}
+{{- if include "autoglm.webConfig.enabled" . }}
+- name: web-config
+  mountPath: /etc/autoglm/web
+  readOnly: true
+{{- if .webConfig.tlsSecret }}
+- name: web-tls
+  mountPath: /etc/autoglm/tls
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "autoglm.webConfig.args" -}}
+{{- if include "autoglm.webConfig.enabled" . }}
+- --web-config-file=/etc/autoglm/web/{{ .webConfig.key }}
+{{- end }}
+{{- end }}
+
+{{/* A Secret made from <component>.webConfig.config, when the user gives the content inline. */}}
+{{- define "autoglm.webConfig.secret" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $values := index $root.Values $component }}
+{{- if and (include "autoglm.webConfig.enabled" $values) (not $values.webConfig.existingSecret) }}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ include "autoglm.webConfig.secretName" (list $root $component) }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "autoglm.labels" (list $root $component) | nindent 4 }}
+type: Opaque
+stringData:
+  {{ $values.webConfig.key }}: |
+    {{- toYaml $values.webConfig.config | nindent 4 }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level settings every workload shares: pull secrets, scheduling, security. */}}
+{{- define "autoglm.podScheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "autoglm.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceMonitor endpoint of a component's "metrics" port. */}}
+{{- define "autoglm.serviceMonitorEndpoint" -}}
+{{- $root := index . 0 }}
+{{- $values := index . 1 }}
+{{- $path := index . 2 }}
+- port: {{ $values.service.portName | default "metrics" }}
+  path: {{ $path }}
+  scheme: {{ include "autoglm.scheme" $values }}
+  interval: {{ $values.serviceMonitor.interval | default $root.Values.monitoring.interval }}
+  scrapeTimeout: {{ $values.serviceMonitor.scrapeTimeout | default $root.Values.monitoring.scrapeTimeout }}
+  {{- with $values.serviceMonitor.endpoint }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}

@@ -1,0 +1,206 @@
+"""Lint of the committed dashboard JSON: what a Grafana import and a reviewer would trip over.
+
+Syntax of every PromQL query is checked by the real promtool (each query becomes the expression
+of a recording rule in a temporary rules file, and ``promtool check rules`` parses them all);
+the metric names each query reads must be produced by the project: the exporter (as it really
+renders a snapshot) or a recording rule of ``alerts/rules.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards import gpu_node
+from dashboards.catalogue import DASHBOARDS
+from dashboards.queries import (
+    BUILTINS,
+    make_concrete,
+    metric_names,
+    panels,
+    queries,
+    variables_used,
+)
+from exporter.collector import Collector
+from exporter.podresources import PodRef
+from exporter.render import render
+from exporter.sources import SimulatedSource, load_profile, parse_fault
+
+ROOT = Path(__file__).resolve().parents[2]
+JSON_DIR = ROOT / "dashboards" / "json"
+RULES = ROOT / "alerts" / "rules.yaml"
+GRID_COLUMNS = 24
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+PROMETHEUS_MADE = {"ALERTS"}  # written by Prometheus for the alerting rules in alerts/rules.yaml
+UNITLESS_PANELS = {"row", "state-timeline", "table"}  # units sit on fields or do not apply
+
+
+def _load_all() -> dict[str, dict[str, Any]]:
+    return {e.filename: json.loads((JSON_DIR / e.filename).read_text()) for e in DASHBOARDS}
+
+
+DASHBOARD_JSON = _load_all()
+FILES = sorted(DASHBOARD_JSON)
+
+
+class _PodResources:
+    healthy = True
+    last_success = 1.0
+
+
+@pytest.fixture(scope="module")
+def exporter_metrics() -> set[str]:
+    """Metric names the exporter really renders: a simulated GPU with an Xid, pods attributed."""
+    source = SimulatedSource(2, "NVIDIA H100 80GB HBM3", 1, load_profile("constant:0.5"))
+    source.inject(parse_fault("xid:gpu=0:code=79"))
+    collector = Collector(source, publish=lambda _: None)
+    try:
+        snapshot = collector.collect_once()
+    finally:
+        collector.stop()
+        source.close()
+    uuid = source.devices()[0].uuid
+    exposition = render(
+        snapshot,
+        "dcgm",
+        "lint-node",
+        attribution={uuid: [PodRef("llm", "llama-7d9f8c6b5-x2x4q", "server")]},
+        pod_resources=_PodResources(),
+    )
+    text = exposition.body("text", time.time(), compressed=False).decode()
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
+@pytest.fixture(scope="module")
+def recorded_metrics() -> set[str]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {r["record"] for g in groups for r in g["rules"] if "record" in r}
+
+
+@pytest.mark.parametrize("filename", FILES)
+def test_json_loads_and_is_importable(filename: str) -> None:
+    dashboard = DASHBOARD_JSON[filename]
+    assert dashboard["title"] and dashboard["uid"]
+    assert "id" not in dashboard or dashboard["id"] is None, "an id would clash on import"
+    assert len(dashboard["uid"]) <= 40, "Grafana rejects uids longer than 40 characters"
+
+
+def test_uids_are_unique() -> None:
+    uids = [d["uid"] for d in DASHBOARD_JSON.values()]
+    assert len(uids) == len(set(uids))
+
+
+@pytest.mark.parametrize("filename", FILES)
+def test_panel_ids_are_unique_and_grid_positions_valid(filename: str) -> None:
+    all_panels = panels(DASHBOARD_JSON[filename])
+    ids = [p["id"] for p in all_panels]
+    assert len(ids) == len(set(ids)), f"duplicate panel ids in {filename}"
+    cells: dict[tuple[int, int], str] = {}
+    for panel in all_panels:
+        grid = panel["gridPos"]
+        assert grid["w"] >= 1 and grid["h"] >= 1 and grid["x"] >= 0 and grid["y"] >= 0
+        assert grid["x"] + grid["w"] <= GRID_COLUMNS, f"{panel['title']} overflows 24 columns"
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                other = cells.setdefault((x, y), panel["title"])
+                assert other == panel["title"], f"{panel['title']} overlaps {other}"
+
+
+@pytest.mark.parametrize("filename", FILES)
+def test_every_variable_used_is_defined(filename: str) -> None:
+    dashboard = DASHBOARD_JSON[filename]
+    defined = {v["name"] for v in dashboard["templating"]["list"]} | set(BUILTINS)
+    used = variables_used(json.dumps(dashboard))
+    assert used <= defined, f"undefined variables: {sorted(used - defined)}"
+
+
+@pytest.mark.parametrize("filename", FILES)
+def test_everything_reads_the_datasource_variable(filename: str) -> None:
+    dashboard = DASHBOARD_JSON[filename]
+    (source,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    assert source["name"] == "datasource" and source["query"] == "prometheus"
+    for panel in panels(dashboard):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == DATASOURCE, panel["title"]
+        assert panel["targets"], f"{panel['title']} has no query"
+        for target in panel["targets"]:
+            assert target["datasource"] == DATASOURCE, panel["title"]
+    for annotation in dashboard["annotations"].get("list", []):
+        assert annotation["datasource"] == DATASOURCE, annotation["name"]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            assert variable["datasource"] == DATASOURCE, variable["name"]
+
+
+@pytest.mark.parametrize("filename", FILES)
+def test_panels_have_descriptions_and_units(filename: str) -> None:
+    for panel in panels(DASHBOARD_JSON[filename]):
+        if panel["type"] == "row":
+            continue
+        assert panel.get("description"), f"{panel['title']}: say what question it answers"
+        if panel["type"] not in UNITLESS_PANELS:
+            assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
+        for target in panel["targets"]:
+            if panel["type"] == "timeseries" and len(panel["targets"]) > 1:
+                assert target.get("legendFormat"), f"{panel['title']}: series need legends"
+
+
+def test_every_query_parses_in_promtool(tmp_path: Path) -> None:
+    all_queries = [q for d in DASHBOARD_JSON.values() for q in queries(d)]
+    rules = [
+        {"record": f"dashboard_lint:query_{i}:parse", "expr": make_concrete(q.expr)}
+        for i, q in enumerate(all_queries)
+    ]
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "lint", "rules": rules}]}))
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout
+
+
+def test_the_parse_check_catches_a_broken_query(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    broken = make_concrete('sum(rate(DCGM_FI_DEV_GPU_UTIL{gpu=~"$gpu"}[$__rate_interval])')
+    rule = {"record": "dashboard_lint:broken:parse", "expr": broken}
+    path.write_text(yaml.safe_dump({"groups": [{"name": "lint", "rules": [rule]}]}))
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0
+
+
+def test_every_metric_is_produced_by_the_project(
+    exporter_metrics: set[str], recorded_metrics: set[str]
+) -> None:
+    known = exporter_metrics | recorded_metrics | PROMETHEUS_MADE
+    for dashboard in DASHBOARD_JSON.values():
+        for query in queries(dashboard):
+            unknown = metric_names(make_concrete(query.expr)) - known
+            assert not unknown, f"{query.dashboard} / {query.where}: {sorted(unknown)}"
+
+
+def test_node_dashboard_shows_every_exporter_metric(exporter_metrics: set[str]) -> None:
+    node = DASHBOARD_JSON[next(e.filename for e in DASHBOARDS if e.build is gpu_node.dashboard)]
+    shown = {name for q in queries(node) for name in metric_names(make_concrete(q.expr))}
+    assert exporter_metrics - shown == set()
+
+
+def test_metric_scanner_finds_names_not_functions_or_labels() -> None:
+    expr = (
+        'sum by (Hostname) (max without (pod) (rate(a_total{x=~"b|c"}[5m]))) / on () '
+        "group_left (l) (b:rec:sum offset 1m) or vector(0) and time() - c"
+    )
+    assert metric_names(expr) == {"a_total", "b:rec:sum", "c"}

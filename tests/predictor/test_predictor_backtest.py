@@ -1,0 +1,114 @@
+"""Backtest measures on small cases computed by hand, and model selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor.backtest import (
+    BacktestResult,
+    coverage,
+    replay_with_selection,
+    rolling_origin,
+    smape,
+    under_rate,
+    wape,
+)
+from predictor.models import NaiveModel, SeasonalNaiveModel, candidate_factories
+from predictor.selection import choose, select_model
+
+
+def test_measures_on_a_hand_computed_case():
+    actual = np.array([0.0, 2.0, 4.0, 2.0])
+    point = np.array([0.0, 1.0, 5.0, 4.0])
+    assert wape(actual, point) == pytest.approx(100 * (0 + 1 + 1 + 2) / 8)
+    # 0/0 counts as a perfect 0, then 2*1/3, 2*1/9, 2*2/6
+    assert smape(actual, point) == pytest.approx(100 * (0 + 2 / 3 + 2 / 9 + 4 / 6) * 2 / 4)
+    assert under_rate(actual, point) == 25.0
+    assert coverage(actual, point) == 75.0
+    assert np.isnan(wape(np.zeros(3), np.ones(3)))
+
+
+def test_rolling_origin_scores_each_horizon_against_the_right_point():
+    ticks = iter(range(100))
+    result = rolling_origin(
+        lambda: NaiveModel(2), [1, 2, 3, 4, 5], [1, 2], test_start=2, clock=lambda: next(ticks)
+    )
+    # h=1: forecasts 2,3,4 for 3,4,5; h=2: forecasts 2,3 for 4,5.
+    assert result.wape[1] == pytest.approx(100 * 3 / 12)
+    assert result.wape[2] == pytest.approx(100 * 4 / 9)
+    assert list(result.point[2]) == [2, 3]
+    assert result.under_rate[1] == 100.0
+    assert result.origins == 3
+    assert result.fit_seconds == 1.0 and result.update_seconds == 1.0
+
+
+def test_refits_on_schedule_are_counted_in_fit_time():
+    ticks = iter(range(1000))
+    result = rolling_origin(
+        lambda: NaiveModel(1),
+        np.arange(20.0),
+        [1],
+        test_start=10,
+        refit_every=5,
+        clock=lambda: next(ticks),
+    )
+    assert result.origins == 10 and result.fit_seconds == 1.0
+
+
+def _result(name: str, wapes: dict[int, float]) -> BacktestResult:
+    return BacktestResult(name, tuple(wapes), wapes, wapes, wapes, wapes, 0.0, 0.0, 1)
+
+
+def test_choose_per_horizon_and_overall_with_ties_to_the_first():
+    results = {
+        "naive": _result("naive", {1: 10.0, 2: 50.0}),
+        "ets": _result("ets", {1: 20.0, 2: 30.0}),
+        "twin": _result("twin", {1: 10.0, 2: 50.0}),
+        "broken": _result("broken", {1: float("nan"), 2: float("nan")}),
+    }
+    selection = choose(results, [1, 2])
+    assert selection.per_horizon == {1: "naive", 2: "ets"}
+    assert selection.overall == "ets"
+
+
+def test_selection_prefers_the_seasonal_copy_on_a_seasonal_series_and_keeps_failures():
+    t = np.arange(24 * 6)
+    y = 50 + 20 * np.sin(2 * np.pi * t / 24)
+
+    def failing():
+        raise ValueError("cannot fit")
+
+    factories = {
+        "naive": lambda: NaiveModel(3),
+        "seasonal_naive_daily": lambda: SeasonalNaiveModel(24, 3),
+        "broken": failing,
+    }
+    selection = select_model(factories, y, [1, 3])
+    assert selection.overall == "seasonal_naive_daily"
+    assert selection.per_horizon == {1: "seasonal_naive_daily", 3: "seasonal_naive_daily"}
+    assert selection.failures == {"broken": "cannot fit"}
+    assert selection.results["seasonal_naive_daily"].wape[3] < 1e-9
+
+
+def test_weekly_models_need_two_weeks_and_unknown_models_are_named():
+    names = set(candidate_factories(3600, [86400, 604800], 2, 24 * 13))
+    assert "seasonal_naive_daily" in names and "seasonal_naive_weekly" not in names
+    names = set(candidate_factories(3600, [86400, 604800], 2, 24 * 14))
+    assert "seasonal_naive_weekly" in names
+    with pytest.raises(ValueError, match="unknown model 'arima'"):
+        candidate_factories(3600, [86400], 2, 100, include=["arima"])
+
+
+def test_replay_with_selection_uses_each_horizons_winner():
+    t = np.arange(24 * 8)
+    y = 50 + 20 * np.sin(2 * np.pi * t / 24)
+
+    def select(history):
+        return {1: "naive", 2: "seasonal"}, {
+            "naive": lambda: NaiveModel(2),
+            "seasonal": lambda: SeasonalNaiveModel(24, 2),
+        }
+
+    result = replay_with_selection(select, y, [1, 2], test_start=24 * 6, reselect_every=24)
+    assert result.wape[2] < 1e-9 < result.wape[1]

@@ -1,0 +1,158 @@
+"""Each model on synthetic series whose right answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+from predictor.models import (
+    ETSModel,
+    InsufficientHistory,
+    MedianEnsemble,
+    NaiveModel,
+    SeasonalLevelModel,
+    SeasonalNaiveModel,
+    SequenceModel,
+)
+from predictor.models.base import History
+
+PERIOD = 24
+
+
+def seasonal(n: int, level: float = 100.0) -> np.ndarray:
+    t = np.arange(n)
+    return level + 40 * np.sin(2 * np.pi * t / PERIOD) + 15 * np.cos(4 * np.pi * t / PERIOD)
+
+
+def test_history_keeps_the_most_recent_points_in_order():
+    h = History(5)
+    h.extend(np.arange(3.0))
+    for v in range(3, 12):
+        h.append(float(v))
+    assert list(h.values()) == [7, 8, 9, 10, 11]
+    assert h.ago(1) == 11 and h.ago(5) == 7
+    assert list(h.last(2)) == [10, 11]
+    h.extend(np.arange(100.0, 108.0))
+    assert list(h.values()) == [103, 104, 105, 106, 107]
+
+
+def test_naive_repeats_the_last_value_at_every_horizon():
+    m = NaiveModel(max_horizon=3)
+    m.fit([1.0, 5.0, 7.0])
+    assert list(m.predict([1, 2, 3]).point) == [7, 7, 7]
+    m.update(2.0)
+    assert list(m.predict([1, 3]).point) == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: SeasonalNaiveModel(PERIOD, 6),
+        lambda: SeasonalLevelModel(PERIOD, 6, 6),
+        lambda: ETSModel(6, periods=(PERIOD,), log=False),
+        lambda: ETSModel(6, periods=(PERIOD,), log=True),
+    ],
+)
+def test_a_pure_seasonal_series_is_forecast_almost_exactly(factory):
+    y = seasonal(24 * 12)
+    model = factory()
+    model.fit(y[:-30])
+    for v in y[-30:-6]:
+        model.update(v)
+    point = model.predict(list(range(1, 7))).point
+    truth = y[-6:]
+    assert np.abs(point - truth).max() < 0.02 * truth.mean()
+
+
+def test_the_gru_learns_a_seasonal_series_from_a_poor_start():
+    y = seasonal(24 * 14)
+    model = SequenceModel(4, window=24, periods=(PERIOD,), epochs=10, max_steps=150)
+    model.fit(y[:-4])
+    point = model.predict([1, 2, 3, 4]).point
+    assert np.abs(point - y[-4:]).mean() < 0.05 * y.mean()
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [lambda: NaiveModel(3), lambda: ETSModel(3, log=False), lambda: ETSModel(3, log=True)],
+)
+def test_a_level_shift_is_followed(factory):
+    rng = np.random.default_rng(1)
+    before = 10 + rng.normal(0, 0.3, 200)
+    model = factory()
+    model.fit(before)
+    assert abs(model.predict(1).point[0] - 10) < 1.5
+    for v in 30 + rng.normal(0, 0.3, 40):
+        model.update(v)
+    assert abs(model.predict(3).point[0] - 30) < 2.0
+
+
+def test_seasonal_level_scales_last_season_to_a_grown_load():
+    t = np.arange(24 * 14)
+    y = (50 + 30 * np.sin(2 * np.pi * t / PERIOD)) * (1.02 ** (t / PERIOD))
+    model = SeasonalLevelModel(PERIOD, PERIOD, 4)
+    model.fit(y[:-4])
+    assert model.exponent > 0
+    plain = SeasonalNaiveModel(PERIOD, 4)
+    plain.fit(y[:-4])
+    err_level = np.abs(model.predict([1, 2, 3, 4]).point - y[-4:]).sum()
+    err_plain = np.abs(plain.predict([1, 2, 3, 4]).point - y[-4:]).sum()
+    assert err_level < 0.5 * err_plain
+
+
+def test_ets_update_runs_the_same_recursion_as_statsmodels():
+    rng = np.random.default_rng(2)
+    y = seasonal(24 * 10) + rng.normal(0, 3, 240)
+    model = ETSModel(5, periods=(PERIOD,), log=False)
+    model.fit_until(y, 200)  # estimate on all of y, state after y[:200] ...
+    for v in y[200:]:
+        model.update(v)  # ... then advance point by point to the end
+    reference = ExponentialSmoothing(
+        y,
+        trend="add",
+        damped_trend=True,
+        seasonal="add",
+        seasonal_periods=PERIOD,
+        initialization_method="heuristic",
+        bounds={
+            "smoothing_level": (0.01, 0.99),
+            "smoothing_trend": (0.0, 0.5),
+            "smoothing_seasonal": (0.0, 0.99),
+            "damping_trend": (0.8, 0.98),
+        },
+    ).fit()
+    np.testing.assert_allclose(model.predict([1, 2, 3, 4, 5]).point, reference.forecast(5), rtol=1e-6)
+
+
+def test_ensemble_takes_the_median_of_its_members():
+    y = seasonal(24 * 10)
+    members = [NaiveModel(2), SeasonalNaiveModel(PERIOD, 2), ETSModel(2, periods=(PERIOD,))]
+    ensemble = MedianEnsemble(members)
+    ensemble.fit(y)
+    paths = np.stack([m.latest_path() for m in members])
+    np.testing.assert_allclose(ensemble.predict([1, 2]).point, np.median(paths, axis=0))
+
+
+def test_upper_bound_is_never_below_the_point_and_counts_forecasts_are_not_negative():
+    rng = np.random.default_rng(3)
+    y = rng.poisson(0.3, 300).astype(float)
+    model = ETSModel(3, log=False)
+    model.fit(y)
+    p = model.predict([1, 2, 3])
+    assert np.all(p.point >= 0) and np.all(p.upper >= p.point)
+
+
+def test_bad_input_and_misuse_get_clear_errors():
+    with pytest.raises(InsufficientHistory, match="needs at least 25 points"):
+        SeasonalNaiveModel(PERIOD, 2).fit(np.ones(10))
+    with pytest.raises(ValueError, match="fill gaps first"):
+        NaiveModel(2).fit([1.0, float("nan"), 2.0])
+    model = NaiveModel(2)
+    with pytest.raises(RuntimeError, match="fit"):
+        model.predict(1)
+    model.fit([1.0, 2.0])
+    with pytest.raises(ValueError, match="outside 1..2"):
+        model.predict(3)
+    with pytest.raises(ValueError, match="finite"):
+        model.update(float("inf"))
