@@ -31,7 +31,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import yaml
 
@@ -42,6 +42,14 @@ EXIT_USAGE = 2
 
 class ConfigError(ValueError):
     """A setting is wrong; the message names it and says how to fix it."""
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage dump), like every other bad setting."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}; see --help", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
@@ -146,7 +154,7 @@ def read_yaml_mapping(path: str | Path, cls: type | None = None) -> dict[str, An
 
 def load_config(cls: type[T], argv: Sequence[str] | None, prog: str, description: str = "") -> T:
     """Parse ``argv`` into ``cls``; on any problem print one line and exit with code 2."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = OneLineErrorParser(prog=prog, description=description)
     add_config_arguments(parser, cls)
     args = parser.parse_args(argv)
     return config_or_exit(cls, args, prog)

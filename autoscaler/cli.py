@@ -1,4 +1,4 @@
-"""``autoglm-autoscaler`` / ``autoglm autoscaler``: run the controller, simulate, or ask one decision.
+"""``autoglm autoscaler``: run the controller, simulate a policy, or ask for one decision.
 
     autoglm autoscaler run --namespace ml --prometheus-url http://prometheus:9090 [--dry-run]
     autoglm autoscaler run --mode local --spec-file gpuautoscaler.yaml \
@@ -64,6 +64,8 @@ def run_main(argv: Sequence[str]) -> int:
     add_config_arguments(parser, AutoscalerConfig)
     cfg = config_or_exit(AutoscalerConfig, parser.parse_args(argv), f"{PROG} run")
     setup_logging("autoscaler", cfg.log_level, cfg.log_format)
+    # apscheduler logs every run of the job at info; our own tick logs say what matters.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         return _run(cfg)
     except (ConfigError, SpecError) as exc:
@@ -79,7 +81,11 @@ def prometheus_client(cfg: AutoscalerConfig) -> PrometheusClient:
         except OSError as exc:
             raise ConfigError(f"cannot read {what} file {path!r}: {exc.strerror}") from exc
 
-    token = read(cfg.prometheus_bearer_token_file, "bearer token") if cfg.prometheus_bearer_token_file else None
+    token = (
+        read(cfg.prometheus_bearer_token_file, "bearer token")
+        if cfg.prometheus_bearer_token_file
+        else None
+    )
     auth = None
     if cfg.prometheus_username:
         auth = (cfg.prometheus_username, read(cfg.prometheus_password_file, "password"))
@@ -188,7 +194,12 @@ def _run(cfg: AutoscalerConfig) -> int:
         signal.signal(sig, lambda *_: stop.set())
     log.info(
         "autoscaler started",
-        extra={"mode": cfg.mode, "dry_run": cfg.dry_run, "listen": server.url, "identity": identity},
+        extra={
+            "mode": cfg.mode,
+            "dry_run": cfg.dry_run,
+            "listen": server.url,
+            "identity": identity,
+        },
     )
     loop.start()
     try:
@@ -211,7 +222,7 @@ def decide_main(argv: Sequence[str]) -> int:
     """One decision from a spec and metric values given on the command line (no state, no I/O)."""
     parser = argparse.ArgumentParser(
         prog=f"{PROG} decide",
-        description="what would the autoscaler do with these readings? (first decision, no history)",
+        description="what would the autoscaler do with these readings? (no history)",
     )
     parser.add_argument("--spec", required=True, help="GPUAutoscaler YAML (object or spec)")
     parser.add_argument("--current", type=int, required=True, help="current replicas")
@@ -219,7 +230,8 @@ def decide_main(argv: Sequence[str]) -> int:
         "--metrics",
         required=True,
         help='JSON: {"NAME": {"pods": {"pod-a": 80, ...}} | {"value": 12}, '
-        'optional "forecast": N}; a pod value null means no sample',
+        'optional "forecast": N in the reading\'s units (per pod for Pods metric)}; '
+        "a pod value null means no sample",
     )
     args = parser.parse_args(argv)
     try:

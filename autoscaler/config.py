@@ -13,7 +13,9 @@ from autoscaler.controller.forecasts import DEFAULT_FORECAST_QUERY
 class AutoscalerConfig:
     mode: Literal["kubernetes", "local"] = field(
         default="kubernetes",
-        metadata={"help": "scale Deployments from GPUAutoscaler objects, or local worker processes"},
+        metadata={
+            "help": "scale Deployments from GPUAutoscaler objects, or local worker processes"
+        },
     )
     namespace: str = field(default="default", metadata={"help": "namespace of the GPUAutoscalers"})
     name: str = field(
@@ -63,7 +65,9 @@ class AutoscalerConfig:
     )
     forecast_query: str = field(
         default=DEFAULT_FORECAST_QUERY,
-        metadata={"help": "PromQL template of the forecast upper bound ({target} {horizon} {quantile})"},
+        metadata={
+            "help": "PromQL template of the forecast upper bound ({target} {horizon} {quantile})"
+        },
     )
     interval: float = field(default=15.0, metadata={"help": "seconds between reconciles"})
     dry_run: bool = field(

@@ -8,6 +8,7 @@ readiness read from an HTTP URL, so the HPA's readiness rules apply to it unchan
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -186,7 +187,9 @@ class LocalProcessGroup:
                 return port
 
     def _start(self, port: int) -> _Worker:
-        argv = [arg.replace("{port}", str(port)).replace("{host}", self.host) for arg in self.command]
+        argv = [
+            arg.replace("{port}", str(port)).replace("{host}", self.host) for arg in self.command
+        ]
         env = {**os.environ, **self.env, self.port_env: str(port)}
         process = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
         log.info("worker started", extra={"port": port, "pid": process.pid, "argv": argv})
@@ -205,7 +208,8 @@ class LocalProcessGroup:
         # The leader has exited; make sure nothing it spawned outlives it.
         _signal_group(proc.pid, signal.SIGKILL)
         log.info(
-            "worker stopped", extra={"port": worker.port, "pid": proc.pid, "exit_code": proc.returncode}
+            "worker stopped",
+            extra={"port": worker.port, "pid": proc.pid, "exit_code": proc.returncode},
         )
 
     def _sample(self, worker: _Worker) -> PodSample:
@@ -235,7 +239,5 @@ class LocalProcessGroup:
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

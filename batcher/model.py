@@ -210,11 +210,27 @@ def load_model(
         served = factory(checkpoint=checkpoint)
     else:
         served = factory()
-    inputs = _specs(getattr(served, "input_specs", None), DEFAULT_INPUTS, f"{target} input_specs")
-    outputs = _specs(
-        getattr(served, "output_specs", None), DEFAULT_OUTPUTS, f"{target} output_specs"
+    default_name = module_name.rsplit(".", 1)[-1]
+    return wrap_model(
+        served, name=name, default_name=default_name, device=device, buckets=buckets, source=target
     )
-    model_name = name or getattr(served, "model_name", "") or module_name.rsplit(".", 1)[-1]
+
+
+def wrap_model(
+    served: Any,
+    *,
+    name: str = "",
+    default_name: str = "model",
+    device: str = "cpu",
+    buckets: Sequence[int] | None = None,
+    source: str = "the model",
+) -> ServedModel:
+    """Wrap what a factory returned (torch module or batch callable) for the engine."""
+    inputs = _specs(getattr(served, "input_specs", None), DEFAULT_INPUTS, f"{source} input_specs")
+    outputs = _specs(
+        getattr(served, "output_specs", None), DEFAULT_OUTPUTS, f"{source} output_specs"
+    )
+    model_name = name or getattr(served, "model_name", "") or default_name
     if isinstance(served, torch.nn.Module):
         served.to(device).eval()
         runner = ModuleRunner(served, inputs, outputs, device, buckets)
@@ -224,6 +240,6 @@ def load_model(
             model_name, inputs, outputs, CallableRunner(served, outputs), lambda n: n, device
         )
     raise ConfigError(
-        f"--model {target!r} returned {type(served).__name__}; "
+        f"{source} returned {type(served).__name__}; "
         "return a torch.nn.Module or a callable over a list of inputs"
     )

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# The script's own folder holds bench/predictor.py, which would shadow the predictor package.
+sys.path[0] = str(ROOT)
 
 from autoscaler.simulator.engine import SimulationConfig, simulate  # noqa: E402
 from autoscaler.simulator.fleet import ServiceModel  # noqa: E402

@@ -485,9 +485,9 @@ def _exporter_health(d: db.Dashboard) -> db.Dashboard:
     d = d.with_panel(
         timeseries_panel(
             "Collections and overruns",
-            "Does the loop keep its schedule? Collections per second and those that hit the "
-            "deadline (autoglm_exporter_collections_total, "
-            "autoglm_exporter_collection_overruns_total).",
+            "Does the loop keep its schedule? Collections and deadline overruns per second, and "
+            "GPU reads still hung past their deadline (autoglm_exporter_collections_total, "
+            "autoglm_exporter_collection_overruns_total, autoglm_exporter_hung_reads).",
             [
                 Query(
                     f"rate(autoglm_exporter_collections_total{{{INSTANCE_SELECTOR}}}"
@@ -499,8 +499,12 @@ def _exporter_health(d: db.Dashboard) -> db.Dashboard:
                     "[$__rate_interval])",
                     "{{instance}} overruns",
                 ),
+                Query(
+                    f"autoglm_exporter_hung_reads{{{INSTANCE_SELECTOR}}}",
+                    "{{instance}} hung reads",
+                ),
             ],
-            "ops",
+            "short",
             width=8,
             min_value=0,
         )

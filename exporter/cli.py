@@ -6,17 +6,16 @@ the GPUs cannot be read (no NVIDIA driver) -- never a silent fallback to made-up
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from autoglm.config import ConfigError, add_config_arguments, config_or_exit
+from autoglm.config import ConfigError, OneLineErrorParser, add_config_arguments, config_or_exit
 from autoglm.logs import setup_logging
 from autoglm.webconfig import WebConfig
 from exporter.config import ExporterConfig, default_hostname
@@ -31,14 +30,6 @@ EXIT_NO_GPU = 1
 EXIT_USAGE = 2
 
 log = logging.getLogger(__name__)
-
-
-class _OneLineErrorParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (no usage dump), like every other bad setting."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message}; see --help", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 class NoGPUError(Exception):
@@ -85,7 +76,7 @@ def _pod_watcher(cfg: ExporterConfig, registry: CollectorRegistry) -> PodResourc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _OneLineErrorParser(
+    parser = OneLineErrorParser(
         prog=PROG,
         description="GPU metrics for Prometheus with dcgm-exporter's names (NVML or simulated)",
     )
@@ -96,12 +87,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     setup_logging("exporter", cfg.log_level, cfg.log_format)
     source: GPUSource | None = None
+    pods: PodResourcesWatcher | None = None
     try:
         web_config = WebConfig.load(cfg.web_config_file)
         source = open_source(cfg)
         _inject_startup_faults(source, cfg.fault)
         registry = CollectorRegistry()
         pods = _pod_watcher(cfg, registry)
+        if pods is not None:
+            pods.refresh()  # so the first snapshot already carries pod labels (bounded wait)
+            pods.start()
         service = ExporterService(
             source,
             listen=cfg.listen,
@@ -118,14 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         service.start()
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
+        if pods is not None:
+            pods.stop()
         if source is not None:
             source.close()
         return EXIT_USAGE
     except NoGPUError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_NO_GPU
-    if pods is not None:
-        pods.start()
     log.info(
         "exporter started",
         extra={

@@ -115,7 +115,11 @@ class ExporterService:
 
     def start(self) -> None:
         """Serve HTTP (a taken port raises ConfigError), then start collecting."""
-        self.server.start()
+        try:
+            self.server.start()
+        except Exception:
+            self.collector.stop()  # its device readers already run
+            raise
         self.collector.start()
 
     def stop(self) -> None:

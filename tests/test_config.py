@@ -90,3 +90,11 @@ def test_parse_listen(value, expected):
 def test_parse_listen_rejects(value):
     with pytest.raises(ConfigError, match="must be HOST:PORT"):
         parse_listen(value)
+
+
+def test_unknown_flag_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        load_config(DemoConfig, ["--gpus", "2", "--no-such-flag"], prog="demo")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["demo: error: unrecognized arguments: --no-such-flag; see --help"]

@@ -43,7 +43,9 @@ class KubernetesController:
             else:
                 objects = self.kube.list_autoscalers(self.namespace)
         except KubeError as exc:
-            self.reconciler.m.errors.labels(self.namespace, self.name or "", "list_autoscalers").inc()
+            self.reconciler.m.errors.labels(
+                self.namespace, self.name or "", "list_autoscalers"
+            ).inc()
             log.error("cannot read GPUAutoscalers", extra={"error": str(exc)})
             return {}
         seen, results = set(), {}

@@ -104,7 +104,7 @@ class PrometheusForecasts:
         assert metric.prediction is not None
         return self.query_template.format(
             target=metric.name,
-            horizon=int(math.ceil(metric.prediction.effective_horizon_seconds)),
+            horizon=math.ceil(metric.prediction.effective_horizon_seconds),
             quantile=f"{metric.prediction.quantile:g}",
         )
 

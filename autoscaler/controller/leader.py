@@ -1,4 +1,4 @@
-"""Leader election on a coordination.k8s.io/v1 Lease, so that two controller replicas never both act.
+"""Leader election on a coordination.k8s.io/v1 Lease: two controller replicas never both act.
 
 The rules are client-go's: a candidate may take the lease when nobody holds it, when it holds it
 already, or when the record (holder, renewTime) has not changed for ``leaseDurationSeconds`` as

@@ -23,7 +23,6 @@ from autoscaler.core import MetricInput
 from autoscaler.core.replica_calculator import PodSample
 from autoscaler.spec import MetricSpec
 
-
 ErrorCounter = Callable[[str], None]
 
 

@@ -207,7 +207,11 @@ class Reconciler:
             result.errors.append(str(exc))
             message = f"the HPA controller was unable to update the target scale: {exc}"
             conditions.set("AbleToScale", False, "FailedUpdateScale", message)
-            notify("Warning", "FailedRescale", f"New size: {desired}; reason: {decision.reason}; error: {exc}")
+            notify(
+                "Warning",
+                "FailedRescale",
+                f"New size: {desired}; reason: {decision.reason}; error: {exc}",
+            )
             log.error("scaling failed", extra=_ctx(labels, desired=desired, error=str(exc)))
             return
         now = self.clock()

@@ -117,7 +117,7 @@ def _to_seconds(column: pd.Series, time_format: str, path: Path, name: str) -> n
             return numeric.to_numpy(float)
         parsed = pd.to_datetime(column, errors="coerce", format="mixed")
     else:
-        parsed = pd.to_datetime(column, errors="coerce", format=time_format)
+        parsed = pd.to_datetime(column.astype(str), errors="coerce", format=time_format)
     if parsed.isna().mean() > 0.5:
         raise TraceError(
             f"{path}: column {name!r} does not parse as times with format {time_format!r}; "

@@ -44,6 +44,7 @@ class SequenceModel(ForecastModel):
         hidden: int = 16,
         epochs: int = 15,
         max_steps: int = 300,
+        learning_rate: float = 0.01,
         seed: int = 0,
         **kwargs,
     ) -> None:
@@ -53,6 +54,7 @@ class SequenceModel(ForecastModel):
         self.hidden = hidden
         self.epochs = epochs
         self.max_steps = max_steps
+        self.learning_rate = learning_rate
         self.seed = seed
         self.scale = 1.0
         self.net: _Net | None = None
@@ -100,23 +102,22 @@ class SequenceModel(ForecastModel):
         x_w = torch.tensor(windows, dtype=torch.float32)
         x_e = torch.tensor(extra, dtype=torch.float32)
         t = torch.tensor(targets, dtype=torch.float32)
-        optimiser = torch.optim.Adam(net.parameters(), lr=0.01)
+        optimiser = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
         generator = torch.Generator().manual_seed(self.seed)
+        # A few epochs capped at max_steps: the cost stays bounded for long histories.
         batch = 128
         steps = 0
         for _ in range(self.epochs):
             order = torch.randperm(len(t), generator=generator)
             for start in range(0, len(t), batch):
+                if steps >= self.max_steps:
+                    break
                 idx = order[start : start + batch]
                 optimiser.zero_grad()
                 loss = (net(x_w[idx], x_e[idx]) - t[idx]).abs().mean()
                 loss.backward()
                 optimiser.step()
                 steps += 1
-                if steps >= self.max_steps:
-                    break
-            if steps >= self.max_steps:
-                break
         net.eval()
         self.net = net
 

@@ -198,23 +198,26 @@ class FakeKube:
                 m = re.fullmatch(pattern, req.path)
                 if m:
                     return handler(req, **m.groupdict())
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({req.path})")
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({req.path})"
+            )
 
     def _routes(self) -> list[tuple[str, Callable[..., tuple[int, dict]]]]:
         ns = r"(?P<ns>[a-z0-9-]+)"
         name = r"(?P<name>[a-z0-9.-]+)"
+        custom = rf"/apis/(?P<group>[a-z0-9.-]+)/(?P<version>v[a-z0-9]+)/namespaces/{ns}"
+        custom += r"/(?P<plural>[a-z]+)"
+        workload = rf"/apis/apps/v1/namespaces/{ns}/(?P<res>deployments|statefulsets)/{name}"
+        leases = rf"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
         return [
-            (rf"/apis/apps/v1/namespaces/{ns}/(?P<res>deployments|statefulsets)/{name}/scale", self._scale),
+            (rf"{workload}/scale", self._scale),
             (rf"/api/v1/namespaces/{ns}/pods", self._pods),
             (rf"/api/v1/namespaces/{ns}/events", self._events),
-            (rf"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", self._leases),
-            (rf"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", self._lease),
-            (rf"/apis/(?P<group>[a-z0-9.-]+)/(?P<version>v[a-z0-9]+)/namespaces/{ns}/(?P<plural>[a-z]+)", self._customs),
-            (
-                rf"/apis/(?P<group>[a-z0-9.-]+)/(?P<version>v[a-z0-9]+)/namespaces/{ns}/(?P<plural>[a-z]+)/{name}(?P<status>/status)?",
-                self._custom,
-            ),
-        ]  # fmt: skip
+            (leases, self._leases),
+            (rf"{leases}/{name}", self._lease),
+            (custom, self._customs),
+            (rf"{custom}/{name}(?P<status>/status)?", self._custom),
+        ]
 
     def _not_found(self, resource: str, group: str, name: str) -> ApiError:
         full = f"{resource}.{group}" if group else resource
@@ -279,9 +282,7 @@ class FakeKube:
         if req.method != "GET":
             raise ApiError(405, "MethodNotAllowed", "only list is served for pods here")
         selector = parse_label_selector((req.query.get("labelSelector") or [""])[0])
-        items = [
-            p for p in self.list("pods", ns) if selector(p["metadata"].get("labels") or {})
-        ]
+        items = [p for p in self.list("pods", ns) if selector(p["metadata"].get("labels") or {})]
         return 200, {
             "kind": "PodList",
             "apiVersion": "v1",
@@ -329,9 +330,10 @@ class FakeKube:
             raise self._not_found("leases", "coordination.k8s.io", name)
         if req.method == "PUT":
             body = copy.deepcopy(req.body)
-            if body["metadata"].get("resourceVersion") != self.objects[key]["metadata"][
-                "resourceVersion"
-            ]:
+            if (
+                body["metadata"].get("resourceVersion")
+                != self.objects[key]["metadata"]["resourceVersion"]
+            ):
                 raise self._conflict("leases", "coordination.k8s.io", name)
             body["metadata"]["resourceVersion"] = self.next_rv()
             self.objects[key] = body
@@ -385,7 +387,7 @@ _SET_RE = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 
 
 def parse_label_selector(text: str) -> Callable[[dict[str, str]], bool]:
-    """A matcher for the label selector syntax (``a=b``, ``a!=b``, ``a in (x,y)``, ``!a``, ``a``)."""
+    """A matcher for label selectors (``a=b``, ``a!=b``, ``a in (x,y)``, ``!a``, ``a``)."""
     clauses: list[Callable[[dict[str, str]], bool]] = []
     for part in _split_selector(text):
         part = part.strip()
@@ -405,7 +407,8 @@ def parse_label_selector(text: str) -> Callable[[dict[str, str]], bool]:
             key, value = (s.strip() for s in part.replace("==", "=").split("=", 1))
             clauses.append(lambda lb, k=key, v=value: lb.get(k) == v)
         elif part.startswith("!"):
-            clauses.append(lambda lb, k=part[1:].strip(): k not in lb)
+            absent = part[1:].strip()
+            clauses.append(lambda lb, k=absent: k not in lb)
         else:
             clauses.append(lambda lb, k=part: k in lb)
     return lambda labels: all(c(labels) for c in clauses)

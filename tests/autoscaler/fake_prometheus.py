@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 
 class FakePrometheus:
-    """``answers[query]`` is a list of (labels, value) pairs; unknown queries give an empty vector."""
+    """``answers[query]``: a list of (labels, value) pairs; other queries get an empty vector."""
 
     def __init__(self) -> None:
         self.answers: dict[str, list[tuple[dict[str, str], float | str]]] = {}

@@ -222,7 +222,9 @@ def test_conflicts_beyond_the_retry_budget_fail_the_rescale(h):
     assert "Conflict" in h.condition("AbleToScale")["message"]
     assert [e["reason"] for e in h.fake.events(NS)] == ["FailedRescale"]
     assert (
-        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="update_scale")
+        h.sample(
+            "autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="update_scale"
+        )
         == 1
     )
 
@@ -322,7 +324,9 @@ def test_a_nan_metric_blocks_scale_down_but_not_scale_up(h):
     assert h.status()["lastDecision"]["driver"] == "invalid_metrics_no_scale_down"
     assert h.condition("ScalingActive")["reason"] == "FailedGetExternalMetric"
     assert (
-        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="metric_nan")
+        h.sample(
+            "autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="metric_nan"
+        )
         == 1
     )
     # the valid metric may still scale up while the other is broken
@@ -350,7 +354,9 @@ def test_an_api_error_reading_the_scale_changes_nothing_and_is_reported(h):
     assert h.condition("AbleToScale")["reason"] == "FailedGetScale"
     assert [e["reason"] for e in h.fake.events(NS)] == ["FailedGetScale"]
     assert (
-        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="get_scale")
+        h.sample(
+            "autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="get_scale"
+        )
         == 1
     )
     # recovers on the next reconcile; lastTransitionTime moves with the status change
@@ -420,9 +426,7 @@ def test_all_autoscalers_in_the_namespace_are_reconciled(h):
 
 def _leader_setup(h: Harness, identity: str):
     kube = KubeAPI(h.api_client, identity=identity, clock=h.clock)
-    elector = LeaderElector(
-        h.api_client, NS, "autoglm-autoscaler", identity, clock=h.clock
-    )
+    elector = LeaderElector(h.api_client, NS, "autoglm-autoscaler", identity, clock=h.clock)
     metrics = AutoscalerMetrics()
     reconciler = Reconciler(
         PrometheusMetricsSource(h.client),
@@ -491,7 +495,7 @@ def test_the_loop_ticks_on_apscheduler_and_stops_cleanly(h):
     assert h.fake.replicas(NS, "llm") == 4
     exposition = generate_latest(h.metrics.registry).decode()
     assert "autoglm_autoscaler_reconcile_duration_seconds_count" in exposition
-    assert 'autoglm_autoscaler_leader 1.0' not in exposition  # stop() cleared it
+    assert "autoglm_autoscaler_leader 1.0" not in exposition  # stop() cleared it
 
 
 class StubPredictor:
@@ -503,7 +507,9 @@ class StubPredictor:
 
     def forecast(self, target: str, horizon_seconds: float, quantile: float = 0.9):
         self.asked.append((target, horizon_seconds, quantile))
-        return Forecast(target, horizon_seconds, self.upper * 0.8, self.upper, quantile, "ets", self.issued_at)
+        return Forecast(
+            target, horizon_seconds, self.upper * 0.8, self.upper, quantile, "ets", self.issued_at
+        )
 
 
 def test_a_forecast_orders_replicas_before_the_load_arrives(h):
@@ -532,9 +538,7 @@ def test_a_forecast_orders_replicas_before_the_load_arrives(h):
     assert (decision["reactiveProposal"], decision["predictiveProposal"]) == (2, 6)
     assert h.status()["currentMetrics"][0]["forecastUpper"] == "12"  # per pod
     assert (
-        h.sample(
-            "autoglm_autoscaler_predictive_proposal_replicas", namespace=NS, autoscaler="llm"
-        )
+        h.sample("autoglm_autoscaler_predictive_proposal_replicas", namespace=NS, autoscaler="llm")
         == 6
     )
 
@@ -560,6 +564,8 @@ def test_a_stale_forecast_is_ignored(h):
     assert h.fake.replicas(NS, "llm") == 2
     assert "predictiveProposal" not in h.status()["lastDecision"]  # null removes it (merge patch)
     assert (
-        h.sample("autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="forecast_stale")
+        h.sample(
+            "autoglm_autoscaler_errors_total", namespace=NS, autoscaler="llm", kind="forecast_stale"
+        )
         == 1
     )

@@ -48,7 +48,15 @@ def group(tmp_path):
 
     def make(*extra, **kw):
         g = LocalProcessGroup(
-            [sys.executable, WORKER, "--port", "{port}", "--child-pid-file", str(tmp_path / "children"), *extra],
+            [
+                sys.executable,
+                WORKER,
+                "--port",
+                "{port}",
+                "--child-pid-file",
+                str(tmp_path / "children"),
+                *extra,
+            ],
             stop_timeout=kw.pop("stop_timeout", 5.0),
             **kw,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -48,3 +49,84 @@ def run_virtual() -> Iterator[Callable[[Callable[[], Awaitable[T]]], T]]:
     yield run
     for loop in loops:
         loop.close()
+
+
+class ServerThread:
+    """A real :class:`BatcherServer` on 127.0.0.1 with its own event loop in a thread.
+
+    Tests talk to it with real HTTP clients (requests, tritonclient) from the test thread.
+    """
+
+    def __init__(self, served: object, web_config: object = None, **settings: object) -> None:
+        from batcher.config import BatcherConfig
+        from batcher.model import wrap_model
+
+        settings.setdefault("listen", "127.0.0.1:0")
+        self.config = BatcherConfig(**settings)
+        self.model = wrap_model(served, name=self.config.model_name)
+        self.web_config = web_config
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="batcher-test-server")
+        self.server = None
+
+    def start(self) -> ServerThread:
+        from prometheus_client import CollectorRegistry
+
+        from batcher.engine import from_config
+        from batcher.execution import ThreadExecutor
+        from batcher.memory import MemoryMonitor
+        from batcher.metrics import BatcherMetrics
+        from batcher.server import BatcherServer
+
+        self.thread.start()
+        config = self.config
+        registry = CollectorRegistry()
+        metrics = BatcherMetrics(
+            registry, self.model.name, config.slo_seconds, config.max_batch_size
+        )
+        memory = MemoryMonitor(self.model.device, config.idle_release_seconds)
+        metrics.watch_memory(memory.stats)
+
+        async def build() -> BatcherServer:
+            executor = ThreadExecutor(self.model.run, self.model.batch_size_for, memory)
+            batcher = from_config(executor, config, memory=memory, metrics=metrics)
+            server = BatcherServer(
+                self.model,
+                batcher,
+                registry,
+                listen=config.listen,
+                web_config=self.web_config,
+                max_body_bytes=config.max_body_bytes,
+            )
+            await server.start()
+            return server
+
+        self.server = asyncio.run_coroutine_threadsafe(build(), self.loop).result(timeout=30)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            asyncio.run_coroutine_threadsafe(self.server.shutdown(10.0), self.loop).result(30)
+            self.server = None
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+        self.loop.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., ServerThread]]:
+    """Start servers for a test; all are shut down (drained) at teardown."""
+    started: list[ServerThread] = []
+
+    def start(served: object, web_config: object = None, **settings: object) -> ServerThread:
+        server = ServerThread(served, web_config, **settings).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

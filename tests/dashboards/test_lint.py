@@ -58,7 +58,8 @@ class _PodResources:
 def exporter_metrics() -> set[str]:
     """Metric names the exporter really renders: a simulated GPU with an Xid, pods attributed."""
     source = SimulatedSource(2, "NVIDIA H100 80GB HBM3", 1, load_profile("constant:0.5"))
-    source.inject(parse_fault("xid:gpu=0:code=79"))
+    source.inject(parse_fault("xid:gpu=0:code=79"))  # Xid series exist after the first Xid
+    source.inject(parse_fault("field-error:gpu=1:field=DCGM_FI_DEV_POWER_USAGE"))  # error series
     collector = Collector(source, publish=lambda _: None)
     try:
         snapshot = collector.collect_once()

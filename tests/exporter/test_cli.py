@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import signal
 import socket
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -13,6 +15,16 @@ from exporter.cli import main
 from exporter.service import ExporterService
 from tests.exporter.fakes import ScriptedSource, device
 from tests.exporter.processes import wait_until
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """main() points the root logger at the captured stderr; put it back after each test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def run_main(capsys, *argv: str) -> tuple[int, list[str]]:

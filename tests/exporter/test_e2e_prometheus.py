@@ -63,8 +63,8 @@ def test_prometheus_scrapes_eight_simulated_gpus_with_pod_labels(start_exporter,
         assert sorted(int(s["metric"]["gpu"]) for s in per_gpu) == list(range(8))
         assert all(0.0 <= float(s["value"][1]) <= 100.0 for s in per_gpu)
 
-        shared = prom.query('DCGM_FI_DEV_GPU_UTIL{gpu="0"}')
-        assert sorted(s["metric"]["pod"] for s in shared) == ["chat-0", "chat-1"]
+        shared = prom.wait_for('DCGM_FI_DEV_GPU_UTIL{gpu="0"}', lambda r: len(r) == 2)
+        assert sorted(s["metric"].get("pod", "") for s in shared) == ["chat-0", "chat-1"]
         assert {s["metric"]["namespace"] for s in shared} == {"ml"}
         assert prom.query('DCGM_FI_DEV_FB_USED{gpu="1"}')[0]["metric"]["pod"] == "embed-0"
         assert "pod" not in prom.query('DCGM_FI_DEV_FB_USED{gpu="5"}')[0]["metric"]

@@ -23,7 +23,7 @@ def test_measures_on_a_hand_computed_case():
     point = np.array([0.0, 1.0, 5.0, 4.0])
     assert wape(actual, point) == pytest.approx(100 * (0 + 1 + 1 + 2) / 8)
     # 0/0 counts as a perfect 0, then 2*1/3, 2*1/9, 2*2/6
-    assert smape(actual, point) == pytest.approx(100 * (0 + 2 / 3 + 2 / 9 + 4 / 6) * 2 / 4)
+    assert smape(actual, point) == pytest.approx(100 * (0 + 2 / 3 + 2 / 9 + 4 / 6) / 4)
     assert under_rate(actual, point) == 25.0
     assert coverage(actual, point) == 75.0
     assert np.isnan(wape(np.zeros(3), np.ones(3)))

@@ -222,17 +222,29 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* The ServiceMonitor endpoint of a component's "metrics" port. */}}
+{{/*
+The ServiceMonitor endpoint of a component, as a dict, with <component>.serviceMonitor.endpoint
+merged over it (so users can add tlsConfig, basicAuth or replace relabelings).
+Usage: include "autoglm.serviceMonitorEndpoint" (list $ "exporter" "metrics")
+*/}}
 {{- define "autoglm.serviceMonitorEndpoint" -}}
 {{- $root := index . 0 }}
-{{- $values := index . 1 }}
-{{- $path := index . 2 }}
-- port: {{ $values.service.portName | default "metrics" }}
-  path: {{ $path }}
-  scheme: {{ include "autoglm.scheme" $values }}
-  interval: {{ $values.serviceMonitor.interval | default $root.Values.monitoring.interval }}
-  scrapeTimeout: {{ $values.serviceMonitor.scrapeTimeout | default $root.Values.monitoring.scrapeTimeout }}
-  {{- with $values.serviceMonitor.endpoint }}
-  {{- toYaml . | nindent 2 }}
-  {{- end }}
+{{- $component := index . 1 }}
+{{- $port := index . 2 }}
+{{- $values := index $root.Values $component }}
+{{- $endpoint := dict "port" $port "path" "/metrics" "scheme" (include "autoglm.scheme" $values) }}
+{{- $_ := set $endpoint "interval" ($values.serviceMonitor.interval | default $root.Values.monitoring.interval) }}
+{{- $_ := set $endpoint "scrapeTimeout" ($values.serviceMonitor.scrapeTimeout | default $root.Values.monitoring.scrapeTimeout) }}
+{{- if eq $component "exporter" }}
+{{- /*
+GPU series carry the pod, namespace and container that hold the GPU (from the kubelet). The
+operator would add the exporter pod's own pod/namespace/container as target labels and rename
+the GPU's to exported_*; dropping the target's keeps the GPU's names, which alerts/rules.yaml and
+the dashboards use. The exporter pod is still known by instance and the added node label.
+*/}}
+{{- $node := dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "node" }}
+{{- $drop := dict "action" "labeldrop" "regex" "pod|namespace|container" }}
+{{- $_ := set $endpoint "relabelings" (list $node $drop) }}
+{{- end }}
+{{- toYaml (mergeOverwrite $endpoint (deepCopy $values.serviceMonitor.endpoint)) }}
 {{- end }}

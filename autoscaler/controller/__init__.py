@@ -1,0 +1,1 @@
+"""The controller: Kubernetes and Prometheus I/O, leader election and the reconcile loop."""

@@ -1,0 +1,40 @@
+"""Model factories the HTTP and CLI tests serve (importable as ``batcher_test_models:NAME``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from batcher.model import TensorSpec
+
+
+class EchoModel:
+    """Batch callable: ``y = 2 * x`` per request; counts calls; can be held to keep it busy."""
+
+    input_specs = (TensorSpec("x", "FP32", (3,)), TensorSpec("k", "INT32", (1,)))
+    output_specs = (TensorSpec("y", "FP32", (3,)), TensorSpec("k_out", "INT32", (1,)))
+    model_name = "echo"
+
+    def __init__(self, delay_seconds: float = 0.0) -> None:
+        self.delay_seconds = delay_seconds
+        self.calls = 0
+        self.items = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+
+    def __call__(self, batch: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        self.calls += 1
+        self.items += sum(len(p["x"]) for p in batch)
+        self.entered.set()
+        self.release.wait(timeout=30)
+        if self.delay_seconds:
+            time.sleep(self.delay_seconds)
+        return [{"y": p["x"] * 2, "k_out": p["k"]} for p in batch]
+
+
+def slow_echo() -> EchoModel:
+    """An echo model that takes 0.2 s per batch: work is still queued when a signal arrives."""
+    return EchoModel(delay_seconds=0.2)

@@ -1,0 +1,370 @@
+"""The running server on 127.0.0.1, driven by real clients: requests and tritonclient.http."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+
+import bcrypt
+import numpy as np
+import pytest
+import requests
+import torch
+import tritonclient.http as triton
+import yaml
+from batcher_test_models import EchoModel
+from tritonclient.utils import InferenceServerException
+
+from autoglm.webconfig import WebConfig
+from batcher.models.demo import factory as demo_factory
+from tests.selfsigned import ScratchCA
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def json_request(x: list[list[float]], k: list[list[int]], **extra) -> dict:
+    return {
+        "inputs": [
+            {"name": "x", "shape": [len(x), 3], "datatype": "FP32", "data": x},
+            {"name": "k", "shape": [len(k), 1], "datatype": "INT32", "data": k},
+        ],
+        **extra,
+    }
+
+
+def triton_inputs(x: np.ndarray, k: np.ndarray, binary: bool) -> list[triton.InferInput]:
+    tx = triton.InferInput("x", list(x.shape), "FP32")
+    tx.set_data_from_numpy(x, binary_data=binary)
+    tk = triton.InferInput("k", list(k.shape), "INT32")
+    tk.set_data_from_numpy(k, binary_data=binary)
+    return [tx, tk]
+
+
+def test_health_and_metadata_with_requests_and_tritonclient(serve) -> None:
+    server = serve(EchoModel())
+    assert requests.get(f"{server.url}/v2/health/live", timeout=5).status_code == 200
+    assert requests.get(f"{server.url}/v2/health/ready", timeout=5).json() == {"ready": True}
+    meta = requests.get(f"{server.url}/v2", timeout=5).json()
+    assert meta["name"] == "autoglm-batcher" and "binary_tensor_data" in meta["extensions"]
+
+    client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
+    try:
+        assert client.is_server_live() and client.is_server_ready()
+        assert client.is_model_ready("echo")
+        assert not client.is_model_ready("other")
+        model = client.get_model_metadata("echo")
+        assert model["inputs"] == [
+            {"name": "x", "datatype": "FP32", "shape": [-1, 3]},
+            {"name": "k", "datatype": "INT32", "shape": [-1, 1]},
+        ]
+        assert [o["name"] for o in model["outputs"]] == ["y", "k_out"]
+    finally:
+        client.close()
+
+
+def test_infer_with_json_over_requests(serve) -> None:
+    server = serve(EchoModel())
+    body = json_request([[1, 2, 3], [4, 5, 6]], [[7], [8]], id="req-1")
+    reply = requests.post(f"{server.url}/v2/models/echo/infer", json=body, timeout=10)
+    assert reply.status_code == 200, reply.text
+    answer = reply.json()
+    assert answer["id"] == "req-1" and answer["model_name"] == "echo"
+    outputs = {o["name"]: o for o in answer["outputs"]}
+    assert outputs["y"] == {
+        "name": "y",
+        "datatype": "FP32",
+        "shape": [2, 3],
+        "data": [2, 4, 6, 8, 10, 12],
+    }
+    assert outputs["k_out"]["datatype"] == "INT32" and outputs["k_out"]["data"] == [7, 8]
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_infer_with_tritonclient(serve, binary: bool) -> None:
+    server = serve(EchoModel(), priority_levels=2)
+    client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
+    try:
+        x = np.arange(12, dtype=np.float32).reshape(4, 3)
+        k = np.arange(4, dtype=np.int32).reshape(4, 1)
+        outputs = [triton.InferRequestedOutput(n, binary_data=binary) for n in ("y", "k_out")]
+        result = client.infer(
+            "echo",
+            triton_inputs(x, k, binary),
+            outputs=outputs,
+            priority=1,
+            timeout=5_000_000,
+        )
+        np.testing.assert_array_equal(result.as_numpy("y"), x * 2)
+        np.testing.assert_array_equal(result.as_numpy("k_out"), k)
+        with pytest.raises(InferenceServerException, match="priority 3 is outside"):
+            client.infer("echo", triton_inputs(x, k, binary), priority=3)
+    finally:
+        client.close()
+
+
+def test_torch_module_results_match_the_model_called_directly(serve) -> None:
+    server = serve(demo_factory())
+    rows = np.random.default_rng(0).normal(size=(5, 16)).astype(np.float32)
+    client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
+    try:
+        results = []
+        threads = []
+
+        def call(i: int) -> None:
+            inp = triton.InferInput("input", [1, 16], "FP32")
+            inp.set_data_from_numpy(rows[i : i + 1])
+            results.append((i, client.infer("demo", [inp]).as_numpy("logits")))
+
+        # Concurrent callers: their rows may share a batch; each must get its own answer.
+        for i in range(5):
+            threads.append(threading.Thread(target=call, args=(i,)))
+            threads[-1].start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        client.close()
+    with torch.inference_mode():
+        expected = demo_factory()(torch.from_numpy(rows)).numpy()
+    assert len(results) == 5
+    for i, logits in results:
+        np.testing.assert_allclose(logits, expected[i : i + 1], rtol=1e-5, atol=1e-6)
+
+
+MALFORMED = [
+    ("not json", b"{inputs:", "not valid JSON"),
+    ("not an object", b"[1, 2]", "JSON object"),
+    ("no inputs", b'{"inputs": []}', "non-empty"),
+    (
+        "wrong datatype",
+        json.dumps(json_request([[1, 2, 3]], [[1]]) | {}).replace('"FP32"', '"FP64"').encode(),
+        "datatype 'FP64'; the model expects FP32",
+    ),
+    (
+        "wrong shape",
+        json.dumps(
+            {
+                "inputs": [
+                    {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+                    {"name": "k", "shape": [1, 1], "datatype": "INT32", "data": [1]},
+                ]
+            }
+        ).encode(),
+        "has shape [1, 4]; the model expects [-1, 3]",
+    ),
+    (
+        "missing input",
+        json.dumps(
+            {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+        ).encode(),
+        "missing input 'k'",
+    ),
+    (
+        "unknown input",
+        json.dumps(
+            json_request([[1, 2, 3]], [[1]])
+            | {
+                "inputs": [
+                    *json_request([[1, 2, 3]], [[1]])["inputs"],
+                    {"name": "z", "shape": [1], "datatype": "FP32", "data": [1]},
+                ]
+            }
+        ).encode(),
+        "unknown input 'z'",
+    ),
+    (
+        "too few values",
+        json.dumps(
+            {
+                "inputs": [
+                    {"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3]},
+                    {"name": "k", "shape": [2, 1], "datatype": "INT32", "data": [1, 2]},
+                ]
+            }
+        ).encode(),
+        "data has 3 values but shape [2, 3] needs 6",
+    ),
+    (
+        "batch dimensions disagree",
+        json.dumps(json_request([[1, 2, 3], [4, 5, 6]], [[1]])).encode(),
+        "disagree on the batch dimension",
+    ),
+    (
+        "float for an integer input",
+        json.dumps(json_request([[1, 2, 3]], [[1.5]])).encode(),
+        "INT32 data must be integers",
+    ),
+    (
+        "bad timeout",
+        json.dumps(json_request([[1, 2, 3]], [[1]], parameters={"timeout": -5})).encode(),
+        "timeout must be a positive integer of microseconds",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED]
+)
+def test_malformed_requests_get_400_and_never_reach_the_model(
+    serve, body: bytes, reason: str
+) -> None:
+    model = EchoModel()
+    server = serve(model)
+    reply = requests.post(
+        f"{server.url}/v2/models/echo/infer",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert reply.status_code == 400
+    assert reason in reply.json()["error"]
+    assert model.calls == 0
+
+
+def test_binary_sizes_that_do_not_add_up_get_400(serve) -> None:
+    model = EchoModel()
+    server = serve(model)
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [1, 3],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 12},
+                },
+                {
+                    "name": "k",
+                    "shape": [1, 1],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": 4},
+                },
+            ]
+        }
+    ).encode()
+    body = header + np.zeros(3, np.float32).tobytes()  # k's 4 bytes are missing
+    reply = requests.post(
+        f"{server.url}/v2/models/echo/infer",
+        data=body,
+        headers={"Inference-Header-Content-Length": str(len(header))},
+        timeout=10,
+    )
+    assert reply.status_code == 400
+    assert "binary data ends after 0 of 4 bytes" in reply.json()["error"]
+    assert model.calls == 0
+
+
+def test_oversized_body_gets_400(serve) -> None:
+    model = EchoModel()
+    server = serve(model, max_body_bytes=2048)
+    rows = [[1.0, 2.0, 3.0]] * 200
+    reply = requests.post(
+        f"{server.url}/v2/models/echo/infer",
+        json=json_request(rows, [[1]] * 200),
+        timeout=10,
+    )
+    assert reply.status_code == 400
+    assert "--max-body-bytes" in reply.json()["error"]
+    assert model.calls == 0
+
+
+def test_unknown_model_gets_404(serve) -> None:
+    server = serve(EchoModel())
+    reply = requests.post(
+        f"{server.url}/v2/models/nope/infer", json=json_request([[1, 2, 3]], [[1]]), timeout=10
+    )
+    assert reply.status_code == 404 and "serves 'echo'" in reply.json()["error"]
+
+
+def test_full_queue_is_refused_with_429_and_accepted_work_completes(serve) -> None:
+    model = EchoModel()
+    model.release.clear()  # the first batch holds the device until released
+    server = serve(model, max_batch_size=1, max_queue=1)
+    url = f"{server.url}/v2/models/echo/infer"
+    replies: dict[str, requests.Response] = {}
+
+    def post(tag: str) -> None:
+        replies[tag] = requests.post(url, json=json_request([[1, 2, 3]], [[1]]), timeout=30)
+
+    first = threading.Thread(target=post, args=("running",))
+    first.start()
+    assert model.entered.wait(timeout=10)
+    second = threading.Thread(target=post, args=("queued",))
+    second.start()
+    deadline = time.monotonic() + 10
+    while server.server.batcher.queued_items < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    refused = requests.post(url, json=json_request([[1, 2, 3]], [[1]]), timeout=10)
+    model.release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert refused.status_code == 429
+    assert "queue full" in refused.json()["error"]
+    assert replies["running"].status_code == 200 and replies["queued"].status_code == 200
+
+
+def test_metrics_endpoint_counts_outcomes(serve) -> None:
+    server = serve(EchoModel())
+    url = f"{server.url}/v2/models/echo/infer"
+    for _ in range(3):
+        assert requests.post(url, json=json_request([[1, 2, 3]], [[1]]), timeout=10).ok
+    assert requests.post(url, data=b"nope", timeout=10).status_code == 400
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    assert 'autoglm_batcher_requests_total{model="echo",outcome="ok"} 3.0' in text
+    assert 'autoglm_batcher_requests_total{model="echo",outcome="invalid"} 1.0' in text
+    for name in (
+        "autoglm_batcher_queue_items",
+        "autoglm_batcher_batch_size_items_bucket",
+        "autoglm_batcher_queue_latency_seconds_bucket",
+        "autoglm_batcher_compute_latency_seconds_bucket",
+        "autoglm_batcher_request_latency_seconds_bucket",
+        "autoglm_batcher_batch_cap_items",
+        "autoglm_batcher_device_busy_seconds_total",
+        "autoglm_batcher_device_busy_ratio",
+        "autoglm_batcher_oom_events_total",
+        "autoglm_batcher_batch_splits_total",
+        "autoglm_batcher_slo_seconds",
+        "autoglm_batcher_ready",
+    ):
+        assert name in text, name
+    assert 'autoglm_batcher_request_latency_seconds_count{model="echo"} 3.0' in text
+    # On CPU the allocator statistics do not apply, so they are absent rather than zero.
+    assert "autoglm_batcher_memory_reserved_bytes" not in text
+    openmetrics = requests.get(
+        f"{server.url}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+        timeout=10,
+    )
+    assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert openmetrics.text.rstrip().endswith("# EOF")
+
+
+def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
+    ca = ScratchCA(tmp_path)
+    cert = ca.server()
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+    config_file = tmp_path / "web.yml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": str(cert.cert), "key_file": str(cert.key)},
+                "basic_auth_users": {"alice": hashed},
+            }
+        )
+    )
+    server = serve(EchoModel(), web_config=WebConfig.load(config_file))
+    url = f"https://127.0.0.1:{server.server.port}/v2/models/echo/infer"
+    body = json_request([[1, 2, 3]], [[1]])
+    denied = requests.post(url, json=body, verify=str(ca.cert_file), timeout=10)
+    assert denied.status_code == 401
+    assert denied.headers["WWW-Authenticate"].startswith("Basic")
+    allowed = requests.post(
+        url,
+        json=body,
+        verify=str(ca.cert_file),
+        headers={"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()},
+        timeout=10,
+    )
+    assert allowed.status_code == 200
+    assert allowed.json()["outputs"][0]["data"] == [2, 4, 6]

@@ -1,0 +1,133 @@
+"""The in-process service: pushed points, refits, forecasts, the scheduler and /metrics."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from autoglm.config import ConfigError, build_config
+from autoglm.httpserver import HTTPServer, registry_route
+from predictor.api import ForecastProvider
+from predictor.config import PredictorConfig, TargetConfig
+from predictor.service import PredictorService
+
+STEP = 60.0
+
+
+def target(**overrides) -> TargetConfig:
+    settings = dict(
+        name="load", step=STEP, lookback=86400, horizons=(1, 3), seasons=(1200.0,),
+        models=("ets_log",),
+    )  # fmt: skip
+    settings.update(overrides)
+    return TargetConfig(**settings)
+
+
+def pattern(i: int) -> float:
+    return 50 + 20 * np.sin(2 * np.pi * i / 20)
+
+
+def push(service: PredictorService, bins: range, per_bin: int = 3) -> None:
+    for i in bins:
+        for k in range(per_bin):
+            service.observe("load", i * STEP + k, pattern(i))
+
+
+def test_pushed_points_are_binned_fitted_and_forecast():
+    now = [0.0]
+    service = PredictorService([target()], clock=lambda: now[0])
+    assert isinstance(service, ForecastProvider)
+    push(service, range(200))
+    now[0] = 200 * STEP
+    assert service.forecast("load", STEP) is None
+    assert service.refit("load")
+    forecast = service.forecast("load", STEP)
+    assert forecast is not None
+    # The last closed bin is 198 (bin 199 is still open); it is stamped with its end.
+    assert forecast.horizon_seconds == STEP
+    assert forecast.point == pytest.approx(pattern(199), abs=1.0)
+    assert forecast.upper >= forecast.point and forecast.quantile == 0.9
+    assert forecast.model in {"naive", "seasonal_naive_1200s", "seasonal_level", "ets_log"}
+    assert service.forecast("load", 100 * STEP) is None  # beyond the largest horizon
+
+
+def test_new_points_update_the_fitted_models_without_a_refit():
+    now = [0.0]
+    service = PredictorService([target(models=())], clock=lambda: now[0])
+    push(service, range(120))
+    assert service.refit("load")
+    before = service.forecast("load", 0)
+    push(service, range(120, 125))
+    assert service.metrics.registry.get_sample_value(
+        "autoglm_predictor_updates_total", {"target": "load"}
+    ) == 5
+    after = service.forecast("load", 0)
+    assert after.point == pytest.approx(pattern(124), abs=2.0)
+    assert after.point != before.point
+
+
+def test_late_and_non_finite_samples_are_counted_not_kept():
+    service = PredictorService([target()])
+    service.observe("load", 10 * STEP, 1.0)
+    service.observe("load", 11 * STEP, 1.0)
+    service.observe("load", 5 * STEP, 1.0)
+    service.observe("load", 12 * STEP, float("nan"))
+    get = service.metrics.registry.get_sample_value
+    assert get("autoglm_predictor_observations_rejected_total", {"target": "load", "reason": "late"}) == 1
+    assert get(
+        "autoglm_predictor_observations_rejected_total", {"target": "load", "reason": "not_finite"}
+    ) == 1
+    with pytest.raises(KeyError, match="unknown target 'gpu'"):
+        service.observe("gpu", 0, 1.0)
+
+
+def test_sum_targets_fill_skipped_bins_with_zero():
+    service = PredictorService([target(aggregate="sum")])
+    service.observe("load", 0, 2.0)
+    service.observe("load", 1, 3.0)
+    service.observe("load", 3 * STEP, 1.0)
+    assert service.targets["load"].values == [5.0, 0.0, 0.0]
+
+
+@pytest.mark.timeout(120)
+def test_scheduler_refits_and_metrics_are_served_over_http():
+    service = PredictorService([target()])
+    push(service, range(int(time.time() / STEP) - 150, int(time.time() / STEP) + 1))
+    server = HTTPServer("127.0.0.1:0", {"/metrics": registry_route(service.metrics.registry)})
+    server.start()
+    service.start(refit_seconds=3600, update_seconds=3600)  # the first refit runs at once
+    try:
+        deadline = time.monotonic() + 60
+        while service.forecast("load", STEP) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        body = requests.get(f"{server.url}/metrics", timeout=5).text
+    finally:
+        service.stop()
+        server.stop()
+    assert 'autoglm_forecast_value{horizon_seconds="60",target="load"}' in body
+    assert 'autoglm_forecast_upper{horizon_seconds="180",quantile="0.9",target="load"}' in body
+    assert "autoglm_forecast_model_info{" in body
+    assert 'autoglm_forecast_backtest_wape_ratio{horizon_seconds="60",model="naive",target="load"}' in body
+    assert 'autoglm_forecast_age_seconds{target="load"}' in body
+    assert 'autoglm_predictor_refits_total{result="success",target="load"} 1.0' in body
+
+
+def test_config_reads_targets_and_rejects_bad_ones():
+    config = build_config(
+        PredictorConfig,
+        {"targets": [{"name": "req", "query": "sum(rate(x[1m]))", "step": "15m",
+                      "horizons": [4, 1], "seasons": ["1d"]}]},
+    )  # fmt: skip
+    (t,) = config.target_configs
+    assert (t.step, t.horizons, t.seasons) == (900.0, (1, 4), (86400.0,))
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.horizons must be >= 1"):
+        build_config(PredictorConfig, {"targets": [{"name": "a", "horizons": [0]}]})
+    with pytest.raises(ConfigError, match="unknown key 'qurey'"):
+        build_config(PredictorConfig, {"targets": [{"name": "a", "qurey": "up"}]})
+    with pytest.raises(ConfigError, match="no targets"):
+        build_config(PredictorConfig, {})
+    with pytest.raises(ConfigError, match="used twice"):
+        build_config(PredictorConfig, {"targets": [{"name": "a"}, {"name": "a"}]})
