@@ -10,6 +10,7 @@ COMPONENTS = {
     "exporter": ("exporter.cli", "NVML-backed, dcgm-exporter-compatible Prometheus exporter"),
     "batcher": ("batcher.cli", "dynamic batching runtime for torch models (KServe v2)"),
     "predictor": ("predictor.cli", "forecasts with prediction intervals, selected by backtest"),
+    "autoscaler": ("autoscaler.cli", "HPA-exact predictive autoscaler, local mode and simulator"),
 }
 
 

@@ -1,6 +1,6 @@
 """Static peak provisioning vs reactive HPA vs predictive, replayed on two public traces.
 
-    python bench/autoscaler.py [--json bench/results/autoscaler.json] [--plot bench/results/autoscaler.png]
+    python bench/autoscaler.py [--json FILE] [--plot FILE.png] [--speed 8]
 
 All policies run the real decision core at the same utilization target on the same fleet model.
 
@@ -30,7 +30,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,11 +48,14 @@ SHORT_WINDOW = {"scaleDown": {"stabilizationWindowSeconds": 60}}
 
 
 def alibaba_setup(speed: float) -> tuple:
-    frame = pd.read_csv(ALIBABA, usecols=["predict_status", "num_images_per_prompt", "exec_time_seconds"])
+    frame = pd.read_csv(
+        ALIBABA, usecols=["predict_status", "num_images_per_prompt", "exec_time_seconds"]
+    )
     ok = frame[frame.predict_status == "SUCCEED"].dropna()
     per_image = ServiceModel.calibrate(ok.num_images_per_prompt, ok.exec_time_seconds, 8)
-    trace = load_trace(ALIBABA, time_column="gmt_create", work_column="num_images_per_prompt",
-                       speed=speed)
+    trace = load_trace(
+        ALIBABA, time_column="gmt_create", work_column="num_images_per_prompt", speed=speed
+    )
     # work is normalised to a mean of 1 request, so a is per average request
     service = ServiceModel(c=per_image.c, a=per_image.a * trace.mean_work_raw, max_batch=8)
     config = SimulationConfig(
@@ -66,8 +68,10 @@ def alibaba_setup(speed: float) -> tuple:
         forecast_step=300.0,
         season_seconds=86400.0 / speed,
     )
-    note = (f"t(b) = {per_image.c:.1f} s + {per_image.a:.2f} s/image (fit on {len(ok)} requests), "
-            f"speed {speed:g}x")
+    note = (
+        f"t(b) = {per_image.c:.1f} s + {per_image.a:.2f} s/image (fit on {len(ok)} requests), "
+        f"speed {speed:g}x"
+    )
     return trace, config, note
 
 
@@ -108,26 +112,33 @@ def run_trace(name: str, trace, config: SimulationConfig, note: str) -> tuple[li
         row["gpu_hours_vs_hpa"] = row["gpu_hours"] / hpa["gpu_hours"]
     pred = rows[3]
     pred["goals"] = {
-        "slo_minutes_at_least_0.99": pred["slo_minutes"] >= 0.99,
-        "fewer_breach_minutes_than_hpa": pred["breach_minutes"] < hpa["breach_minutes"],
-        "gpu_hours_at_most_hpa": pred["gpu_hours"] <= hpa["gpu_hours"],
-        "gpu_hours_at_most_0.6_static": pred["gpu_hours_vs_static"] <= 0.6,
-        "utilization_at_least_0.8_target": pred["mean_utilization"] >= 0.8 * pred["target_utilization"],
+        "slo_minutes_at_least_0.99": bool(pred["slo_minutes"] >= 0.99),
+        "fewer_breach_minutes_than_hpa": bool(pred["breach_minutes"] < hpa["breach_minutes"]),
+        "gpu_hours_at_most_hpa": bool(pred["gpu_hours"] <= hpa["gpu_hours"]),
+        "gpu_hours_at_most_0.6_static": bool(pred["gpu_hours_vs_static"] <= 0.6),
+        "utilization_at_least_0.8_target": bool(
+            pred["mean_utilization"] >= 0.8 * pred["target_utilization"]
+        ),
     }
     return rows, results
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'trace':<8} {'policy':<11} {'SLO req':>8} {'SLO min':>8} {'breach':>6} "
-            f"{'GPU-h':>8} {'/static':>7} {'/hpa':>6} {'util':>6} {'busy':>6} {'ups':>5} "
-            f"{'downs':>5} {'wall s':>6}")
+    head = (
+        f"{'trace':<8} {'policy':<11} {'SLO req':>8} {'SLO min':>8} {'breach':>6} "
+        f"{'GPU-h':>8} {'/static':>7} {'/hpa':>6} {'util':>6} {'busy':>6} {'ups':>5} "
+        f"{'downs':>5} {'wall s':>6}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['trace']:<8} {r['label']:<11} {r['slo_requests']:>8.4f} {r['slo_minutes']:>8.4f} "
-              f"{r['breach_minutes']:>6d} {r['gpu_hours']:>8.1f} {r['gpu_hours_vs_static']:>7.2f} "
-              f"{r['gpu_hours_vs_hpa']:>6.2f} {r['mean_utilization']:>6.3f} {r['busy_fraction']:>6.3f} "
-              f"{r['scale_ups']:>5d} {r['scale_downs']:>5d} {r['wall_seconds']:>6.1f}")
+        print(
+            f"{r['trace']:<8} {r['label']:<11} {r['slo_requests']:>8.4f} {r['slo_minutes']:>8.4f} "
+            f"{r['breach_minutes']:>6d} {r['gpu_hours']:>8.1f} {r['gpu_hours_vs_static']:>7.2f} "
+            f"{r['gpu_hours_vs_hpa']:>6.2f} {r['mean_utilization']:>6.3f} "
+            f"{r['busy_fraction']:>6.3f} "
+            f"{r['scale_ups']:>5d} {r['scale_downs']:>5d} {r['wall_seconds']:>6.1f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,9 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         ("alibaba", alibaba_setup(args.speed)),
         ("azure", azure_setup()),
     ):
-        print(f"{name}: {len(trace)} requests over {trace.duration / 3600:.1f} h; {note}; "
-              f"target {config.target_utilization} of {config.service.capacity_rps:.3f} req/s "
-              f"per replica; cold start {config.cold_start:g} s", flush=True)
+        print(
+            f"{name}: {len(trace)} requests over {trace.duration / 3600:.1f} h; {note}; "
+            f"target {config.target_utilization} of {config.service.capacity_rps:.3f} req/s "
+            f"per replica; cold start {config.cold_start:g} s",
+            flush=True,
+        )
         trace_rows, results = run_trace(name, trace, config, note)
         rows += trace_rows
         plots[name] = results
@@ -156,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, {"rows": rows})
     plot_path = Path(args.plot)
     for name, results in plots.items():
-        target = plot_path if name == "alibaba" else plot_path.with_name(
-            plot_path.stem + f"-{name}" + plot_path.suffix)
+        target = (
+            plot_path
+            if name == "alibaba"
+            else plot_path.with_name(plot_path.stem + f"-{name}" + plot_path.suffix)
+        )
         plot(results, target, title=f"{name}: static vs hpa vs predictive")
     print(f"wrote {args.json} and {plot_path} (+ {plot_path.stem}-azure{plot_path.suffix})")
     return 0

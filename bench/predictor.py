@@ -36,16 +36,27 @@ QUANTILE = 0.9
 
 
 def series_specs(traces: Path) -> list[dict]:
-    genai = pd.read_csv(traces / "alibaba-genai-2026/lora_request_trace.csv", usecols=["gmt_create"])
+    genai = pd.read_csv(
+        traces / "alibaba-genai-2026/lora_request_trace.csv", usecols=["gmt_create"]
+    )
     azure = pd.read_csv(traces / "azure-llm-2023/AzureLLMInferenceTrace_conv.csv")
     hourly = bin_events(genai["gmt_create"], "1h").to_numpy()
     quarter = bin_events(genai["gmt_create"], "15min").to_numpy()
     conv = bin_events(azure["TIMESTAMP"], "10s").to_numpy()
     return [
         dict(name="genai_1h", y=hourly, step=3600, horizons=6, test=7 * 24, reselect=24, goal=True),
-        dict(name="genai_15min", y=quarter, step=900, horizons=4, test=7 * 96, reselect=96, goal=True),
-        dict(name="azure_conv_10s", y=conv, step=10, horizons=6, test=len(conv) // 5, reselect=60,
-             goal=False),
+        dict(
+            name="genai_15min", y=quarter, step=900, horizons=4, test=7 * 96, reselect=96, goal=True
+        ),
+        dict(
+            name="azure_conv_10s",
+            y=conv,
+            step=10,
+            horizons=6,
+            test=len(conv) // 5,
+            reselect=60,
+            goal=False,
+        ),
     ]
 
 
@@ -54,7 +65,9 @@ def run_series(spec: dict) -> dict:
     hs = list(range(1, H + 1))
     test_start = len(y) - spec["test"]
     factories = candidate_factories(step, SEASONS, H, test_start)
-    results = {name: rolling_origin(f, y, hs, test_start, QUANTILE) for name, f in factories.items()}
+    results = {
+        name: rolling_origin(f, y, hs, test_start, QUANTILE) for name, f in factories.items()
+    }
     at_start = select_model(factories, y[:test_start], hs, QUANTILE)
 
     def select(history: np.ndarray):
@@ -90,7 +103,9 @@ def run_series(spec: dict) -> dict:
 
 def timing_2000(traces: Path) -> dict:
     """Fit and update cost of each model on 2,000 points of the 15-min GenAI series."""
-    genai = pd.read_csv(traces / "alibaba-genai-2026/lora_request_trace.csv", usecols=["gmt_create"])
+    genai = pd.read_csv(
+        traces / "alibaba-genai-2026/lora_request_trace.csv", usecols=["gmt_create"]
+    )
     y = bin_events(genai["gmt_create"], "15min").to_numpy()[:2000]
     factories = candidate_factories(900, SEASONS, 4, len(y))
     out = {}
@@ -107,9 +122,11 @@ def timing_2000(traces: Path) -> dict:
         model.fit(y)  # the timed refit below is on the full 2,000
         started = time.perf_counter()
         model.fit(y)
-        out[name] = {"refit_seconds": round(time.perf_counter() - started, 3),
-                     "first_fit_seconds": round(fit_s, 3),
-                     "update_seconds": round(update_s, 6)}
+        out[name] = {
+            "refit_seconds": round(time.perf_counter() - started, 3),
+            "first_fit_seconds": round(fit_s, 3),
+            "update_seconds": round(update_s, 6),
+        }
     started = time.perf_counter()
     select_model(factories, y, [1, 2, 3, 4], QUANTILE)
     out["_selection_all_candidates"] = {"refit_seconds": round(time.perf_counter() - started, 3)}
@@ -125,24 +142,38 @@ def print_tables(report: dict) -> None:
             print(f"{model:<24}" + "".join(f"{m['wape'][h]:>8.1f}" for h in hs))
         sel = r["selected"]
         print(f"{'selected (daily reselect)':<24}" + "".join(f"{sel['wape'][h]:>8.1f}" for h in hs))
-        print(f"{'  ratio to best baseline':<24}" + "".join(
-            f"{r['ratio_selected_to_best_baseline'][h]:>8.2f}" for h in hs))
-        print(f"{'  coverage of 0.9 upper':<24}" + "".join(f"{sel['coverage'][h]:>8.1f}" for h in hs))
-        print(f"{'selected@start':<24}" + "".join(
-            f"{r['selected_at_start_wape'][h]:>8.1f}" for h in hs))
-        print(f"{'  ratio to best baseline':<24}" + "".join(
-            f"{r['ratio_selected_at_start_to_best_baseline'][h]:>8.2f}" for h in hs))
-        print("  chosen@start: " + ", ".join(f"h{h}={m}" for h, m in r["selected_at_start"].items()))
+        print(
+            f"{'  ratio to best baseline':<24}"
+            + "".join(f"{r['ratio_selected_to_best_baseline'][h]:>8.2f}" for h in hs)
+        )
+        print(
+            f"{'  coverage of 0.9 upper':<24}" + "".join(f"{sel['coverage'][h]:>8.1f}" for h in hs)
+        )
+        print(
+            f"{'selected@start':<24}"
+            + "".join(f"{r['selected_at_start_wape'][h]:>8.1f}" for h in hs)
+        )
+        print(
+            f"{'  ratio to best baseline':<24}"
+            + "".join(f"{r['ratio_selected_at_start_to_best_baseline'][h]:>8.2f}" for h in hs)
+        )
+        print(
+            "  chosen@start: " + ", ".join(f"h{h}={m}" for h, m in r["selected_at_start"].items())
+        )
         if r["goal_applies"]:
             missed = [h for h, v in r["ratio_selected_to_best_baseline"].items() if v > 0.9]
-            print(f"  goal <= 0.90x best baseline: {'met' if not missed else 'missed at h' + ','.join(missed)}")
+            verdict = "met" if not missed else "missed at h" + ",".join(missed)
+            print(f"  goal <= 0.90x best baseline: {verdict}")
         cover = [h for h, v in sel["coverage"].items() if not 85 <= v <= 95]
         print(f"  coverage goal 85-95 %: {'met' if not cover else 'missed at h' + ','.join(cover)}")
     print("\n== cost on 2,000 points (15-min GenAI), per model")
     print(f"{'model':<28}{'refit s':>10}{'update ms':>11}")
     for model, t in report["timing_2000_points"].items():
         upd = t.get("update_seconds")
-        print(f"{model:<28}{t['refit_seconds']:>10.3f}" + (f"{upd * 1000:>11.3f}" if upd is not None else ""))
+        print(
+            f"{model:<28}{t['refit_seconds']:>10.3f}"
+            + (f"{upd * 1000:>11.3f}" if upd is not None else "")
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

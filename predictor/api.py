@@ -28,6 +28,8 @@ class Forecast:
 class ForecastProvider(Protocol):
     """Anything that can answer "how much load at least this far ahead?"."""
 
-    def forecast(self, target: str, horizon_seconds: float, quantile: float = 0.9) -> Forecast | None:
+    def forecast(
+        self, target: str, horizon_seconds: float, quantile: float = 0.9
+    ) -> Forecast | None:
         """Best forecast for target at least horizon_seconds ahead; None when there is none yet."""
         ...

@@ -186,8 +186,9 @@ class PredictorConfig:
             parse_duration(self.update_interval, "--update-interval")
         if self.torch_threads < 1:
             raise ConfigError("--torch-threads must be >= 1")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in
-                   self.prometheus_headers.items()):
+        if not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.prometheus_headers.items()
+        ):
             raise ConfigError("prometheus_headers must map header names to string values")
         object.__setattr__(self, "target_configs", parsed)
 

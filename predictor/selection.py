@@ -41,7 +41,9 @@ def choose(results: Mapping[str, BacktestResult], horizons: Sequence[int]) -> Se
 
     names = list(results)
     per_h = {h: min(names, key=lambda n, h=h: score(results[n].wape[h])) for h in horizons}
-    overall = min(names, key=lambda n: score(float(np.mean([results[n].wape[h] for h in horizons]))))
+    overall = min(
+        names, key=lambda n: score(float(np.mean([results[n].wape[h] for h in horizons])))
+    )
     return Selection(overall=overall, per_horizon=per_h, results=dict(results))
 
 

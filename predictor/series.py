@@ -40,7 +40,9 @@ def bin_events(
     try:
         grouped = data.sort_index().resample(freq)
     except ValueError as exc:
-        raise ValueError(f"bad frequency {freq!r}: use a pandas offset like 10s, 15min, 1h") from exc
+        raise ValueError(
+            f"bad frequency {freq!r}: use a pandas offset like 10s, 15min, 1h"
+        ) from exc
     if aggregate in ("count", "sum"):
         return grouped.sum(min_count=0).astype(float)
     if aggregate == "mean":

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 
 import numpy as np
 
@@ -72,7 +73,9 @@ class PredictorService:
         self._scheduler = None
 
     # -- ForecastProvider --------------------------------------------------------------------
-    def forecast(self, target: str, horizon_seconds: float, quantile: float = 0.9) -> Forecast | None:
+    def forecast(
+        self, target: str, horizon_seconds: float, quantile: float = 0.9
+    ) -> Forecast | None:
         """Best forecast of ``target`` for the step at least ``horizon_seconds`` from now.
 
         The horizon counts from the last point, so a forecast that aged (source down) looks
@@ -113,7 +116,10 @@ class PredictorService:
         with state.lock:
             if not state.models or state.issued_at is None:
                 return []
-            out = [self._forecast_locked(state, h, state.config.quantile) for h in state.config.horizons]
+            out = [
+                self._forecast_locked(state, h, state.config.quantile)
+                for h in state.config.horizons
+            ]
         return [f for f in out if f is not None]
 
     # -- push mode ---------------------------------------------------------------------------
@@ -347,6 +353,6 @@ class PredictorService:
 
 
 def _now_datetime():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

@@ -37,7 +37,9 @@ class SimulateSettings:
         default="",
         metadata={"help": "optional column with per-request work (e.g. exec_time_seconds)"},
     )
-    speed: float = field(default=1.0, metadata={"help": "time compression: 24 replays a day in 1 h"})
+    speed: float = field(
+        default=1.0, metadata={"help": "time compression: 24 replays a day in 1 h"}
+    )
     c: float = field(default=1.0, metadata={"help": "batch service time intercept c (seconds)"})
     a: float = field(
         default=0.25, metadata={"help": "batch service time per average request a (seconds)"}
@@ -47,7 +49,9 @@ class SimulateSettings:
         metadata={"help": "set a to the work column's mean (e.g. measured seconds per request)"},
     )
     max_batch: int = field(default=8, metadata={"help": "largest batch a replica serves"})
-    cold_start: float = field(default=120.0, metadata={"help": "seconds before a new replica serves"})
+    cold_start: float = field(
+        default=120.0, metadata={"help": "seconds before a new replica serves"}
+    )
     target_utilization: float = field(
         default=0.7, metadata={"help": "share of a replica's full-batch throughput to aim at"}
     )

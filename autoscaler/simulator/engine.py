@@ -138,6 +138,18 @@ def peak_replicas(trace: Trace, config: SimulationConfig) -> int:
     return min(config.max_replicas, max(config.min_replicas, needed))
 
 
+def warm_start_replicas(trace: Trace, config: SimulationConfig) -> int:
+    """Replicas a running service would have when the trace starts: enough for its first window.
+
+    A trace is a slice of a service that was already running; starting every dynamic policy
+    from minReplicas would charge them all a cold ramp that production never sees.
+    """
+    window = max(config.metric_window, config.tick)
+    first = np.searchsorted(trace.arrivals, window, side="right") / window
+    needed = math.ceil(first / config.target_rate_per_replica - 1e-9)
+    return min(config.max_replicas, max(config.min_replicas, needed))
+
+
 def simulate(
     trace: Trace,
     config: SimulationConfig,
@@ -151,7 +163,9 @@ def simulate(
     metric = spec.metrics[0]
     static = policy == "static"
     initial = (
-        config.static_replicas or peak_replicas(trace, config) if static else config.min_replicas
+        config.static_replicas or peak_replicas(trace, config)
+        if static
+        else warm_start_replicas(trace, config)
     )
     if policy == "predictive" and forecaster is None:
         forecaster = PredictorForecaster(

@@ -38,7 +38,9 @@ class ServiceModel:
         return self.max_batch / (self.c + self.a * self.max_batch)
 
     @classmethod
-    def calibrate(cls, batch_sizes: np.ndarray, seconds: np.ndarray, max_batch: int) -> ServiceModel:
+    def calibrate(
+        cls, batch_sizes: np.ndarray, seconds: np.ndarray, max_batch: int
+    ) -> ServiceModel:
         """Least-squares fit of ``c`` and ``a`` to measured (batch size, batch seconds) pairs."""
         b = np.asarray(batch_sizes, float)
         y = np.asarray(seconds, float)

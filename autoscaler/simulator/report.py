@@ -43,11 +43,11 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
         "minutes": len(p99),
         "p50_seconds": float(np.percentile(finite, 50)) if finite.size else None,
         "p99_seconds": float(np.percentile(finite, 99)) if finite.size else None,
-        "gpu_hours": billed / 3600.0,
-        "mean_utilization": work_seconds / billed,
+        "gpu_hours": float(billed) / 3600.0,
+        "mean_utilization": float(work_seconds / billed),
         "target_utilization": cfg.target_utilization,
-        "busy_fraction": result.busy_seconds / billed,
-        "mean_replicas": billed / max(result.end_time, 1e-9),
+        "busy_fraction": float(result.busy_seconds / billed),
+        "mean_replicas": float(billed / max(result.end_time, 1e-9)),
         "max_replicas": int(max(result.timeline.replicas, default=0)),
         "scale_ups": result.scale_ups,
         "scale_downs": result.scale_downs,
@@ -100,8 +100,14 @@ def plot(results: Sequence[SimulationResult], path: str | Path, title: str = "")
         measured = r.latency if r.config.slo_on == "latency" else r.queueing
         p99 = _p99_per_minute(minute, np.where(np.isfinite(measured), measured, np.nan))
         lat_ax.plot(np.unique(minute) / 60.0, p99, lw=0.6, label=r.policy)
-    rep_ax.plot(hours, np.asarray(first.timeline.rate) / cap, lw=0.5, color="0.6", ls=":",
-                label="rate / target per replica")
+    rep_ax.plot(
+        hours,
+        np.asarray(first.timeline.rate) / cap,
+        lw=0.5,
+        color="0.6",
+        ls=":",
+        label="rate / target per replica",
+    )
     lat_ax.axhline(first.config.slo_seconds, color="red", lw=0.8, ls="--", label="SLO")
     lat_ax.set_yscale("log")
     load_ax.set_ylabel("requests/s")

@@ -67,7 +67,9 @@ def load_trace(
     strftime pattern. ``start``/``duration`` (seconds, before compression) cut a window.
     """
     if speed <= 0:
-        raise TraceError(f"speed must be > 0 (e.g. --speed 24 to replay a day in an hour), got {speed}")
+        raise TraceError(
+            f"speed must be > 0 (e.g. --speed 24 to replay a day in an hour), got {speed}"
+        )
     p = Path(path)
     try:
         header = pd.read_csv(p, nrows=0).columns

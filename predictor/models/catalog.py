@@ -57,8 +57,8 @@ def candidate_factories(
     day_period = round(DAY / step_seconds)
     factories: dict[str, ModelFactory] = {"naive": lambda: NaiveModel(max_horizon)}
     for name, period in seasons:
-        factories[f"seasonal_naive_{name}"] = (
-            lambda p=period, n=name: SeasonalNaiveModel(p, max_horizon, name=f"seasonal_naive_{n}")
+        factories[f"seasonal_naive_{name}"] = lambda p=period, n=name: SeasonalNaiveModel(
+            p, max_horizon, name=f"seasonal_naive_{n}"
         )
     longest = seasons[-1] if seasons else None
     if longest is not None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import socket
 
 import pytest
-from fake_kube import FakeKubeServer
-from fake_prometheus import FakePrometheus
 from prometheus_client import generate_latest
 
 from autoscaler.controller.controllers import KubernetesController
@@ -24,6 +22,8 @@ from autoscaler.controller.prometheus import PrometheusClient
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.metrics import AutoscalerMetrics
 from predictor.api import Forecast
+from tests.autoscaler.fake_kube import FakeKubeServer
+from tests.autoscaler.fake_prometheus import FakePrometheus
 
 NS = "ml"
 UTIL = 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ml"})'

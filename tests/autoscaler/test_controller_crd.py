@@ -69,7 +69,7 @@ def test_the_schema_rejects_what_the_parser_rejects():
 
 def test_the_status_the_controller_writes_fits_the_schema():
     """A status as written by test_controller's scale-up (shape kept in sync by this test)."""
-    from test_controller import Harness, autoscaler_object
+    from tests.autoscaler.test_controller import Harness, autoscaler_object
 
     h = Harness()
     try:

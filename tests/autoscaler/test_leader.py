@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from fake_kube import FakeKubeServer
 
 from autoscaler.controller.leader import LeaderElector
+from tests.autoscaler.fake_kube import FakeKubeServer
 
 
 class Clock:

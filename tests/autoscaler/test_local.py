@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_prometheus import FakePrometheus
 
 from autoscaler.controller.controllers import LocalController
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
@@ -17,6 +16,7 @@ from autoscaler.controller.reconciler import Reconciler
 from autoscaler.local import LocalProcessGroup
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.spec import parse_spec
+from tests.autoscaler.fake_prometheus import FakePrometheus
 
 WORKER = str(Path(__file__).parent / "workers" / "http_worker.py")
 

@@ -55,7 +55,9 @@ def test_within_tolerance_keeps_current_count():
     tight = Tolerances(up=0.1, down=0.01)
     assert pods_metric_replicas(pods, 1, 100.0, tight, NOW, utilization=False).replicas == 1
     pods = [running(n, 45.0) for n in "abcd"]
-    assert pods_metric_replicas(pods, 4, 50.0, tight, NOW, utilization=False).replicas == 4  # ceil(3.6)
+    assert (
+        pods_metric_replicas(pods, 4, 50.0, tight, NOW, utilization=False).replicas == 4
+    )  # ceil(3.6)
     assert pods_metric_replicas(pods, 4, 50.0, TOL, NOW, utilization=False).replicas == 4  # within
 
 
@@ -95,12 +97,20 @@ def test_missing_pods_can_cancel_a_scale_up_that_flips_direction():
 
 
 def test_pending_pods_count_at_zero_on_scale_up_only():
-    pods = [running("a", 100.0), running("b", 100.0), PodSample("c", None, ready=False, phase="Pending")]
+    pods = [
+        running("a", 100.0),
+        running("b", 100.0),
+        PodSample("c", None, ready=False, phase="Pending"),
+    ]
     p = pods_metric_replicas(pods, 3, 50.0, TOL, NOW, utilization=False)
     # ready average 100 -> ratio 2.0; pending at 0: 200/3 = 66.7 -> ratio 1.33 -> ceil(4.0) = 4
     assert p.replicas == 4
     # on a scale-down the pending pod is left out entirely: 10/50 over two pods -> 1
-    pods = [running("a", 10.0), running("b", 10.0), PodSample("c", None, ready=False, phase="Pending")]
+    pods = [
+        running("a", 10.0),
+        running("b", 10.0),
+        PodSample("c", None, ready=False, phase="Pending"),
+    ]
     assert pods_metric_replicas(pods, 3, 50.0, TOL, NOW, utilization=False).replicas == 1
 
 
@@ -119,10 +129,24 @@ def test_unready_running_pods_count_as_ready_for_average_value_targets():
 
 def test_initialization_period_ignores_samples_from_before_readiness():
     started = NOW - 60  # within the 300 s initialization period
-    fresh = PodSample("n", 95.0, ready=True, started_at=started, ready_changed_at=NOW - 20,
-                      sampled_at=NOW - 5, window_seconds=30)
-    settled = PodSample("s", 95.0, ready=True, started_at=started, ready_changed_at=NOW - 50,
-                        sampled_at=NOW - 5, window_seconds=30)
+    fresh = PodSample(
+        "n",
+        95.0,
+        ready=True,
+        started_at=started,
+        ready_changed_at=NOW - 20,
+        sampled_at=NOW - 5,
+        window_seconds=30,
+    )
+    settled = PodSample(
+        "s",
+        95.0,
+        ready=True,
+        started_at=started,
+        ready_changed_at=NOW - 50,
+        sampled_at=NOW - 5,
+        window_seconds=30,
+    )
     groups = group_pods([fresh, settled], NOW, readiness_rules=True)
     # fresh: its sample window (30 s) started before it turned ready 20 s ago -> unready
     assert groups.unready == {"n"} and groups.ready_count == 1

@@ -78,9 +78,10 @@ def test_step_load_makes_hpa_scale_up_after_the_cold_start():
     became_ready = t[(t > first_up) & (ready >= 4)][0]
     assert became_ready >= first_up + cfg.cold_start
     assert result.unfinished == 0
-    assert result.drivers["metric:request_rate/reactive"] + result.drivers[
-        "policy:scale_up_limit"
-    ] >= 1
+    assert (
+        result.drivers["metric:request_rate/reactive"] + result.drivers["policy:scale_up_limit"]
+        >= 1
+    )
 
 
 class SeasonalNaive:
@@ -136,7 +137,9 @@ def test_predictive_with_the_predictor_package_model_runs_causally():
 
 def test_load_trace_time_formats_window_and_speed(tmp_path):
     csv = tmp_path / "t.csv"
-    csv.write_text("when,exec\n2024-01-01 00:00:10,2\n2024-01-01 00:00:00,4\n2024-01-01 00:01:00,0\n")
+    csv.write_text(
+        "when,exec\n2024-01-01 00:00:10,2\n2024-01-01 00:00:00,4\n2024-01-01 00:01:00,0\n"
+    )
     trace = load_trace(csv, time_column="when", work_column="exec", speed=2)
     assert list(trace.arrivals) == [0.0, 5.0, 30.0]
     assert trace.work.mean() == pytest.approx(1.0) and trace.mean_work_raw == pytest.approx(2.0)
@@ -156,8 +159,24 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
     csv.write_text("t\n" + "\n".join(f"{x:.3f}" for x in times) + "\n")
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     rc = simulate_main(
-        ["--trace", str(csv), "--time-column", "t", "--policy", "hpa", "--c", "0.5", "--a", "0.5",
-         "--max-batch", "4", "--json", str(out), "--plot", str(png)]
+        [
+            "--trace",
+            str(csv),
+            "--time-column",
+            "t",
+            "--policy",
+            "hpa",
+            "--c",
+            "0.5",
+            "--a",
+            "0.5",
+            "--max-batch",
+            "4",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
     )
     assert rc == 0
     summary = json.loads(out.read_text())

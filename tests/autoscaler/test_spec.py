@@ -62,7 +62,9 @@ def test_bare_spec_gets_kubernetes_defaults():
         {
             "scaleTargetRef": {"kind": "StatefulSet", "name": "s"},
             "maxReplicas": 3,
-            "metrics": [{"name": "m", "query": "q", "target": {"type": "AverageValue", "averageValue": 1}}],
+            "metrics": [
+                {"name": "m", "query": "q", "target": {"type": "AverageValue", "averageValue": 1}}
+            ],
         }
     )
     assert spec.min_replicas == 1
@@ -79,27 +81,70 @@ def test_bare_spec_gets_kubernetes_defaults():
         ({"metrics": []}, "spec.metrics"),
         ({"minReplicas": 0}, "spec.minReplicas"),
         ({"bogus": 1}, "spec.bogus"),
-        ({"metrics": [{"name": "m", "query": "q", "target": {"type": "Value", "value": 1}}]},
-         "spec.metrics[0].target.type"),
-        ({"metrics": [{"name": "m", "query": "q", "type": "Object",
-                       "target": {"type": "Value", "value": "abc"}}]},
-         "spec.metrics[0].target.value"),
-        ({"metrics": [{"name": "m", "query": "q", "type": "Object",
-                       "target": {"type": "Value", "value": -1}}]},
-         "spec.metrics[0].target.value"),
-        ({"behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 0}]}}},
-         "spec.behavior.scaleUp.policies[0].periodSeconds"),
-        ({"behavior": {"scaleDown": {"selectPolicy": "Most"}}}, "spec.behavior.scaleDown.selectPolicy"),
-        ({"metrics": [{"name": "m", "query": "q", "target": {"type": "AverageValue", "averageValue": 1},
-                       "prediction": {"quantile": 1.5}}]},
-         "spec.metrics[0].prediction.quantile"),
+        (
+            {"metrics": [{"name": "m", "query": "q", "target": {"type": "Value", "value": 1}}]},
+            "spec.metrics[0].target.type",
+        ),
+        (
+            {
+                "metrics": [
+                    {
+                        "name": "m",
+                        "query": "q",
+                        "type": "Object",
+                        "target": {"type": "Value", "value": "abc"},
+                    }
+                ]
+            },
+            "spec.metrics[0].target.value",
+        ),
+        (
+            {
+                "metrics": [
+                    {
+                        "name": "m",
+                        "query": "q",
+                        "type": "Object",
+                        "target": {"type": "Value", "value": -1},
+                    }
+                ]
+            },
+            "spec.metrics[0].target.value",
+        ),
+        (
+            {
+                "behavior": {
+                    "scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 0}]}
+                }
+            },
+            "spec.behavior.scaleUp.policies[0].periodSeconds",
+        ),
+        (
+            {"behavior": {"scaleDown": {"selectPolicy": "Most"}}},
+            "spec.behavior.scaleDown.selectPolicy",
+        ),
+        (
+            {
+                "metrics": [
+                    {
+                        "name": "m",
+                        "query": "q",
+                        "target": {"type": "AverageValue", "averageValue": 1},
+                        "prediction": {"quantile": 1.5},
+                    }
+                ]
+            },
+            "spec.metrics[0].prediction.quantile",
+        ),
     ],
 )
 def test_errors_name_the_field(patch, path):
     raw = {
         "scaleTargetRef": {"kind": "Deployment", "name": "d"},
         "maxReplicas": 3,
-        "metrics": [{"name": "m", "query": "q", "target": {"type": "AverageValue", "averageValue": 1}}],
+        "metrics": [
+            {"name": "m", "query": "q", "target": {"type": "AverageValue", "averageValue": 1}}
+        ],
     }
     raw.update(patch)
     with pytest.raises(SpecError) as err:
@@ -110,7 +155,9 @@ def test_errors_name_the_field(patch, path):
 def test_duplicate_metric_names_rejected():
     m = {"name": "m", "query": "q", "target": {"type": "AverageValue", "averageValue": 1}}
     with pytest.raises(SpecError, match=r"spec.metrics\[1\].name"):
-        parse_spec({"scaleTargetRef": {"kind": "D", "name": "d"}, "maxReplicas": 2, "metrics": [m, m]})
+        parse_spec(
+            {"scaleTargetRef": {"kind": "D", "name": "d"}, "maxReplicas": 2, "metrics": [m, m]}
+        )
 
 
 def test_quantities():

@@ -49,11 +49,17 @@ def test_backtest_prints_every_model_and_writes_the_json_shape(events_csv, tmp_p
     assert set(data["models"]) == {"naive", "seasonal_naive_daily", "ets_log"}
     assert data["selected"] in data["models"]
     for scores in data["models"].values():
-        assert set(scores) == {"wape", "smape", "under_rate", "coverage", "fit_seconds",
-                               "update_seconds"}
+        assert set(scores) == {
+            "wape",
+            "smape",
+            "under_rate",
+            "coverage",
+            "fit_seconds",
+            "update_seconds",
+        }
         for key in ("wape", "smape", "under_rate", "coverage"):
             assert set(scores[key]) == {"1", "2", "3"}
-            assert all(0 <= v for v in scores[key].values())
+            assert all(v >= 0 for v in scores[key].values())
     daily = data["models"]["seasonal_naive_daily"]["wape"]["1"]
     naive = data["models"]["naive"]["wape"]["3"]
     assert daily < naive  # a daily cycle: the day-ago copy beats the last value 3 h ahead

@@ -28,7 +28,10 @@ def backfilled(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("prometheus")
     end = math.floor((time.time() - 1800) / STEP) * STEP
     ts = end - STEP * np.arange(POINTS)[::-1]
-    lines = ["# HELP autoglm_test_requests requests per second", "# TYPE autoglm_test_requests gauge"]
+    lines = [
+        "# HELP autoglm_test_requests requests per second",
+        "# TYPE autoglm_test_requests gauge",
+    ]
     lines += [f"autoglm_test_requests {v:.6f} {t}" for t, v in zip(ts, truth(ts), strict=True)]
     lines += ["# TYPE autoglm_test_other gauge"]
     lines += [f"autoglm_test_other 1 {t}" for t in ts]
@@ -36,7 +39,14 @@ def backfilled(tmp_path_factory):
     source = workdir / "history.om"
     source.write_text("\n".join(lines) + "\n")
     subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(workdir / "data")],
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(source),
+            str(workdir / "data"),
+        ],
         check=True,
         capture_output=True,
         timeout=120,

@@ -46,9 +46,10 @@ def test_pushed_points_are_binned_fitted_and_forecast():
     assert service.refit("load")
     forecast = service.forecast("load", STEP)
     assert forecast is not None
-    # The last closed bin is 198 (bin 199 is still open); it is stamped with its end.
-    assert forecast.horizon_seconds == STEP
-    assert forecast.point == pytest.approx(pattern(199), abs=1.0)
+    # Bin 198 is the last closed one (stamped with its end, 199 min); one minute from now
+    # (200 min) lies in bin 200, two steps past it.
+    assert forecast.horizon_seconds == 2 * STEP
+    assert forecast.point == pytest.approx(pattern(200), abs=1.0)
     assert forecast.upper >= forecast.point and forecast.quantile == 0.9
     assert forecast.model in {"naive", "seasonal_naive_1200s", "seasonal_level", "ets_log"}
     assert service.forecast("load", 100 * STEP) is None  # beyond the largest horizon
@@ -61,9 +62,12 @@ def test_new_points_update_the_fitted_models_without_a_refit():
     assert service.refit("load")
     before = service.forecast("load", 0)
     push(service, range(120, 125))
-    assert service.metrics.registry.get_sample_value(
-        "autoglm_predictor_updates_total", {"target": "load"}
-    ) == 5
+    assert (
+        service.metrics.registry.get_sample_value(
+            "autoglm_predictor_updates_total", {"target": "load"}
+        )
+        == 5
+    )
     after = service.forecast("load", 0)
     assert after.point == pytest.approx(pattern(124), abs=2.0)
     assert after.point != before.point
@@ -76,10 +80,17 @@ def test_late_and_non_finite_samples_are_counted_not_kept():
     service.observe("load", 5 * STEP, 1.0)
     service.observe("load", 12 * STEP, float("nan"))
     get = service.metrics.registry.get_sample_value
-    assert get("autoglm_predictor_observations_rejected_total", {"target": "load", "reason": "late"}) == 1
-    assert get(
-        "autoglm_predictor_observations_rejected_total", {"target": "load", "reason": "not_finite"}
-    ) == 1
+    assert (
+        get("autoglm_predictor_observations_rejected_total", {"target": "load", "reason": "late"})
+        == 1
+    )
+    assert (
+        get(
+            "autoglm_predictor_observations_rejected_total",
+            {"target": "load", "reason": "not_finite"},
+        )
+        == 1
+    )
     with pytest.raises(KeyError, match="unknown target 'gpu'"):
         service.observe("gpu", 0, 1.0)
 
@@ -110,7 +121,10 @@ def test_scheduler_refits_and_metrics_are_served_over_http():
     assert 'autoglm_forecast_value{horizon_seconds="60",target="load"}' in body
     assert 'autoglm_forecast_upper{horizon_seconds="180",quantile="0.9",target="load"}' in body
     assert "autoglm_forecast_model_info{" in body
-    assert 'autoglm_forecast_backtest_wape_ratio{horizon_seconds="60",model="naive",target="load"}' in body
+    assert (
+        'autoglm_forecast_backtest_wape_ratio{horizon_seconds="60",model="naive",target="load"}'
+        in body
+    )
     assert 'autoglm_forecast_age_seconds{target="load"}' in body
     assert 'autoglm_predictor_refits_total{result="success",target="load"} 1.0' in body
 

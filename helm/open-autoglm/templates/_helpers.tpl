@@ -42,7 +42,7 @@ Usage: include "autoglm.labels" (list . "exporter")
 */}}
 {{- define "autoglm.labels" -}}
 {{- $root := index . 0 }}
-{{- $component := index . 1 }}
+{{- $component := index . 1 -}}
 helm.sh/chart: {{ include "autoglm.chart" $root }}
 {{ include "autoglm.selectorLabels" (list $root $component) }}
 app.kubernetes.io/version: {{ include "autoglm.imageTag" $root | quote }}
@@ -56,7 +56,7 @@ app.kubernetes.io/managed-by: {{ $root.Release.Service }}
 {{/* Labels that select a component's pods; never change between upgrades (selectors are immutable). */}}
 {{- define "autoglm.selectorLabels" -}}
 {{- $root := index . 0 }}
-{{- $component := index . 1 }}
+{{- $component := index . 1 -}}
 app.kubernetes.io/name: {{ include "autoglm.name" $root }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/component: {{ $component }}
@@ -91,7 +91,7 @@ Returns "true" or "".
 {{/* Labels of ServiceMonitors and the PrometheusRule: the common ones plus what Prometheus selects on. */}}
 {{- define "autoglm.monitoringLabels" -}}
 {{- $root := index . 0 }}
-{{- $component := index . 1 }}
+{{- $component := index . 1 -}}
 {{ include "autoglm.labels" (list $root $component) }}
 {{- with $root.Values.monitoring.labels }}
 {{ toYaml . }}
@@ -247,4 +247,16 @@ the dashboards use. The exporter pod is still known by instance and the added no
 {{- $_ := set $endpoint "relabelings" (list $node $drop) }}
 {{- end }}
 {{- toYaml (mergeOverwrite $endpoint (deepCopy $values.serviceMonitor.endpoint)) }}
+{{- end }}
+
+{{- define "autoglm.autoscaler.serviceAccountName" -}}
+{{- if .Values.autoscaler.serviceAccount.create }}
+{{- default (include "autoglm.componentName" (list . "autoscaler")) .Values.autoscaler.serviceAccount.name }}
+{{- else }}
+{{- required "autoscaler.serviceAccount.name is required when autoscaler.serviceAccount.create is false (the ServiceAccount the autoscaler runs as)" .Values.autoscaler.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "autoglm.autoscaler.watchNamespace" -}}
+{{- default .Release.Namespace .Values.autoscaler.watchNamespace }}
 {{- end }}
