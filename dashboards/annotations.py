@@ -11,9 +11,9 @@ from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models.dashboard import AnnotationQuery
 
 from dashboards.expressions import new_or_increased, per_gpu
-from dashboards.variables import DATASOURCE, GPU_SELECTOR
+from dashboards.variables import DATASOURCE, DEVICE_SELECTOR
 
-XID_SERIES = f"autoglm_gpu_xid_errors_total{{{GPU_SELECTOR}}}"
+XID_SERIES = f"autoglm_gpu_xid_errors_total{{{DEVICE_SELECTOR}}}"
 REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 
 
@@ -64,7 +64,7 @@ def xid_annotation() -> PrometheusAnnotation:
     """A marker for every Xid the driver reported on the selected GPUs, titled with its code."""
     return PrometheusAnnotation(
         "Xid errors",
-        f"max without (container, namespace, pod) ({new_or_increased(XID_SERIES, '2m')})",
+        new_or_increased(XID_SERIES, "2m"),
         color="red",
         title_format="Xid {{xid}}",
         tag_keys="Hostname,gpu,xid",

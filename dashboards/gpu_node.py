@@ -19,7 +19,6 @@ from dashboards.annotations import REASONS, XID_SERIES, throttle_annotation, xid
 from dashboards.expressions import (
     GPU_LEGEND,
     MIB,
-    POD_LABELS,
     new_or_increased,
     per_gpu,
     per_gpu_rate,
@@ -32,7 +31,7 @@ from dashboards.panels import (
     table_panel,
     timeseries_panel,
 )
-from dashboards.variables import GPU_SELECTOR
+from dashboards.variables import DEVICE_SELECTOR, GPU_SELECTOR
 
 UID = "autoglm-gpu-node"
 INSTANCE_SELECTOR = 'instance=~"$instance"'
@@ -351,8 +350,7 @@ def _errors(d: db.Dashboard) -> db.Dashboard:
             "(autoglm_gpu_xid_errors_total).",
             [
                 Query(
-                    f"max without ({POD_LABELS}) "
-                    f"({new_or_increased(XID_SERIES, '$__rate_interval')})",
+                    new_or_increased(XID_SERIES, "$__rate_interval"),
                     f"{GPU_LEGEND} Xid {{{{xid}}}}",
                 )
             ],
@@ -378,7 +376,12 @@ def _errors(d: db.Dashboard) -> db.Dashboard:
             "Time since last Xid",
             "How long ago did each GPU last report an Xid? "
             "(autoglm_gpu_last_xid_timestamp_seconds)",
-            [Query(f"time() - {per_gpu('autoglm_gpu_last_xid_timestamp_seconds')}", GPU_LEGEND)],
+            [
+                Query(
+                    f"time() - autoglm_gpu_last_xid_timestamp_seconds{{{DEVICE_SELECTOR}}}",
+                    GPU_LEGEND,
+                )
+            ],
             "s",
             width=8,
             min_value=0,

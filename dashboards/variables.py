@@ -25,7 +25,9 @@ ALL = ".*"
 GPU_SELECTOR = 'namespace=~"$namespace", Hostname=~"$node", gpu=~"$gpu"'
 """Selects the GPUs picked by the namespace, node and gpu variables on any exporter series."""
 
-NODE_SELECTOR = 'Hostname=~"$node"'
+DEVICE_SELECTOR = 'Hostname=~"$node", gpu=~"$gpu"'
+"""For series the exporter keeps per device without pod labels (the Xid history)."""
+
 WORKLOAD_SELECTOR = 'namespace=~"$namespace", workload=~"$workload"'
 
 

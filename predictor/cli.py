@@ -87,7 +87,7 @@ def serve_main(argv: Sequence[str]) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     service.start(config.refit_seconds, config.update_seconds)
-    log.info("serving", extra={"listen": config.listen, "targets": len(config.target_configs)})
+    log.info("serving", extra={"url": server.url, "targets": len(config.target_configs)})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

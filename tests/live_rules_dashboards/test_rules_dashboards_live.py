@@ -20,8 +20,8 @@ from dashboards.annotations import throttle_annotation, xid_annotation
 from dashboards.catalogue import DASHBOARDS
 from dashboards.queries import make_concrete, queries
 from dashboards.runbooks import runbook_url
-from tests.live_rules_dashboards.conftest import NODE_A, LiveStack
 from tests.live_alertmanager import Alert
+from tests.live_rules_dashboards.conftest import NODE_A, LiveStack
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 
