@@ -1,0 +1,99 @@
+"""Render the chart with the real helm binary and pick objects out of the result.
+
+The binary is the one ``scripts/install-helm`` puts in ``.tools/bin/helm`` (Helm 3.19). Renders
+are cached per argument list: the chart does not change during a test session, and ``helm
+template`` costs a few hundred milliseconds on these machines.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "open-autoglm"
+HELM = ROOT / ".tools" / "bin" / "helm"
+MONITORING_API = "monitoring.coreos.com/v1"
+RELEASE = "gpu"
+NAMESPACE = "autoglm"
+# Lowest Kubernetes of Chart.yaml's kubeVersion, and the newest kubernetes-validate knows.
+KUBE_VERSIONS = ("1.27.0", "1.37.0")
+
+
+def ci_values_files() -> list[Path]:
+    return sorted((CHART / "ci").glob("*-values.yaml"))
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run helm; the symlink notices it prints on stderr (files/, crds/) are expected."""
+    if not HELM.exists():
+        raise RuntimeError(f"{HELM} is missing: run `bash scripts/install-helm`")
+    result = subprocess.run(
+        [str(HELM), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+@functools.lru_cache(maxsize=64)
+def _template(args: tuple[str, ...]) -> str:
+    return helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args).stdout
+
+
+def render_text(
+    values: Iterable[Path | str] = (),
+    sets: Iterable[str] = (),
+    monitoring_api: bool = False,
+    extra: Iterable[str] = (),
+) -> str:
+    args: list[str] = []
+    for v in values:
+        args += ["-f", str(v)]
+    for s in sets:
+        args += ["--set", s]
+    if monitoring_api:
+        args += ["--api-versions", MONITORING_API]
+    return _template((*args, *extra))
+
+
+def render(
+    values: Iterable[Path | str] = (),
+    sets: Iterable[str] = (),
+    monitoring_api: bool = False,
+    extra: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """Every object helm renders, as parsed YAML (empty documents dropped)."""
+    text = render_text(values, sets, monitoring_api, extra)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def render_failure(*args: str) -> str:
+    """stderr of a ``helm template`` that must fail."""
+    result = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args, check=False)
+    assert result.returncode != 0, "helm template was expected to fail but rendered"
+    return result.stderr
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
+    found = [o for o in of_kind(objects, kind) if o["metadata"]["name"].endswith(name_suffix)]
+    assert len(found) == 1, f"expected one {kind} named *{name_suffix}, got {len(found)}"
+    return found[0]
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec of a workload or of a bare Pod."""
+    return obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
+
+
+def workloads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Pod")]
