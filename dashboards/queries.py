@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 BUILTINS: dict[str, str] = {
     "__range": "1h",
@@ -34,6 +34,8 @@ class DashboardQuery:
     dashboard: str  # uid
     where: str  # panel title, annotation name or variable name
     expr: str
+    kind: Literal["target", "annotation", "variable"]
+    instant: bool  # Grafana runs it as an instant query (tables, variables), else over a range
 
 
 def _panels(dashboard: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
@@ -53,21 +55,20 @@ def queries(dashboard: Mapping[str, Any]) -> list[DashboardQuery]:
     found = []
     for panel in _panels(dashboard):
         for target in panel.get("targets", []):
-            found.append(DashboardQuery(uid, panel["title"], target["expr"]))
+            instant = bool(target.get("instant")) and not target.get("range")
+            found.append(DashboardQuery(uid, panel["title"], target["expr"], "target", instant))
     for annotation in dashboard.get("annotations", {}).get("list", []):
         if annotation.get("expr"):
-            found.append(
-                DashboardQuery(uid, f"annotation {annotation['name']}", annotation["expr"])
-            )
+            name = f"annotation {annotation['name']}"
+            found.append(DashboardQuery(uid, name, annotation["expr"], "annotation", False))
     for variable in dashboard.get("templating", {}).get("list", []):
         if variable.get("type") != "query":
             continue
         query = variable["query"]
         text = query if isinstance(query, str) else query.get("query", "")
         match = LABEL_VALUES.match(text)
-        found.append(
-            DashboardQuery(uid, f"variable {variable['name']}", match.group(1) if match else text)
-        )
+        expr = match.group(1) if match else text
+        found.append(DashboardQuery(uid, f"variable {variable['name']}", expr, "variable", True))
     return found
 
 

@@ -42,8 +42,8 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _template(args: tuple[str, ...]) -> str:
-    return helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args).stdout
+def _template(release: str, args: tuple[str, ...]) -> str:
+    return helm("template", release, str(CHART), "--namespace", NAMESPACE, *args).stdout
 
 
 def render_text(
@@ -51,6 +51,7 @@ def render_text(
     sets: Iterable[str] = (),
     monitoring_api: bool = False,
     extra: Iterable[str] = (),
+    release: str = RELEASE,
 ) -> str:
     args: list[str] = []
     for v in values:
@@ -59,7 +60,7 @@ def render_text(
         args += ["--set", s]
     if monitoring_api:
         args += ["--api-versions", MONITORING_API]
-    return _template((*args, *extra))
+    return _template(release, (*args, *extra))
 
 
 def render(
@@ -67,9 +68,10 @@ def render(
     sets: Iterable[str] = (),
     monitoring_api: bool = False,
     extra: Iterable[str] = (),
+    release: str = RELEASE,
 ) -> list[dict[str, Any]]:
     """Every object helm renders, as parsed YAML (empty documents dropped)."""
-    text = render_text(values, sets, monitoring_api, extra)
+    text = render_text(values, sets, monitoring_api, extra, release)
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

@@ -1,4 +1,4 @@
-"""The rules and dashboards proven against a live stack (see ``conftest.py``).
+"""The rules and dashboards proven against a live stack (see ``stack.py``).
 
 Every panel query of every dashboard returns data from a real Prometheus fed by the real
 exporter; faults injected into the simulated GPUs fire the matching alerts, which reach the
@@ -9,6 +9,7 @@ so waits are bounded by what those durations imply (about a minute), not shorten
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,10 +19,11 @@ import requests
 
 from dashboards.annotations import throttle_annotation, xid_annotation
 from dashboards.catalogue import DASHBOARDS
+from dashboards.output import JSON_DIR
 from dashboards.queries import make_concrete, queries
 from dashboards.runbooks import runbook_url
 from tests.live_alertmanager import Alert
-from tests.live_rules_dashboards.conftest import NODE_A, LiveStack
+from tests.live_rules_dashboards.stack import NODE_A, LiveStack
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 
@@ -51,32 +53,21 @@ def _range_query(stack: LiveStack, expr: str, start: float) -> list[dict[str, An
     return reply["data"]["result"]
 
 
-def _targets(stack: LiveStack) -> list[tuple[str, str, bool]]:
-    """(where, concrete expr, instant?) for every panel target and variable of every dashboard."""
+def _dashboard_queries(stack: LiveStack) -> list[tuple[str, str, bool]]:
+    """(where, concrete expr, instant?) of every panel target and variable, from the JSON files."""
     values = _values(stack)
     found = []
     for entry in DASHBOARDS:
-        dashboard = entry.build().build()
-        for panel in dashboard.panels or []:
-            for target in getattr(panel, "targets", None) or []:
-                where = f"{dashboard.uid} / {panel.title}"
-                found.append((where, make_concrete(target.expr, values), bool(target.instant)))
-        for variable in dashboard.templating.list_val or []:
-            if variable.type_val == "query":
-                as_json = {"uid": dashboard.uid, "templating": {"list": [variable.to_json()]}}
-                for query in queries(as_json):
-                    found.append(
-                        (
-                            f"{dashboard.uid} / {query.where}",
-                            make_concrete(query.expr, values),
-                            True,
-                        )
-                    )
+        dashboard = json.loads((JSON_DIR / entry.filename).read_text())
+        for query in queries(dashboard):
+            if query.kind != "annotation":  # events: checked after the faults below
+                where = f"{query.dashboard} / {query.where}"
+                found.append((where, make_concrete(query.expr, values), query.instant))
     return found
 
 
 def test_every_panel_query_returns_data(live_stack: LiveStack) -> None:
-    pending = _targets(live_stack)
+    pending = _dashboard_queries(live_stack)
     assert len(pending) > 50
     deadline = time.monotonic() + PANEL_WAIT_S
     while pending and time.monotonic() < deadline:

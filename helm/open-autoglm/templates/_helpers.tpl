@@ -21,9 +21,7 @@ Kubernetes names are limited to 63 characters (DNS labels).
 {{- end }}
 
 {{/*
-Name of one component's objects: "<fullname>-<component>". The exporter's Service name therefore
-ends in "-exporter" and contains "autoglm-exporter" for the default chart name, which the
-AutoglmExporterDown alert's job regex in alerts/rules.yaml relies on (job = Service name).
+Name of one component's objects: "<fullname>-<component>".
 Usage: include "autoglm.componentName" (list . "exporter")
 */}}
 {{- define "autoglm.componentName" -}}
@@ -235,6 +233,11 @@ Usage: include "autoglm.serviceMonitorEndpoint" (list $ "exporter" "metrics")
 {{- $endpoint := dict "port" $port "path" "/metrics" "scheme" (include "autoglm.scheme" $values) }}
 {{- $_ := set $endpoint "interval" ($values.serviceMonitor.interval | default $root.Values.monitoring.interval) }}
 {{- $_ := set $endpoint "scrapeTimeout" ($values.serviceMonitor.scrapeTimeout | default $root.Values.monitoring.scrapeTimeout) }}
+{{- /*
+job is "autoglm-<component>" whatever the release is called, as with a plain scrape config
+(job_name: autoglm-exporter); alerts/rules.yaml finds the exporter by it.
+*/}}
+{{- $relabelings := list (dict "targetLabel" "job" "replacement" (printf "autoglm-%s" $component)) }}
 {{- if eq $component "exporter" }}
 {{- /*
 GPU series carry the pod, namespace and container that hold the GPU (from the kubelet). The
@@ -244,8 +247,9 @@ the dashboards use. The exporter pod is still known by instance and the added no
 */}}
 {{- $node := dict "sourceLabels" (list "__meta_kubernetes_pod_node_name") "targetLabel" "node" }}
 {{- $drop := dict "action" "labeldrop" "regex" "pod|namespace|container" }}
-{{- $_ := set $endpoint "relabelings" (list $node $drop) }}
+{{- $relabelings = concat $relabelings (list $node $drop) }}
 {{- end }}
+{{- $_ := set $endpoint "relabelings" $relabelings }}
 {{- toYaml (mergeOverwrite $endpoint (deepCopy $values.serviceMonitor.endpoint)) }}
 {{- end }}
 
