@@ -9,7 +9,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 import yaml
-from selfsigned import ScratchCA
+from tests.selfsigned import ScratchCA
 
 from autoglm import webconfig
 from autoglm.config import ConfigError

@@ -44,32 +44,40 @@ class SimulationConfig:
     slo_on: Literal["latency", "queueing"] = "latency"
     min_replicas: int = 1
     max_replicas: int = 64
+    queue_target: float | None = None  # waiting requests per replica, a second metric if set
     forecast_step: float = 60.0
     forecast_quantile: float = 0.9
-    season_seconds: float = 86400.0  # the forecaster's season (a day, divided by any speed-up)
+    forecast_seasons: tuple[float, ...] = (86400.0, 604800.0)  # in simulated seconds
+    forecast_models: tuple[str, ...] = ()  # restrict the predictor's candidates (empty: all)
+    forecast_refit_seconds: float = 86400.0
     static_window: float = 300.0  # static provisioning covers the peak rate over this window
     behavior: dict[str, Any] | None = None  # the spec's behavior section, camelCase
     static_replicas: int | None = None  # default: peak provisioning at the target
     drain_limit: float = 3600.0  # seconds after the last arrival to finish the queue
+    score_from: float = 0.0  # requests arriving earlier are replayed but not scored
 
     def __post_init__(self) -> None:
         if not 0 < self.target_utilization <= 1:
             raise ValueError("target_utilization must be in (0, 1], e.g. 0.7")
-        for name in ("cold_start", "metric_window", "slo_seconds", "drain_limit"):
+        for name in ("cold_start", "metric_window", "slo_seconds", "drain_limit", "score_from"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        if self.tick <= 0 or self.forecast_step <= 0:
-            raise ValueError("tick and forecast_step must be > 0 seconds")
+        if self.tick <= 0 or self.forecast_step <= 0 or self.forecast_refit_seconds <= 0:
+            raise ValueError("tick, forecast_step and forecast_refit_seconds must be > 0 seconds")
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError("need 1 <= min_replicas <= max_replicas")
+        if self.queue_target is not None and self.queue_target <= 0:
+            raise ValueError("queue_target must be > 0 waiting requests per replica, or None")
 
     @property
     def target_rate_per_replica(self) -> float:
         return self.target_utilization * self.service.capacity_rps
 
     @property
-    def forecast_horizon_steps(self) -> int:
-        return max(1, math.ceil((self.cold_start + self.tick) / self.forecast_step))
+    def warmup_seconds(self) -> float:
+        """How far ahead capacity must be ordered: a cold start, plus the wait for the next
+        decision, since a replica ordered at the next tick is the earliest alternative."""
+        return self.cold_start + self.tick
 
 
 @dataclass
@@ -81,6 +89,7 @@ class Timeline:
     replicas: list[int] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
     forecast: list[float] = field(default_factory=list)
+    queue: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -97,7 +106,7 @@ class SimulationResult:
     scale_ups: int
     scale_downs: int
     drivers: Counter
-    forecaster: str | None
+    forecast_models: Counter  # ticks on which each model's forecast was the one consumed
     unfinished: int
 
 
@@ -111,15 +120,25 @@ def policy_spec(config: SimulationConfig, policy: Policy) -> GPUAutoscalerSpec:
     }
     if policy == "predictive":
         metric["prediction"] = {
-            "horizonSeconds": config.cold_start + config.tick,
+            "horizonSeconds": config.warmup_seconds,
             "warmupSeconds": config.cold_start,
             "quantile": config.forecast_quantile,
         }
+    metrics = [metric]
+    if config.queue_target is not None:
+        metrics.append(
+            {
+                "name": "queue_length",
+                "type": "External",
+                "query": "sum(requests_waiting)",
+                "target": {"type": "AverageValue", "averageValue": config.queue_target},
+            }
+        )
     raw: dict[str, Any] = {
         "scaleTargetRef": {"kind": "Deployment", "name": "simulated"},
         "minReplicas": config.min_replicas,
         "maxReplicas": config.max_replicas,
-        "metrics": [metric],
+        "metrics": metrics,
     }
     if config.behavior:
         raw["behavior"] = config.behavior
@@ -160,56 +179,57 @@ def simulate(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     spec = policy_spec(config, policy)
-    metric = spec.metrics[0]
+    rate_metric = spec.metrics[0]
+    queue_metric = spec.metrics[1] if len(spec.metrics) > 1 else None
     static = policy == "static"
     initial = (
         config.static_replicas or peak_replicas(trace, config)
         if static
         else warm_start_replicas(trace, config)
     )
-    if policy == "predictive" and forecaster is None:
+    if policy != "predictive":
+        forecaster = None
+    elif forecaster is None:
         forecaster = PredictorForecaster(
             config.forecast_step,
-            config.forecast_horizon_steps,
-            seasons_seconds=(config.season_seconds,),
+            config.warmup_seconds,
+            quantile=config.forecast_quantile,
+            seasons_seconds=config.forecast_seasons,
+            models=config.forecast_models,
+            refit_seconds=config.forecast_refit_seconds,
         )
     fleet = Fleet(trace.arrivals, trace.work, config.service, config.cold_start, initial)
     state = ScalingState()
     timeline = Timeline()
     drivers: Counter = Counter()
+    forecast_models: Counter = Counter()
     ups = downs = 0
     arrivals = trace.arrivals
-    step_edges_seen = 0
-    forecast_value: float | None = None
-    horizon = config.forecast_horizon_steps
     t = 0.0
     limit = trace.duration + config.drain_limit
     while t < limit:
         t += config.tick
         fleet.advance(t)
-        lo = np.searchsorted(arrivals, t - config.metric_window, side="right")
         hi = np.searchsorted(arrivals, t, side="right")
+        lo = np.searchsorted(arrivals, t - config.metric_window, side="right")
         rate = (hi - lo) / config.metric_window if config.metric_window > 0 else 0.0
+        forecast_value: float | None = None
         if forecaster is not None:
-            while (step_edges_seen + 1) * config.forecast_step <= t:
-                start = step_edges_seen * config.forecast_step
-                n = np.searchsorted(arrivals, start + config.forecast_step, side="left")
-                n -= np.searchsorted(arrivals, start, side="left")
-                forecaster.observe(n / config.forecast_step)
-                step_edges_seen += 1
-                forecast_value = forecaster.upper(horizon, config.forecast_quantile)
+            tick_start = np.searchsorted(arrivals, t - config.tick, side="right")
+            forecaster.observe(t, (hi - tick_start) / config.tick)
+            forecast_value = forecaster.upper(t, config.warmup_seconds)
+            if forecast_value is not None:
+                forecast_models[forecaster.name] += 1
         timeline.t.append(t)
         timeline.rate.append(rate)
         timeline.forecast.append(math.nan if forecast_value is None else forecast_value)
+        timeline.queue.append(fleet.queue_length)
         if not static:
+            inputs = [MetricInput(rate_metric, value=rate, forecast_upper=forecast_value)]
+            if queue_metric is not None:
+                inputs.append(MetricInput(queue_metric, value=float(fleet.queue_length)))
             current = fleet.replica_count
-            decision = decide(
-                spec,
-                current,
-                [MetricInput(metric, value=rate, forecast_upper=forecast_value)],
-                state,
-                t,
-            )
+            decision = decide(spec, current, inputs, state, t)
             if decision.rescale:
                 fleet.scale_to(decision.desired_replicas)
                 record_scale(state, t, current, decision.desired_replicas)
@@ -237,6 +257,6 @@ def simulate(
         scale_ups=ups,
         scale_downs=downs,
         drivers=drivers,
-        forecaster=None if forecaster is None else forecaster.name,
+        forecast_models=forecast_models,
         unfinished=int(np.isnan(finished).sum()),
     )

@@ -78,6 +78,7 @@ class Fleet:
         self.started = np.full(len(arrivals), np.nan)
         self.finished = np.full(len(arrivals), np.nan)
         self.replicas: list[_Replica] = []
+        self._active: list[int] = []  # ids ordered and not being removed, oldest first
         self._queue: deque[int] = deque()
         self._idle: list[int] = []
         self._events: list[tuple[float, int]] = []  # (time a replica becomes free or ready, id)
@@ -91,27 +92,23 @@ class Fleet:
     @property
     def replica_count(self) -> int:
         """Replicas ordered and not being removed: the scale's spec.replicas."""
-        return sum(1 for r in self.replicas if r.removed_at is None and not r.removing)
+        return len(self._active)
 
     @property
     def ready_count(self) -> int:
-        return sum(
-            1
-            for r in self.replicas
-            if r.removed_at is None and not r.removing and r.ready_at <= self.now
-        )
+        return sum(1 for i in self._active if self.replicas[i].ready_at <= self.now)
 
     @property
     def queue_length(self) -> int:
         return len(self._queue)
 
     def scale_to(self, desired: int) -> None:
-        active = [i for i, r in enumerate(self.replicas) if r.removed_at is None and not r.removing]
-        if desired > len(active):
-            for _ in range(desired - len(active)):
+        active = len(self._active)
+        if desired > active:
+            for _ in range(desired - active):
                 self._add(self.now, ready_at=self.now + self.cold_start)
-        elif desired < len(active):
-            self._remove(active, len(active) - desired)
+        elif desired < active:
+            self._remove(active - desired)
 
     def billed_seconds(self, until: float) -> float:
         """Replica-seconds paid for up to ``until`` (from order to removal)."""
@@ -168,14 +165,21 @@ class Fleet:
 
     def _add(self, now: float, ready_at: float) -> None:
         self.replicas.append(_Replica(ordered_at=now, ready_at=ready_at))
+        self._active.append(len(self.replicas) - 1)
         heapq.heappush(self._events, (ready_at, len(self.replicas) - 1))
 
-    def _remove(self, active: list[int], count: int) -> None:
+    def _remove(self, count: int) -> None:
         now = self.now
+        active = self._active
         starting = [i for i in active if self.replicas[i].ready_at > now]
-        idle = [i for i in self._idle if i in set(active)]
-        busy = [i for i in active if i not in set(starting) and i not in set(idle)]
-        for rid in (sorted(starting, reverse=True) + idle[::-1] + busy)[:count]:
+        idle_set = set(self._idle)
+        active_set = set(active)
+        idle = [i for i in self._idle if i in active_set]
+        busy = [i for i in active if self.replicas[i].ready_at <= now and i not in idle_set]
+        chosen = (sorted(starting, reverse=True) + idle[::-1] + busy)[:count]
+        gone = set(chosen)
+        self._active = [i for i in active if i not in gone]
+        for rid in chosen:
             replica = self.replicas[rid]
             if replica.busy_until > now:
                 replica.removing = True

@@ -1,22 +1,27 @@
 """Forecasts of the request rate for the predictive policy, replayed causally.
 
-The simulator feeds the forecaster one point per step (the request rate of the step that just
-ended) and asks for the upper bound over the next ``horizon`` steps; nothing from the future is
-ever shown to it. The default forecaster wraps the predictor package's models
-(``predictor.models``: ``fit`` / cheap ``update`` / ``predict(h, quantile)``), refitting on the
-history it has seen every ``refit_every`` steps and choosing the richest model the history
-allows (a daily seasonal model once two days are seen, a naive one before).
+The default forecaster is the predictor itself: a :class:`predictor.service.PredictorService` in
+push mode whose clock is the simulation's, exactly as the controller would consume it in-process.
+Every tick the simulator pushes the request rate it just measured; the service bins it into steps,
+selects its model per horizon by rolling-origin backtest on the history seen so far (refitting on
+a schedule, updating cheaply in between) and publishes point forecasts with calibrated upper
+bounds. Nothing from the future is ever shown to it.
+
+The autoscaler needs capacity for the whole time a new replica takes to become useful, so the
+forecast it consumes is the highest upper bound over ``[now, now + horizon]``: every step that
+overlaps that interval, the open one included.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+import math
+from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
+from predictor.config import TargetConfig
+from predictor.service import PredictorService
 
-log = logging.getLogger(__name__)
+TARGET = "request_rate"
 
 
 class LoadForecaster(Protocol):
@@ -24,74 +29,89 @@ class LoadForecaster(Protocol):
 
     name: str
 
-    def observe(self, value: float) -> None:
-        """Take the newest point of the series (one step after the previous one)."""
+    def observe(self, t: float, rate: float) -> None:
+        """Take the request rate measured over the tick that ended at ``t`` (seconds)."""
 
-    def upper(self, horizon_steps: int, quantile: float) -> float | None:
-        """Upper bound at ``quantile`` of the highest value in the next ``horizon_steps``."""
+    def upper(self, now: float, horizon_seconds: float) -> float | None:
+        """Upper bound of the rate over ``[now, now + horizon_seconds]``; None without one."""
 
 
 class PredictorForecaster:
-    """Adapter from ``predictor.models`` to :class:`LoadForecaster`.
+    """The predictor service, fed and asked by the simulator on its own clock.
 
-    ``preferences`` lists model names from :func:`predictor.models.candidate_factories` in order
-    of preference; the first one available for the history seen so far is fitted.
+    ``step_seconds`` is the forecast series' step, ``seasons_seconds`` the seasons its models
+    may use (a season needs two cycles of history before a model uses it), ``models`` restricts
+    the non-baseline candidates (empty: all the predictor offers) and ``refit_seconds`` is how
+    often selection and fitting re-run (the predictor's scheduled refit).
     """
 
     def __init__(
         self,
         step_seconds: float,
-        max_horizon: int,
-        seasons_seconds: tuple[float, ...] = (86400.0,),
-        preferences: tuple[str, ...] = ("seasonal_level", "naive"),
-        refit_every: int = 360,
-        min_history: int = 30,
+        horizon_seconds: float,
+        quantile: float = 0.9,
+        seasons_seconds: Sequence[float] = (86400.0, 604800.0),
+        models: Sequence[str] = (),
+        refit_seconds: float = 86400.0,
+        lookback_seconds: float = 14 * 86400.0,
     ) -> None:
-        from predictor.models import candidate_factories
-
-        self._factories = candidate_factories
-        self.step_seconds = step_seconds
-        self.max_horizon = max_horizon
-        self.seasons = seasons_seconds
-        self.preferences = preferences
-        self.refit_every = refit_every
-        self.min_history = min_history
-        self.history: list[float] = []
-        self.model = None
-        self.name = "none"
-        self._since_fit = 0
-
-    def observe(self, value: float) -> None:
-        self.history.append(float(value))
-        self._since_fit += 1
-        if self.model is None or self._since_fit >= self.refit_every:
-            self._refit()
-        else:
-            self.model.update(float(value))
-
-    def _refit(self) -> None:
-        n = len(self.history)
-        if n < self.min_history:
-            return
-        factories: dict[str, Callable] = self._factories(
-            self.step_seconds, self.seasons, self.max_horizon, n
+        if step_seconds <= 0 or horizon_seconds < 0 or refit_seconds <= 0:
+            raise ValueError("step and refit must be > 0 seconds and the horizon >= 0")
+        steps = max(1, math.ceil(horizon_seconds / step_seconds - 1e-9)) + 1
+        self.config = TargetConfig(
+            name=TARGET,
+            step=step_seconds,
+            lookback=max(lookback_seconds, 10 * step_seconds),
+            horizons=tuple(range(1, steps + 1)),
+            quantile=quantile,
+            seasons=tuple(seasons_seconds),
+            aggregate="mean",
+            models=tuple(models),
         )
-        for name in self.preferences:
-            if name not in factories:
-                continue
-            model = factories[name]()
-            try:
-                model.fit(np.asarray(self.history))
-            except ValueError as exc:  # too little history for this model: try the next one
-                log.debug("forecaster model skipped", extra={"model": name, "error": str(exc)})
-                continue
-            self.model, self.name = model, name
-            self._since_fit = 0
-            return
+        self.step = step_seconds
+        self.horizon = horizon_seconds
+        self.refit_seconds = refit_seconds
+        self.now = 0.0
+        self.service = PredictorService([self.config], clock=lambda: self.now)
+        self.refits = 0
+        self.name = "none"
+        self._last_refit: float | None = None
+        self._last_bin = -1
+        self._version = 0  # changes whenever the forecasts can have changed
+        self._cached: tuple[tuple[int, int, int], float | None] | None = None
 
-    def upper(self, horizon_steps: int, quantile: float) -> float | None:
-        if self.model is None:
-            return None
-        h = max(1, min(horizon_steps, self.max_horizon))
-        prediction = self.model.predict(list(range(1, h + 1)), quantile)
-        return float(np.max(prediction.upper))
+    def observe(self, t: float, rate: float) -> None:
+        self.now = t
+        current_bin = math.floor((t - 1e-6) / self.step)  # the tick's rate belongs to its bin
+        self.service.observe(TARGET, t - 1e-6, rate)
+        if current_bin == self._last_bin:
+            return
+        # A step closed: the models were updated with it; a due refit runs now (before the
+        # first fit, it is tried at every step until the service has enough points).
+        self._last_bin = current_bin
+        self._version += 1
+        if self._last_refit is None or t - self._last_refit >= self.refit_seconds:
+            if self.service.refit(TARGET):
+                self._last_refit = t
+                self.refits += 1
+
+    def upper(self, now: float, horizon_seconds: float) -> float | None:
+        self.now = now
+        key = (self._version, math.floor(now / self.step), math.floor((now + horizon_seconds) / self.step))
+        if self._cached is not None and self._cached[0] == key:
+            return self._cached[1]
+        best = self._upper(horizon_seconds)
+        self._cached = (key, best)
+        return best
+
+    def _upper(self, horizon_seconds: float) -> float | None:
+        best: float | None = None
+        model = None
+        offsets = [k * self.step for k in range(math.ceil(horizon_seconds / self.step) + 1)]
+        for ahead in offsets:
+            forecast = self.service.forecast(TARGET, min(ahead, horizon_seconds))
+            if forecast is not None and (best is None or forecast.upper > best):
+                best, model = forecast.upper, forecast.model
+        if model is not None:
+            self.name = model
+        return best

@@ -23,10 +23,11 @@ from autoscaler.simulator.engine import SimulationResult
 
 def summarise(result: SimulationResult) -> dict[str, Any]:
     cfg = result.config
-    measured = result.latency if cfg.slo_on == "latency" else result.queueing
+    scored = result.trace.arrivals >= cfg.score_from
+    measured = (result.latency if cfg.slo_on == "latency" else result.queueing)[scored]
     served = np.isfinite(measured)
     within = served & (np.nan_to_num(measured, nan=np.inf) <= cfg.slo_seconds)
-    minute = np.floor(result.trace.arrivals / 60.0).astype(np.int64)
+    minute = np.floor(result.trace.arrivals[scored] / 60.0).astype(np.int64)
     p99 = _p99_per_minute(minute, np.where(served, measured, np.inf))
     billed = max(result.billed_seconds, 1e-9)
     work_seconds = float(result.trace.work.sum()) / cfg.service.capacity_rps
@@ -34,6 +35,8 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
     return {
         "policy": result.policy,
         "requests": len(result.trace),
+        "scored_requests": int(scored.sum()),
+        "score_from_seconds": cfg.score_from,
         "unfinished": result.unfinished,
         "slo_seconds": cfg.slo_seconds,
         "slo_on": cfg.slo_on,
@@ -52,7 +55,10 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
         "scale_ups": result.scale_ups,
         "scale_downs": result.scale_downs,
         "drivers": dict(result.drivers),
-        "forecaster": result.forecaster,
+        "forecaster": (
+            result.forecast_models.most_common(1)[0][0] if result.forecast_models else None
+        ),
+        "forecast_models": dict(result.forecast_models),
         "simulated_seconds": result.end_time,
     }
 

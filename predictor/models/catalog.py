@@ -8,6 +8,7 @@ from predictor.models.base import ForecastModel
 from predictor.models.ensemble import MedianEnsemble
 from predictor.models.ets import ETSModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
+from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
 from predictor.models.sequence import SequenceModel
 
@@ -68,17 +69,27 @@ def candidate_factories(
         factories["seasonal_level"] = lambda: SeasonalLevelModel(
             period, window, max_horizon, name="seasonal_level"
         )
+        # The two longest seasons, each with the next shorter one (or a seventh of it) as the
+        # window its level is measured over.
+        blend = tuple((p, periods[i - 1] if i else max(1, p // 7)) for i, p in enumerate(periods))[
+            -2:
+        ]
+        if max_horizon < min(p for p, _ in blend):
+            factories["seasonal_blend"] = lambda: SeasonalBlendModel(blend, max_horizon)
     ets_periods = tuple(p for p in periods if p <= MAX_ETS_PERIOD)
     factories["ets_log"] = lambda: ETSModel(max_horizon, periods=ets_periods, log=True)
     window = int(min(MAX_SEQUENCE_WINDOW, max(2 * max_horizon, min(periods or [24]))))
     factories["gru"] = lambda: SequenceModel(max_horizon, window=window, periods=tuple(periods))
 
     def ensemble() -> ForecastModel:
-        # Three members of different kinds (smoothing, seasonal copy, learned); with a season
-        # the naive copy is left out: it is far off beyond the first step.
-        first = factories["seasonal_level"]() if longest is not None else factories["naive"]()
-        return MedianEnsemble([factories["ets_log"](), first, factories["gru"]()])
+        # Members of different kinds (smoothing, seasonal copies, learned) whose errors partly
+        # cancel; with a season the naive copy is left out: it is far off beyond the first step.
+        names = ["ets_log", "gru", "seasonal_level", "seasonal_blend"]
+        if longest is None:
+            names = ["ets_log", "gru", "naive"]
+        return MedianEnsemble([every[n]() for n in names if n in every])
 
+    every = dict(factories)
     factories["ensemble"] = ensemble
     if include:
         unknown = sorted(set(include) - set(factories) - set(BASELINES))

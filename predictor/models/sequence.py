@@ -7,6 +7,11 @@ starts as the longest seasonal copy (or the last value without seasons) so that 
 short series moves away from a sound baseline instead of from noise. The loss is L1, the
 quantity WAPE measures. Values are divided by their mean magnitude so one learning rate fits
 every series.
+
+Short histories made it unstable (a few hundred samples, thousands of weights): the most recent
+``holdout_fraction`` of the training origins is held out, the weights are kept from whichever
+epoch did best on it, and the untrained start (the seasonal copy) counts as epoch zero, so
+training that does not beat the copy on unseen points is thrown away. Seeds are fixed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from torch import nn
 from predictor.models.base import ForecastModel
 
 MIN_SAMPLES = 32
+MIN_HOLDOUT = 8
 
 
 class _Net(nn.Module):
@@ -46,9 +52,12 @@ class SequenceModel(ForecastModel):
         max_steps: int = 300,
         learning_rate: float = 0.01,
         seed: int = 0,
+        holdout_fraction: float = 0.2,
         **kwargs,
     ) -> None:
         self.window = window
+        self.holdout_fraction = holdout_fraction
+        self.trained = False  # False: training did not beat the seasonal copy on the holdout
         self.all_periods = tuple(sorted(p for p in periods if p >= 2))
         self.periods: tuple[int, ...] = ()
         self.hidden = hidden
@@ -62,7 +71,7 @@ class SequenceModel(ForecastModel):
 
     @property
     def min_points(self) -> int:
-        return self.window + self.max_horizon + MIN_SAMPLES
+        return self.window + self.max_horizon + MIN_SAMPLES + MIN_HOLDOUT
 
     def history_capacity(self) -> int:
         return max(self.window, *self.all_periods, 1)
@@ -84,7 +93,9 @@ class SequenceModel(ForecastModel):
         self.scale = float(np.mean(np.abs(y))) or 1.0
         z = y / self.scale
         self.periods = tuple(
-            m for m in self.all_periods if len(z) - m - self.max_horizon >= MIN_SAMPLES
+            m
+            for m in self.all_periods
+            if len(z) - m - self.max_horizon >= MIN_SAMPLES + MIN_HOLDOUT
         )
         first = max(self.window, *self.periods, 1)
         origins = np.arange(first, len(z) - self.max_horizon + 1)
@@ -102,14 +113,26 @@ class SequenceModel(ForecastModel):
         x_w = torch.tensor(windows, dtype=torch.float32)
         x_e = torch.tensor(extra, dtype=torch.float32)
         t = torch.tensor(targets, dtype=torch.float32)
+        # Origins are in time order: the last ones are the holdout, unseen by the optimiser.
+        n_train = len(t) - max(MIN_HOLDOUT, int(len(t) * self.holdout_fraction))
         optimiser = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
         generator = torch.Generator().manual_seed(self.seed)
+
+        def holdout_loss() -> float:
+            with torch.no_grad():
+                return float((net(x_w[n_train:], x_e[n_train:]) - t[n_train:]).abs().mean())
+
+        best_loss = holdout_loss()
+        best_state = {k: v.clone() for k, v in net.state_dict().items()}
+        self.trained = False
         # A few epochs capped at max_steps: the cost stays bounded for long histories.
         batch = 128
         steps = 0
         for _ in range(self.epochs):
-            order = torch.randperm(len(t), generator=generator)
-            for start in range(0, len(t), batch):
+            if steps >= self.max_steps:
+                break
+            order = torch.randperm(n_train, generator=generator)
+            for start in range(0, n_train, batch):
                 if steps >= self.max_steps:
                     break
                 idx = order[start : start + batch]
@@ -118,6 +141,11 @@ class SequenceModel(ForecastModel):
                 loss.backward()
                 optimiser.step()
                 steps += 1
+            loss = holdout_loss()
+            if loss < best_loss:
+                best_loss, self.trained = loss, True
+                best_state = {k: v.clone() for k, v in net.state_dict().items()}
+        net.load_state_dict(best_state)
         net.eval()
         self.net = net
 

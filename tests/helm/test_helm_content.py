@@ -25,7 +25,7 @@ from tests.helm.chart import (
     workloads,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
 
 RULES = ROOT / "alerts" / "rules.yaml"
 DASHBOARDS = ROOT / "dashboards" / "json"
@@ -118,7 +118,9 @@ def test_exporter_job_matches_the_exporter_down_alert_whatever_the_release_name(
 def test_dashboard_config_maps_equal_the_committed_json():
     files = sorted(DASHBOARDS.glob("*.json"))
     assert files
-    maps = [m for m in of_kind(render(), "ConfigMap") if "grafana_dashboard" in m["metadata"]["labels"]]
+    maps = [
+        m for m in of_kind(render(), "ConfigMap") if "grafana_dashboard" in m["metadata"]["labels"]
+    ]
     by_file = {}
     for config_map in maps:
         assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -180,9 +182,7 @@ def test_service_monitors_select_their_services():
     assert len(monitors) == 4  # exporter, predictor, autoscaler, batcher
     for monitor in monitors:
         selector = monitor["spec"]["selector"]["matchLabels"]
-        matched = [
-            s for s in services if selector.items() <= s["metadata"]["labels"].items()
-        ]
+        matched = [s for s in services if selector.items() <= s["metadata"]["labels"].items()]
         assert len(matched) == 1, monitor["metadata"]["name"]
         port_names = {p["name"] for p in matched[0]["spec"]["ports"]}
         assert {e["port"] for e in monitor["spec"]["endpoints"]} <= port_names
@@ -193,9 +193,10 @@ def test_exporter_service_monitor_keeps_the_gpu_pod_labels():
     monitor = one(render(monitoring_api=True), "ServiceMonitor", "-exporter")
     (endpoint,) = monitor["spec"]["endpoints"]
     drop = [r for r in endpoint["relabelings"] if r.get("action") == "labeldrop"]
-    assert drop and re.fullmatch(drop[0]["regex"], "pod")
-    assert re.fullmatch(drop[0]["regex"], "namespace") and re.fullmatch(drop[0]["regex"], "container")
-    assert not re.fullmatch(drop[0]["regex"], "instance")
+    assert drop
+    dropped = drop[0]["regex"]
+    assert all(re.fullmatch(dropped, label) for label in ("pod", "namespace", "container"))
+    assert not re.fullmatch(dropped, "instance")
 
 
 def test_exporter_tls_reaches_probes_service_monitor_and_test_pod():

@@ -27,7 +27,7 @@ from tests.helm.chart import (
     render,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
 
 VALUES_CASES = [pytest.param(None, id="default")] + [
     pytest.param(path, id=path.name) for path in ci_values_files()
@@ -108,7 +108,11 @@ def test_the_crd_ships_with_the_chart_and_is_valid():
 def test_operator_kinds_follow_the_api_in_auto_mode(values):
     plain = render(_values(values))
     with_api = render(_values(values), monitoring_api=True)
-    forced = yaml.safe_load(values.read_text()).get("monitoring", {}).get("enabled") if values else "auto"
+    forced = (
+        yaml.safe_load(values.read_text()).get("monitoring", {}).get("enabled")
+        if values
+        else "auto"
+    )
     operator_kinds = {"ServiceMonitor", "PrometheusRule"}
     if forced == "auto":
         assert not [o for o in plain if o["kind"] in operator_kinds]

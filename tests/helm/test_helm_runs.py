@@ -37,7 +37,7 @@ from tests.helm.chart import CHART, NAMESPACE, ROOT, ci_values_files, one, pod_s
 from tests.live import free_port
 from tests.selfsigned import ScratchCA
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.live, pytest.mark.timeout(180)]
 
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 # command in the manifest -> (sub-command the CLI takes first, settings class of its flags)
@@ -202,10 +202,15 @@ def test_helm_test_pod_passes_against_an_exporter_behind_tls_and_basic_auth(tmp_
     try:
         https = f"https://{exporter.address}"
         wait_until(
-            lambda: requests.get(https + "/readyz", verify=str(ca.cert_file), timeout=2).status_code == 200,
+            lambda: (
+                requests.get(https + "/readyz", verify=str(ca.cert_file), timeout=2).status_code
+                == 200
+            ),
             what="exporter ready over TLS",
         )
-        assert requests.get(https + "/metrics", verify=str(ca.cert_file), timeout=5).status_code == 401
+        assert (
+            requests.get(https + "/metrics", verify=str(ca.cert_file), timeout=5).status_code == 401
+        )
         result = _test_pod_run(objects, exporter.address)
     finally:
         exporter.stop()
@@ -225,7 +230,7 @@ VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"
 
 
 def _attributes(method: str, path: str, query: dict[str, list[str]]) -> tuple[str, ...]:
-    """(namespace, apiGroup, resource[/subresource], verb, name) of an API request, as RBAC sees it."""
+    """(namespace, apiGroup, resource[/subresource], verb, name) of a request, as RBAC sees it."""
     m = PATH.match(path)
     assert m, f"request outside a namespace: {method} {path}"
     resource = m["resource"] + (f"/{m['sub']}" if m["sub"] else "")
@@ -238,12 +243,20 @@ def _attributes(method: str, path: str, query: dict[str, list[str]]) -> tuple[st
 
 def _grants(objects: list[dict], service_account: str) -> set[tuple[str, ...]]:
     """(namespace, apiGroup, resource, verb, resourceName or "") the ServiceAccount is granted."""
-    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in objects if r["kind"] == "Role"}
+    roles = {
+        (r["metadata"]["namespace"], r["metadata"]["name"]): r
+        for r in objects
+        if r["kind"] == "Role"
+    }
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     grants = set()
     for binding in (o for o in objects if o["kind"] == "RoleBinding"):
         subjects = binding["subjects"]
-        if {"kind": "ServiceAccount", "name": service_account, "namespace": NAMESPACE} not in subjects:
+        if {
+            "kind": "ServiceAccount",
+            "name": service_account,
+            "namespace": NAMESPACE,
+        } not in subjects:
             continue
         ns = binding["metadata"]["namespace"]
         for rule in roles[(ns, binding["roleRef"]["name"])]["rules"]:
@@ -335,7 +348,10 @@ def _run_charts_autoscaler(objects, kube: FakeKubeServer, prom: FakePrometheus, 
 
 def _scenario(kube: FakeKubeServer, prom: FakePrometheus) -> None:
     fake = kube.fake
-    for name, resource, kind in (("llm", "deployments", "Deployment"), ("cache", "statefulsets", "StatefulSet")):
+    for name, resource, kind in (
+        ("llm", "deployments", "Deployment"),
+        ("cache", "statefulsets", "StatefulSet"),
+    ):
         labels = {"app": name}
         fake.add_workload(WATCHED, name, 2, labels, resource=resource)
         for i in range(2):
@@ -353,9 +369,10 @@ def test_autoscaler_rbac_is_exactly_what_the_controller_uses(tmp_path):
         extra=fast,
     )
     service_account = one(objects, "ServiceAccount")["metadata"]["name"]
-    assert one(objects, "Deployment", "-autoscaler")["spec"]["template"]["spec"][
-        "serviceAccountName"
-    ] == service_account
+    assert (
+        one(objects, "Deployment", "-autoscaler")["spec"]["template"]["spec"]["serviceAccountName"]
+        == service_account
+    )
     grants = _grants(objects, service_account)
 
     kube, prom = FakeKubeServer().start(), FakePrometheus()
@@ -364,7 +381,9 @@ def test_autoscaler_rbac_is_exactly_what_the_controller_uses(tmp_path):
         fake = kube.fake
 
         def scaled_and_renewed() -> bool:
-            lease_renewals = [r for r in fake.requests if r.method == "PUT" and "/leases/" in r.path]
+            lease_renewals = [
+                r for r in fake.requests if r.method == "PUT" and "/leases/" in r.path
+            ]
             return (
                 fake.replicas(WATCHED, "llm") == 4
                 and fake.replicas(WATCHED, "cache", "statefulsets") == 4
