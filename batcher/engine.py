@@ -30,7 +30,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from batcher.cost_model import CostModel
-from batcher.execution import BatchExecutor, Outcome
+from batcher.execution import BatchExecutor, Outcome, describe
 from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
 from batcher.policy import (
@@ -429,7 +429,11 @@ class Batcher:
         executed = self.executor.batch_size_for(items)
         started = loop.time()
         self._busy_until = started + self.cost.estimate(executed)
-        outcome = await self.executor.execute([r.payload for r in batch])
+        try:
+            outcome = await self.executor.execute([r.payload for r in batch])
+        except Exception as exc:  # the executor itself broke: fail this batch, keep serving
+            log.exception("executor failed")
+            outcome = Outcome(error=f"runtime error: {describe(exc)}")
         ended = loop.time()
         self._busy_until = ended
         self.batches += 1
@@ -437,7 +441,8 @@ class Batcher:
         if outcome.out_of_memory:
             self._recover_from_oom(batch, items, outcome)
             return
-        self.cost.observe(executed, outcome.seconds)
+        if outcome.seconds > 0:
+            self.cost.observe(executed, outcome.seconds)
         self.metrics.batch_size.observe(items)
         self.metrics.compute_latency.observe(outcome.seconds)
         self.metrics.cost_fixed.set(self.cost.fixed_seconds)

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
+
 from batcher.memory import MemoryMonitor, is_out_of_memory
 
 BatchFn = Callable[[list[Any]], Sequence[Any]]
@@ -82,7 +84,13 @@ def run_guarded(fn: BatchFn, payloads: list[Any], memory: MemoryMonitor | None) 
 
 
 class ThreadExecutor:
-    """Runs a blocking batch function on one worker thread (torch releases the GIL inside ops)."""
+    """Runs a blocking batch function on one worker thread (torch releases the GIL inside ops).
+
+    torch's intra-op thread count is per OS thread under OpenMP: a new thread starts with the
+    machine's default, not what ``torch.set_num_threads`` set in the main thread. The worker is
+    given the creator's count; without that a one-thread CPU model ran several times slower
+    here, its OpenMP threads spinning against the HTTP server for the same cores.
+    """
 
     def __init__(
         self,
@@ -93,7 +101,12 @@ class ThreadExecutor:
         self._fn = fn
         self._size_for = batch_size_for or (lambda items: items)
         self._memory = memory
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autoglm-batch")
+        self._pool = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="autoglm-batch",
+            initializer=torch.set_num_threads,
+            initargs=(torch.get_num_threads(),),
+        )
 
     def batch_size_for(self, items: int) -> int:
         return self._size_for(items)

@@ -4,13 +4,13 @@ Every function here takes the time as an argument and the cost model as a callab
 are tested by stating a queue and a time and reading the answer.
 
 Dispatch (adaptive): a batch is the longest prefix of the queue, in dispatch order, that fits the
-cap. It starts at once when it is full; otherwise it waits until the latest moment at which the
-earliest deadline among its requests can still be met given the (conservative) predicted execution
-time, re-decided on every arrival. Waiting while there is slack grows batches, so each item costs
-less device time; starting at the last safe moment keeps the latency within the target. Waiting is
-pointless when nobody is expected to arrive before that moment (light load: a lone request would
-only be delayed), so the batch starts at once when fewer than ``MIN_EXPECTED_ARRIVALS`` requests
-are expected in the time left, judged from the recent arrival rate.
+cap. It starts at once when it is full. Otherwise it may wait for more requests, but only when
+the batch is expected to fill (judged from the recent arrival rate) before the latest moment at
+which the earliest deadline among its requests can still be met given the conservative predicted
+execution time; it never waits past that moment, and the decision is re-made on every arrival.
+Waiting for a batch that cannot fill would only add latency: under light load a request starts at
+once, under heavy load batches fill while the previous one runs, and in between the runtime holds
+a batch back exactly when that buys a full, most efficient batch within the deadline.
 
 Deadline: a request's dispatch deadline is ``arrival + TARGET_FRACTION * slo`` (or its own
 timeout, when earlier). The remaining fraction absorbs what the engine does not see: request
@@ -39,7 +39,6 @@ SLACK_FRACTION = 0.6
 BACKOFF_FACTOR = 0.75
 GROWTH_FRACTION = 0.125
 OOM_CEILING_FRACTION = 0.75
-MIN_EXPECTED_ARRIVALS = 1.0
 
 Cost = Callable[[int], float]
 
@@ -117,7 +116,7 @@ class DeadlinePolicy:
             return Decision(count)
         latest_start = min(p.deadline for p in state.queue[:count]) - cost(items)
         wait = latest_start - state.now
-        if wait <= 0 or state.arrival_rate * wait < MIN_EXPECTED_ARRIVALS:
+        if wait <= 0 or items + state.arrival_rate * wait < state.cap:
             return Decision(count)
         return Decision(0, latest_start)
 

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,13 +47,6 @@ HEADERS = {
 }
 
 
-@dataclass(frozen=True)
-class Pod:
-    namespace: str
-    pod: str
-    container: str
-
-
 class StaticPods:
     """Every GPU used by one pod; GPU 0 time-sliced by two."""
 
@@ -62,10 +54,12 @@ class StaticPods:
     last_success = time.time()
 
     def __init__(self, uuids: list[str]) -> None:
-        self._map = {u: [Pod("inference", f"llm-{i}", "server")] for i, u in enumerate(uuids)}
-        self._map[uuids[0]].append(Pod("inference", "llm-shared", "server"))
+        from exporter.podresources import PodRef
 
-    def attribution(self) -> dict[str, list[Pod]]:
+        self._map = {u: [PodRef("inference", f"llm-{i}", "server")] for i, u in enumerate(uuids)}
+        self._map[uuids[0]].append(PodRef("inference", "llm-shared", "server"))
+
+    def attribution(self) -> dict:
         return self._map
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import dashboard as db
 
-from dashboards import gpu_fleet, gpu_node
+from dashboards import autoscaler, batcher, gpu_fleet, gpu_node, predictor
 
 
 @dataclass(frozen=True)
@@ -19,4 +19,7 @@ class CatalogueEntry:
 DASHBOARDS: tuple[CatalogueEntry, ...] = (
     CatalogueEntry("gpu-fleet-overview.json", gpu_fleet.dashboard),
     CatalogueEntry("gpu-node.json", gpu_node.dashboard),
+    CatalogueEntry("batcher.json", batcher.dashboard),
+    CatalogueEntry("predictor.json", predictor.dashboard),
+    CatalogueEntry("autoscaler.json", autoscaler.dashboard),
 )

@@ -37,8 +37,10 @@ def hours_over_range(ratio_expr: str) -> str:
 def new_or_increased(series: str, window: str) -> str:
     """Counter ``series`` that rose within ``window``, or that appeared within it.
 
-    A counter that is only created by its first event (the exporter's per-Xid-code counter)
-    appears at 1, and ``increase`` needs two samples to see a rise; the ``unless ... offset``
-    branch catches that first event. The result is the increase, or the count when new.
+    The exporter creates the counter of a non-critical Xid code with its first event, so it
+    appears at 1 and ``increase`` (which needs two samples) cannot see that event; the
+    ``unless ... offset`` branch catches it. (Critical codes start at 0, where ``increase``
+    alone suffices, as the GPUCriticalXid rule uses.) The result is the increase, or the count
+    when new.
     """
     return f"(increase({series}[{window}]) > 0) or ({series} unless {series} offset {window})"

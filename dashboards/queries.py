@@ -72,6 +72,22 @@ def queries(dashboard: Mapping[str, Any]) -> list[DashboardQuery]:
     return found
 
 
+def example_values(dashboard: Mapping[str, Any]) -> dict[str, str]:
+    """Values of the single-value variables that name one: where ``.*`` cannot stand in.
+
+    A multi-value variable sits inside ``=~`` matchers, where ``.*`` (its "All") is valid; a
+    single-value one may sit where only a value parses (``offset ${horizon}s``), so it carries
+    an example as its current value and queries are made concrete with it.
+    """
+    found = {}
+    for variable in dashboard.get("templating", {}).get("list", []):
+        current = variable.get("current") or {}
+        value = current.get("value")
+        if not variable.get("multi") and isinstance(value, str) and value:
+            found[variable["name"]] = value
+    return found
+
+
 def variables_used(text: str) -> set[str]:
     """Names of the Grafana variables in ``text``: ``$x``, ``${x}``, ``${x:fmt}``, ``[[x]]``."""
     return {next(g for g in m.groups() if g) for m in VARIABLE.finditer(text)}

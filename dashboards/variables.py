@@ -11,6 +11,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models.dashboard import (
     DataSourceRef,
+    VariableOption,
     VariableRefresh,
     VariableSort,
 )
@@ -78,3 +79,44 @@ def standard(*, workload: bool = True) -> list[db.DatasourceVariable | db.QueryV
     panels read the workload recording rules."""
     chosen = [datasource(), namespace(), node(), gpu()]
     return [*chosen, workload_variable()] if workload else chosen
+
+
+def label_variable(
+    name: str,
+    label: str,
+    metric: str,
+    text: str,
+    sort: VariableSort = VariableSort.ALPHABETICAL_ASC,
+) -> db.QueryVariable:
+    """A multi-value variable over the values of ``label`` on ``metric`` ("All" is ``.*``).
+
+    For the component dashboards (batcher, predictor, autoscaler), whose series carry their
+    own labels rather than the GPU ones.
+    """
+    return _label_values(name, label, metric, text, sort)
+
+
+def single_value_variable(
+    name: str,
+    label: str,
+    metric: str,
+    text: str,
+    example: str,
+    sort: VariableSort = VariableSort.ALPHABETICAL_ASC,
+) -> db.QueryVariable:
+    """One value of ``label`` on ``metric``, for places a regex cannot go (``offset ${x}s``).
+
+    ``example`` is the value selected before Grafana has asked Prometheus, and the value the
+    lint uses to make queries concrete; Grafana replaces it by a real one on load when absent.
+    """
+    return (
+        db.QueryVariable(name)
+        .label(text)
+        .datasource(DATASOURCE)
+        .query(f"label_values({metric}, {label})")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(sort)
+        .multi(False)
+        .include_all(False)
+        .current(VariableOption(selected=True, text=example, value=example))
+    )

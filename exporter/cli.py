@@ -22,8 +22,9 @@ from exporter.config import ExporterConfig, default_hostname
 from exporter.model import GPUSource
 from exporter.service import ExporterService
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported when used: pynvml and grpc are loaded only when needed
     from exporter.podresources import PodResourcesWatcher
+    from exporter.sources import SimulatedSource
 
 PROG = "autoglm-exporter"
 EXIT_NO_GPU = 1
@@ -36,33 +37,39 @@ class NoGPUError(Exception):
     """The chosen source cannot read any GPU; the message says what to do instead."""
 
 
-def open_source(cfg: ExporterConfig) -> GPUSource:
-    """The source ``cfg`` asks for; :class:`NoGPUError` when NVML is wanted but absent."""
-    from exporter.sources import NoDriverError, NVMLSource, SimulatedSource, load_profile
+def open_source(cfg: ExporterConfig) -> tuple[GPUSource, SimulatedSource | None]:
+    """The source ``cfg`` asks for, and the same object again when it is the simulated one (whose
+    controls the service serves under ``/debug/``). :class:`NoGPUError` when NVML is wanted but
+    absent; ConfigError for a bad profile or fault."""
+    from exporter.sources import NoDriverError, NVMLSource
 
     if cfg.source == "simulated":
-        try:
-            profile = load_profile(cfg.profile)
-        except ValueError as exc:
-            raise ConfigError(f"--profile: {exc}") from None
-        try:
-            return SimulatedSource(gpus=cfg.gpus, model=cfg.model, seed=cfg.seed, profile=profile)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        simulated = _open_simulated(cfg)
+        return simulated, simulated
     try:
-        return NVMLSource.open()
+        return NVMLSource.open(), None
     except NoDriverError as exc:
         raise NoGPUError(str(exc)) from None
 
 
-def _inject_startup_faults(source: GPUSource, specs: Sequence[str]) -> None:
-    from exporter.sources import parse_fault
+def _open_simulated(cfg: ExporterConfig) -> SimulatedSource:
+    from exporter.sources import SimulatedSource, load_profile, parse_fault
 
-    for spec in specs:
+    try:
+        profile = load_profile(cfg.profile)
+    except ValueError as exc:
+        raise ConfigError(f"--profile: {exc}") from None
+    try:
+        source = SimulatedSource(gpus=cfg.gpus, model=cfg.model, seed=cfg.seed, profile=profile)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for spec in cfg.fault:
         try:
-            source.inject(parse_fault(spec))  # type: ignore[attr-defined]  # simulated only
+            source.inject(parse_fault(spec))
         except ValueError as exc:
+            source.close()
             raise ConfigError(f"--fault: {exc}") from None
+    return source
 
 
 def _pod_watcher(cfg: ExporterConfig, registry: CollectorRegistry) -> PodResourcesWatcher | None:
@@ -90,9 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     pods: PodResourcesWatcher | None = None
     try:
         web_config = WebConfig.load(cfg.web_config_file)
-        source = open_source(cfg)
-        _inject_startup_faults(source, cfg.fault)
-        registry = CollectorRegistry()
+        source, simulation = open_source(cfg)
+        registry = CollectorRegistry()  # the watcher's and the HTTP server's own metrics
         pods = _pod_watcher(cfg, registry)
         if pods is not None:
             pods.refresh()  # so the first snapshot already carries pod labels (bounded wait)
@@ -107,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             xid_hold=cfg.xid_hold,
             web_config=web_config,
             pods=pods,
-            fault_target=source if cfg.source == "simulated" else None,  # type: ignore[arg-type]
+            simulation=simulation,
             registry=registry,
         )
         service.start()

@@ -16,9 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from exporter.fields import XID_FIELD
-from exporter.model import DeviceInfo, DeviceReading, GPUSource
-from exporter.sources.readings import WHOLE_DEVICE
+from exporter.fields import CRITICAL_XIDS, XID_FIELD
+from exporter.model import WHOLE_DEVICE, DeviceInfo, DeviceReading, GPUSource
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ class DeviceSnapshot:
     key: str
     up: bool  # the read finished in time and returned at least one value
     values: Mapping[str, float]  # DCGM field name -> value in DCGM units; failed fields absent
-    xid_counts: Mapping[int, int]  # Xid code -> events since the exporter started
+    xid_counts: Mapping[int, int]  # Xid code -> events since start; CRITICAL_XIDS always present
     last_xid: tuple[int, float] | None  # (code, unix time) of the most recent Xid
 
 
@@ -136,15 +135,19 @@ class Collector:
         self._finished = threading.Condition()
         self._readers = [_DeviceReader(source, d, self._finished) for d in source.devices()]
         self._by_identity = {_identity(r.info): r for r in self._readers}
-        # An Xid on a physical GPU may name the GPU rather than one of its MIG instances.
-        for reader in reversed(self._readers):
+        # An Xid may name a physical GPU that the source lists only as MIG instances: it goes to
+        # the GPU's first instance (sources that list the GPU itself already have its identity).
+        for reader in self._readers:
             self._by_identity.setdefault((reader.info.uuid, None), reader)
         self._generation = 0
         self._collections = 0
         self._overruns = 0
         self._last_success: float | None = None
         self._errors: dict[tuple[str, str, str], int] = {}
-        self._xid_counts: dict[str, dict[int, int]] = {r.key: {} for r in self._readers}
+        # Critical codes start at 0 so that their first event is a visible increase.
+        self._xid_counts: dict[str, dict[int, int]] = {
+            r.key: dict.fromkeys(CRITICAL_XIDS, 0) for r in self._readers
+        }
         self._last_xid: dict[str, tuple[int, float]] = {}
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None

@@ -13,7 +13,7 @@ from typing import Literal
 
 MetricKind = Literal["gauge", "counter"]
 
-MIB = 1024.0 * 1024.0
+MIB = 1024.0 * 1024.0  # bytes in a MiB, DCGM's unit for framebuffer sizes
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,6 @@ class FieldSpec:
     scale: float = 1.0
     profiling: bool = False  # NVML GPM field: absent (never zero) where the GPU lacks GPM
     from_source: bool = True  # False: derived by the collector (Xid), not read from a source
-
-    def to_base_units(self, value: float) -> float:
-        """Convert a DCGM-unit value to the base unit of ``prom_name``."""
-        return value * self.scale
 
 
 def _f(
@@ -192,3 +188,13 @@ SOURCE_FIELDS: tuple[str, ...] = tuple(s.dcgm_name for s in FIELDS if s.from_sou
 PROFILING_FIELDS: tuple[str, ...] = tuple(s.dcgm_name for s in FIELDS if s.profiling)
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+
+CRITICAL_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 94, 95)
+"""Xid codes that mean the GPU needs draining and a reset or replacement: 48 double-bit ECC error,
+63 and 64 ECC page retirement or row remapping (recorded / failed), 74 NVLink error, 79 GPU fallen
+off the bus, 94 contained and 95 uncontained ECC error.
+
+``autoglm_gpu_xid_errors_total`` carries a series at 0 for each of these codes on every GPU from
+the exporter's start, so the first such Xid is an increase that ``increase()`` and ``rate()`` see
+(a counter series that is born at 1 looks to them like no change at all). Other codes get their
+series at their first event."""

@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+WHOLE_DEVICE = "all"
+"""``DeviceReading.errors`` key (and ``field`` label value) meaning the device as a whole failed:
+no field could be read, e.g. ``gpu_is_lost`` or a read that missed the collection deadline."""
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -41,7 +45,8 @@ class DeviceReading:
 
     A field the device does not support is simply absent from ``values`` (never zero). A field that
     failed is absent from ``values`` and present in ``errors`` with a short reason
-    (``not_supported`` is not an error; use ``gpu_is_lost``, ``timeout``, ``unknown_error``, ...).
+    (``not_supported`` is not an error; use ``gpu_is_lost``, ``timeout``, ``unknown_error``, ...);
+    the key :data:`WHOLE_DEVICE` says the whole device failed.
     """
 
     values: dict[str, float] = field(default_factory=dict)

@@ -13,7 +13,14 @@ Two naming schemes (see :mod:`exporter.fields`):
   existing dashboards and rules work unchanged.
 * ``prometheus``: the same values under conventional names in base units with snake_case labels.
 
-A GPU used by several pods (time-slicing) gets one series per pod, as dcgm-exporter does.
+A GPU used by several pods (time-slicing) gets one series per pod, as dcgm-exporter does; that
+holds for the Xid history too (``autoglm_gpu_xid_errors_total{xid}``,
+``autoglm_gpu_last_xid_timestamp_seconds``), whose counters for the critical Xid codes
+(``exporter.fields.CRITICAL_XIDS``: 48, 63, 64, 74, 79, 94, 95) exist at 0 from the start.
+The exporter's per-GPU health series (``autoglm_exporter_gpu_up``,
+``autoglm_exporter_collect_errors_total``) carry the naming's host label (``Hostname`` or
+``hostname``) besides their own ``gpu`` label.
+
 In OpenMetrics, a DCGM counter whose name does not end in ``_total`` is typed ``unknown``:
 OpenMetrics would otherwise require renaming its samples to ``..._total`` and dashboards written
 for dcgm-exporter (which only speaks the text format) would lose the series.
@@ -31,8 +38,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest as generate_text
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from exporter.collector import DeviceSnapshot, Snapshot
-from exporter.fields import FIELDS, FieldSpec
+from exporter.collector import Snapshot
+from exporter.fields import CRITICAL_XIDS, FIELDS, FieldSpec
 from exporter.model import DeviceInfo
 
 Naming = Literal["dcgm", "prometheus"]
@@ -175,19 +182,18 @@ def _pods_of(info: DeviceInfo, attribution: Attribution) -> Sequence[PodRefLike]
     return attribution.get(info.uuid, ())
 
 
-def _series_labels(
-    device: DeviceSnapshot, names: LabelNames, hostname: str, attribution: Attribution
-) -> list[str]:
-    """One label block per series of this device: one per pod using it, or one without pods."""
-    base = _device_labels(device.info, names, hostname)
-    pods = _pods_of(device.info, attribution)
+def _series_label_pairs(
+    info: DeviceInfo, names: LabelNames, hostname: str, attribution: Attribution
+) -> list[list[tuple[str, str]]]:
+    """The labels of each series of one device: one per pod using it, or one without pods."""
+    base = _device_labels(info, names, hostname)
+    pods = _pods_of(info, attribution)
     if not pods:
-        return [label_block(base)]
+        return [base]
     return [
-        label_block([*base, (names.container, p.container), (names.namespace, p.namespace),
-                     (names.pod, p.pod)])
+        [*base, (names.container, p.container), (names.namespace, p.namespace), (names.pod, p.pod)]
         for p in pods
-    ]  # fmt: skip
+    ]
 
 
 def _metric_name(spec: FieldSpec, naming: Naming) -> tuple[str, str, float]:
@@ -202,7 +208,10 @@ def gpu_families(
     """The GPU field families plus the Xid history, in catalogue order."""
     names = LABELS[naming]
     families: list[Family] = []
-    series = {d.key: _series_labels(d, names, hostname, attribution) for d in snapshot.devices}
+    pairs = {
+        d.key: _series_label_pairs(d.info, names, hostname, attribution) for d in snapshot.devices
+    }
+    series = {key: [label_block(p) for p in per_pod] for key, per_pod in pairs.items()}
     for spec in FIELDS:
         name, help_text, scale = _metric_name(spec, naming)
         fam = Family(name, spec.kind, help_text)
@@ -213,10 +222,13 @@ def gpu_families(
             scaled = value * scale
             fam.samples.extend((labels, scaled) for labels in series[device.key])
         families.append(fam)
+    # The Xid history carries pod labels like the GPU series (as dcgm-exporter's Xid field does),
+    # so an alert on it names the workload the Xid hit.
     xid_total = Family(
         "autoglm_gpu_xid_errors_total",
         "counter",
-        "Xid errors reported by the driver since the exporter started, by Xid code.",
+        "Xid errors reported by the driver since the exporter started, by Xid code; the critical "
+        f"codes ({', '.join(map(str, CRITICAL_XIDS))}) start at 0.",
     )
     last_xid = Family(
         "autoglm_gpu_last_xid_timestamp_seconds",
@@ -224,25 +236,36 @@ def gpu_families(
         "Unix time of the most recent Xid error on this GPU, in seconds.",
     )
     for device in snapshot.devices:
-        base = _device_labels(device.info, names, hostname)
         for code, count in sorted(device.xid_counts.items()):
-            xid_total.samples.append((label_block([*base, ("xid", str(code))]), float(count)))
+            xid_total.samples.extend(
+                (label_block([*p, ("xid", str(code))]), float(count)) for p in pairs[device.key]
+            )
         if device.last_xid is not None:
-            last_xid.samples.append((label_block(base), device.last_xid[1]))
+            last_xid.samples.extend((labels, device.last_xid[1]) for labels in series[device.key])
     families += [xid_total, last_xid]
     return families
 
 
-def exporter_families(snapshot: Snapshot, pod_resources: PodResourcesStatus | None) -> list[Family]:
-    """The exporter's own health: collection timing, errors, per-GPU up, pod-resources health."""
+def exporter_families(
+    snapshot: Snapshot,
+    naming: Naming,
+    hostname: str,
+    pod_resources: PodResourcesStatus | None,
+) -> list[Family]:
+    """The exporter's own health: collection timing, errors, per-GPU up, pod-resources health.
+
+    Per-GPU series carry the host name under the naming's label (``Hostname`` or ``hostname``),
+    as the GPU series do, so an alert on them names the node without a join.
+    """
+    node = (LABELS[naming].hostname, hostname)
     up = Family(
         "autoglm_exporter_gpu_up",
         "gauge",
         "1 when the last collection read this GPU (or MIG instance) in time, else 0.",
     )
     for d in snapshot.devices:
-        up.samples.append((label_block([("gpu", d.key), ("uuid", d.info.mig_uuid or d.info.uuid)]),
-                           1.0 if d.up else 0.0))  # fmt: skip
+        labels = label_block([("gpu", d.key), ("uuid", d.info.mig_uuid or d.info.uuid), node])
+        up.samples.append((labels, 1.0 if d.up else 0.0))
     errors = Family(
         "autoglm_exporter_collect_errors_total",
         "counter",
@@ -250,9 +273,8 @@ def exporter_families(snapshot: Snapshot, pod_resources: PodResourcesStatus | No
         "dropped from the snapshot, never served stale.",
     )
     for (gpu, field_name, reason), count in sorted(snapshot.errors_total.items()):
-        errors.samples.append(
-            (label_block([("gpu", gpu), ("field", field_name), ("reason", reason)]), float(count))
-        )
+        labels = label_block([("gpu", gpu), ("field", field_name), ("reason", reason), node])
+        errors.samples.append((labels, float(count)))
     families = [
         up,
         Family(
@@ -361,7 +383,7 @@ def render(
 ) -> Exposition:
     """Render ``snapshot`` (with pod labels from ``attribution``) and ``registries`` once."""
     families = gpu_families(snapshot, naming, hostname, attribution or {})
-    families += exporter_families(snapshot, pod_resources)
+    families += exporter_families(snapshot, naming, hostname, pod_resources)
     text = _write_text(families) + "".join(generate_text(r).decode() for r in registries)
     openmetrics = _write_openmetrics(families) + "".join(
         generate_openmetrics(r).decode().removesuffix("# EOF\n") for r in registries

@@ -20,29 +20,43 @@ import numpy as np
 from predictor.models.base import ForecastModel, as_series
 
 
-def wape(actual: np.ndarray, point: np.ndarray) -> float:
-    """100 * sum|actual - point| / sum|actual|; NaN when every actual is zero."""
-    denom = np.abs(actual).sum()
-    return float(100.0 * np.abs(actual - point).sum() / denom) if denom > 0 else float("nan")
+def _weights(actual: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    return np.ones(len(actual)) if weights is None else np.asarray(weights, dtype=float)
 
 
-def smape(actual: np.ndarray, point: np.ndarray) -> float:
+def wape(actual: np.ndarray, point: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """100 * sum w|actual - point| / sum w|actual|; NaN when every actual is zero.
+    ``weights`` (one per point, default 1) let recent points count more."""
+    w = _weights(actual, weights)
+    denom = (w * np.abs(actual)).sum()
+    return float(100.0 * (w * np.abs(actual - point)).sum() / denom) if denom > 0 else float("nan")
+
+
+def smape(actual: np.ndarray, point: np.ndarray, weights: np.ndarray | None = None) -> float:
     """Mean of 200 * |actual - point| / (|actual| + |point|), with 0/0 counted as 0."""
     denom = np.abs(actual) + np.abs(point)
     ratio = np.divide(
         np.abs(actual - point), denom, out=np.zeros(len(actual), dtype=float), where=denom > 0
     )
-    return float(200.0 * ratio.mean()) if len(actual) else float("nan")
+    return (
+        float(200.0 * np.average(ratio, weights=_weights(actual, weights)))
+        if len(actual)
+        else float("nan")
+    )
 
 
-def under_rate(actual: np.ndarray, point: np.ndarray) -> float:
+def under_rate(actual: np.ndarray, point: np.ndarray, weights: np.ndarray | None = None) -> float:
     """Percentage of points where the point forecast was below the actual value."""
-    return float(100.0 * np.mean(point < actual)) if len(actual) else float("nan")
+    if not len(actual):
+        return float("nan")
+    return float(100.0 * np.average(point < actual, weights=_weights(actual, weights)))
 
 
-def coverage(actual: np.ndarray, upper: np.ndarray) -> float:
+def coverage(actual: np.ndarray, upper: np.ndarray, weights: np.ndarray | None = None) -> float:
     """Percentage of actual values at or below the upper bound."""
-    return float(100.0 * np.mean(actual <= upper)) if len(actual) else float("nan")
+    if not len(actual):
+        return float("nan")
+    return float(100.0 * np.average(actual <= upper, weights=_weights(actual, weights)))
 
 
 @dataclass
@@ -197,6 +211,38 @@ def replay_with_selection(
         fit_seconds=float(np.mean(fit_times)),
         update_seconds=update_time / max(updates, 1),
         origins=len(y) - test_start,
+        actual=actual,
+        point=point,
+        upper=upper,
+    )
+
+
+def pool(results: Sequence[BacktestResult], weights: Sequence[float]) -> BacktestResult:
+    """One result from backtests of the same model on several windows, each window's points
+    counting ``weights[i]`` times (recent windows more). WAPE pools absolute errors and actuals,
+    so a quiet window weighs as little as its load, as in a single long backtest."""
+    if not results or len(results) != len(weights):
+        raise ValueError("pool needs one weight per result, and at least one result")
+    hs = results[0].horizons
+    actual = {h: np.concatenate([r.actual[h] for r in results]) for h in hs}
+    point = {h: np.concatenate([r.point[h] for r in results]) for h in hs}
+    upper = {h: np.concatenate([r.upper[h] for r in results]) for h in hs}
+    w = {
+        h: np.concatenate(
+            [np.full(len(r.actual[h]), wt) for r, wt in zip(results, weights, strict=True)]
+        )
+        for h in hs
+    }
+    return BacktestResult(
+        model=results[0].model,
+        horizons=hs,
+        wape={h: wape(actual[h], point[h], w[h]) for h in hs},
+        smape={h: smape(actual[h], point[h], w[h]) for h in hs},
+        under_rate={h: under_rate(actual[h], point[h], w[h]) for h in hs},
+        coverage={h: coverage(actual[h], upper[h], w[h]) for h in hs},
+        fit_seconds=float(np.mean([r.fit_seconds for r in results])),
+        update_seconds=float(np.mean([r.update_seconds for r in results])),
+        origins=sum(r.origins for r in results),
         actual=actual,
         point=point,
         upper=upper,

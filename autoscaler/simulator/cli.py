@@ -65,10 +65,25 @@ class SimulateSettings:
         default=-1,
         metadata={"help": "scale-down stabilization seconds (-1: the HPA default, 300)"},
     )
+    queue_target: float = field(
+        default=0.0,
+        metadata={"help": "waiting requests per replica as a second metric (0: rate only)"},
+    )
     forecast_step: float = field(default=60.0, metadata={"help": "forecast series step (seconds)"})
     forecast_quantile: float = field(default=0.9, metadata={"help": "forecast upper quantile"})
-    season_seconds: float = field(
-        default=86400.0, metadata={"help": "forecast season in trace seconds before --speed"}
+    forecast_season: list[float] = field(
+        default_factory=lambda: [86400.0, 604800.0],
+        metadata={"help": "forecast seasons in trace seconds before --speed"},
+    )
+    forecast_model: list[str] = field(
+        default_factory=list,
+        metadata={"help": "restrict the predictor's candidate models (default: all)"},
+    )
+    forecast_refit: float = field(
+        default=86400.0, metadata={"help": "seconds between model selections and refits"}
+    )
+    score_from: float = field(
+        default=0.0, metadata={"help": "seconds of replay (after --speed) left out of the SLO"}
     )
     json: str = field(default="", metadata={"help": "write the summary as JSON here"})
     plot: str = field(default="", metadata={"help": "write a PNG plot here"})
@@ -80,6 +95,8 @@ class SimulateSettings:
             raise ConfigError("--trace is required (a CSV file of requests)")
         if self.speed <= 0:
             raise ConfigError("--speed must be > 0")
+        if self.queue_target < 0:
+            raise ConfigError("--queue-target must be >= 0 waiting requests per replica")
         if self.a_from_work and not self.work_column:
             raise ConfigError("--a-from-work needs --work-column")
 
@@ -113,9 +130,13 @@ def simulate_main(argv: list[str] | None) -> int:
             min_replicas=settings.min_replicas,
             max_replicas=settings.max_replicas,
             behavior=behavior,
+            queue_target=settings.queue_target or None,
             forecast_step=settings.forecast_step,
             forecast_quantile=settings.forecast_quantile,
-            season_seconds=settings.season_seconds / settings.speed,
+            forecast_seasons=tuple(s / settings.speed for s in settings.forecast_season),
+            forecast_models=tuple(settings.forecast_model),
+            forecast_refit_seconds=settings.forecast_refit,
+            score_from=settings.score_from,
         )
     except (TraceError, ValueError) as exc:
         print(f"autoglm-autoscaler simulate: error: {exc}")

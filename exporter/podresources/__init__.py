@@ -5,15 +5,10 @@
 """
 
 from exporter.podresources.attribution import PodRef, attribution_from_reply, is_gpu_resource
-from exporter.podresources.watcher import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_SOCKET,
-    PodResourcesWatcher,
-)
+from exporter.podresources.watcher import DEFAULT_MAX_MESSAGE_BYTES, PodResourcesWatcher
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "DEFAULT_SOCKET",
     "PodRef",
     "PodResourcesWatcher",
     "attribution_from_reply",

@@ -24,7 +24,6 @@ from exporter.podresources.attribution import PodRef, attribution_from_reply
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -33,7 +32,7 @@ class PodResourcesWatcher:
 
     def __init__(
         self,
-        socket_path: str = DEFAULT_SOCKET,
+        socket_path: str,  # the default lives in ExporterConfig (--pod-resources-socket)
         interval: float = 10.0,
         timeout: float = 5.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -57,7 +56,7 @@ class PodResourcesWatcher:
 
         # Up and last-success are rendered by the exporter from ``healthy``/``last_success``
         # (autoglm_exporter_pod_resources_up, ..._last_success_timestamp_seconds).
-        registry = registry or CollectorRegistry()
+        registry = registry if registry is not None else CollectorRegistry()
         self._errors = Counter(
             "autoglm_exporter_pod_resources_refresh_errors",
             "Failed refreshes of pod attribution from the kubelet pod-resources API, by reason.",

@@ -3,11 +3,9 @@
 from exporter.sources.faults import Fault, parse_fault
 from exporter.sources.nvml import NoDriverError, NVMLSource
 from exporter.sources.profiles import LoadProfile, load_profile
-from exporter.sources.readings import WHOLE_DEVICE
 from exporter.sources.simulated import SimulatedSource
 
 __all__ = [
-    "WHOLE_DEVICE",
     "Fault",
     "LoadProfile",
     "NVMLSource",

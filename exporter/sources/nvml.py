@@ -18,17 +18,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
 
+from exporter.fields import MIB
 from exporter.model import DeviceInfo, DeviceReading, XidEvent
 from exporter.sources.readings import lost_reading
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 _ALL_SCOPES = 0xFFFFFFFF  # field-value scope meaning "summed over all NVLink links"
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event not tied to a MIG instance
 
@@ -39,10 +39,10 @@ _GPM_METRICS: tuple[tuple[int, str, float], ...] = (
     (pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, "DCGM_FI_PROF_SM_OCCUPANCY", 0.01),
     (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.01),
     (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, "DCGM_FI_PROF_DRAM_ACTIVE", 0.01),
-    (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, "DCGM_FI_PROF_PCIE_TX_BYTES", float(MIB)),
-    (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, "DCGM_FI_PROF_PCIE_RX_BYTES", float(MIB)),
-    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "DCGM_FI_PROF_NVLINK_TX_BYTES", float(MIB)),
-    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "DCGM_FI_PROF_NVLINK_RX_BYTES", float(MIB)),
+    (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, "DCGM_FI_PROF_PCIE_TX_BYTES", MIB),
+    (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, "DCGM_FI_PROF_PCIE_RX_BYTES", MIB),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "DCGM_FI_PROF_NVLINK_TX_BYTES", MIB),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "DCGM_FI_PROF_NVLINK_RX_BYTES", MIB),
 )
 PROFILING_FIELDS = tuple(name for _, name, _ in _GPM_METRICS)
 MEMORY_FIELDS = (
@@ -589,13 +589,8 @@ def _mig_devices(parent: DeviceInfo, handle: Any, gpm: bool) -> list[_Device]:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
         except pynvml.NVMLError_NotFound:
             continue  # an empty slot
-        info = DeviceInfo(
-            index=parent.index,
-            uuid=parent.uuid,
-            pci_bus_id=parent.pci_bus_id,
-            model_name=parent.model_name,
-            device=parent.device,
-            driver_version=parent.driver_version,
+        info = replace(  # a MIG instance carries its parent GPU's labels plus its own
+            parent,
             mig_profile=_mig_profile(mig),
             mig_instance_id=pynvml.nvmlDeviceGetGpuInstanceId(mig),
             mig_uuid=_text(pynvml.nvmlDeviceGetUUID(mig)),

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.model import DeviceReading
-
-WHOLE_DEVICE = "all"
-"""``DeviceReading.errors`` key meaning the device as a whole failed (no field could be read)."""
+from exporter.model import WHOLE_DEVICE, DeviceReading
 
 
 def lost_reading() -> DeviceReading:

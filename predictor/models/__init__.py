@@ -6,6 +6,7 @@ from predictor.models.catalog import BASELINES, candidate_factories, usable_seas
 from predictor.models.ensemble import MedianEnsemble
 from predictor.models.ets import ETSModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
+from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
 from predictor.models.sequence import SequenceModel
 
@@ -17,6 +18,7 @@ __all__ = [
     "MedianEnsemble",
     "NaiveModel",
     "Prediction",
+    "SeasonalBlendModel",
     "SeasonalLevelModel",
     "SeasonalNaiveModel",
     "SequenceModel",

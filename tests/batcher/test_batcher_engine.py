@@ -355,3 +355,33 @@ def test_bad_priority_and_oversized_requests_are_invalid(run_virtual) -> None:
     assert all(isinstance(a.error, InvalidRequest) for a in answers)
     assert "priority 3" in str(answers[0].error)
     assert "1..4 items" in str(answers[1].error)
+
+
+class FlakyExecutor(SimulatedModel):
+    """A device whose executor breaks once (not the model: the machinery around it)."""
+
+    def __init__(self) -> None:
+        super().__init__(0.010, 0.001)
+        self.broken = True
+
+    async def execute(self, payloads):
+        if self.broken:
+            self.broken = False
+            raise OSError("executor lost its worker")
+        return await super().execute(payloads)
+
+
+def test_a_broken_executor_fails_that_batch_and_the_engine_keeps_serving(run_virtual) -> None:
+    model = FlakyExecutor()
+
+    async def main() -> tuple[Answer, Answer]:
+        batcher = make(model)
+        await batcher.start()
+        first = await ask(batcher, SimPayload(1))
+        second = await ask(batcher, SimPayload(2))
+        await batcher.drain()
+        return first, second
+
+    first, second = run_virtual(main)
+    assert isinstance(first.error, ModelFailed) and "executor lost its worker" in str(first.error)
+    assert second.result == 2

@@ -14,11 +14,11 @@ import requests
 import torch
 import tritonclient.http as triton
 import yaml
-from batcher_test_models import EchoModel
 from tritonclient.utils import InferenceServerException
 
 from autoglm.webconfig import WebConfig
 from batcher.models.demo import factory as demo_factory
+from tests.batcher.batcher_test_models import EchoModel
 from tests.selfsigned import ScratchCA
 
 pytestmark = pytest.mark.timeout(120)
@@ -105,26 +105,25 @@ def test_infer_with_tritonclient(serve, binary: bool) -> None:
 
 
 def test_torch_module_results_match_the_model_called_directly(serve) -> None:
-    server = serve(demo_factory())
+    server = serve(demo_factory(), model_name="demo")
     rows = np.random.default_rng(0).normal(size=(5, 16)).astype(np.float32)
-    client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
-    try:
-        results = []
-        threads = []
+    results = []
 
-        def call(i: int) -> None:
+    def call(i: int) -> None:
+        client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
+        try:
             inp = triton.InferInput("input", [1, 16], "FP32")
             inp.set_data_from_numpy(rows[i : i + 1])
             results.append((i, client.infer("demo", [inp]).as_numpy("logits")))
+        finally:
+            client.close()
 
-        # Concurrent callers: their rows may share a batch; each must get its own answer.
-        for i in range(5):
-            threads.append(threading.Thread(target=call, args=(i,)))
-            threads[-1].start()
-        for t in threads:
-            t.join(timeout=30)
-    finally:
-        client.close()
+    # Concurrent callers: their rows may share a batch; each must get its own answer.
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
     with torch.inference_mode():
         expected = demo_factory()(torch.from_numpy(rows)).numpy()
     assert len(results) == 5

@@ -49,10 +49,13 @@ class TestDeadlinePolicy:
         state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.787, cap=8, arrival_rate=100.0)
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 3
 
-    def test_no_waiting_when_nobody_is_expected_in_time(self) -> None:
-        # 0.1 requests/s and 0.5 s of slack: 0.05 expected arrivals, so waiting only adds delay.
-        state = DispatchState(waiting(0.0), now=0.3, cap=8, arrival_rate=0.1)
-        assert self.policy.decide(state, linear(0.01, 0.001)).take == 1
+    def test_no_waiting_for_a_batch_that_cannot_fill_in_time(self) -> None:
+        # 10 requests/s and 0.49 s of slack: about 5 more expected, the cap of 8 is out of reach.
+        state = DispatchState(waiting(0.0, 0.2), now=0.3, cap=8, arrival_rate=10.0)
+        assert self.policy.decide(state, linear(0.01, 0.001)).take == 2
+        # at 20 requests/s about 10 more are expected: worth waiting for the full batch.
+        state = DispatchState(waiting(0.0, 0.2), now=0.3, cap=8, arrival_rate=20.0)
+        assert self.policy.decide(state, linear(0.01, 0.001)).take == 0
 
     def test_batch_is_the_prefix_that_fits_the_cap(self) -> None:
         queue = [Pending(3, 0.0, 0.8), Pending(3, 0.0, 0.8), Pending(3, 0.0, 0.8)]

@@ -16,11 +16,15 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
+from autoscaler.metrics import AutoscalerMetrics
+from batcher.metrics import BatcherMetrics
 from dashboards import gpu_node
 from dashboards.catalogue import DASHBOARDS
 from dashboards.queries import (
     BUILTINS,
+    example_values,
     make_concrete,
     metric_names,
     panels,
@@ -31,6 +35,9 @@ from exporter.collector import Collector
 from exporter.podresources import PodRef
 from exporter.render import render
 from exporter.sources import SimulatedSource, load_profile, parse_fault
+from predictor.config import TargetConfig
+from predictor.metrics import PredictorMetrics
+from predictor.service import PredictorService
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_DIR = ROOT / "dashboards" / "json"
@@ -76,6 +83,44 @@ def exporter_metrics() -> set[str]:
     )
     text = exposition.body("text", time.time(), compressed=False).decode()
     return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
+def _series_names(registry: CollectorRegistry) -> set[str]:
+    """The series names a registry exposes, labelled children or not (a family without
+    children still says what its samples will be called)."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    names = set()
+    for family in registry.collect():
+        names |= {family.name + s for s in suffixes.get(family.type, ("",))}
+        names |= {sample.name for sample in family.samples}
+    return names
+
+
+@pytest.fixture(scope="module")
+def component_metrics() -> set[str]:
+    """Series of the batcher (memory statistics as on CUDA), predictor and autoscaler, from
+    their real metrics classes; the predictor's forecast families from a fitted service."""
+    batcher = BatcherMetrics(CollectorRegistry(), "demo", slo_seconds=0.25, max_batch_size=8)
+    cuda_stats = [
+        "allocated_bytes",
+        "reserved_bytes",
+        "reserved_unallocated_bytes",
+        "inactive_split_bytes",
+        "alloc_retries",
+        "ooms",
+    ]
+    batcher.watch_memory(lambda: dict.fromkeys(cuda_stats, 1.0))
+    predictor = PredictorMetrics()
+    target = TargetConfig(name="requests", step=60, horizons=(1, 5), seasons=(), models=("naive",))
+    service = PredictorService([target], metrics=predictor, clock=lambda: 6000.0)
+    for minute in range(60):
+        service.observe("requests", minute * 60.0, 100.0 + minute % 7)
+    assert service.refit("requests")
+    return (
+        _series_names(batcher.registry)
+        | _series_names(predictor.registry)
+        | _series_names(AutoscalerMetrics().registry)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +199,14 @@ def test_panels_have_descriptions_and_units(filename: str) -> None:
 
 
 def test_every_query_parses_in_promtool(tmp_path: Path) -> None:
-    all_queries = [q for d in DASHBOARD_JSON.values() for q in queries(d)]
+    concrete = [
+        make_concrete(q.expr, example_values(d))
+        for d in DASHBOARD_JSON.values()
+        for q in queries(d)
+    ]
     rules = [
-        {"record": f"dashboard_lint:query_{i}:parse", "expr": make_concrete(q.expr)}
-        for i, q in enumerate(all_queries)
+        {"record": f"dashboard_lint:query_{i}:parse", "expr": expr}
+        for i, expr in enumerate(concrete)
     ]
     path = tmp_path / "dashboard-queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "lint", "rules": rules}]}))
@@ -184,12 +233,12 @@ def test_the_parse_check_catches_a_broken_query(tmp_path: Path) -> None:
 
 
 def test_every_metric_is_produced_by_the_project(
-    exporter_metrics: set[str], recorded_metrics: set[str]
+    exporter_metrics: set[str], component_metrics: set[str], recorded_metrics: set[str]
 ) -> None:
-    known = exporter_metrics | recorded_metrics | PROMETHEUS_MADE
+    known = exporter_metrics | component_metrics | recorded_metrics | PROMETHEUS_MADE
     for dashboard in DASHBOARD_JSON.values():
         for query in queries(dashboard):
-            unknown = metric_names(make_concrete(query.expr)) - known
+            unknown = metric_names(make_concrete(query.expr, example_values(dashboard))) - known
             assert not unknown, f"{query.dashboard} / {query.where}: {sorted(unknown)}"
 
 
@@ -205,3 +254,13 @@ def test_metric_scanner_finds_names_not_functions_or_labels() -> None:
         "group_left (l) (b:rec:sum offset 1m) or vector(0) and time() - c"
     )
     assert metric_names(expr) == {"a_total", "b:rec:sum", "c"}
+
+
+def test_single_value_variables_carry_an_example_that_makes_queries_parse() -> None:
+    """``offset ${horizon}s`` only parses with a number in it: the lint must supply one."""
+    predictor = next(d for d in DASHBOARD_JSON.values() if d["uid"] == "autoglm-predictor")
+    values = example_values(predictor)
+    assert values["horizon"].isdigit()
+    shifted = [q.expr for q in queries(predictor) if "offset ${horizon}s" in q.expr]
+    assert shifted, "the observed-vs-forecast panel shifts forecasts by their horizon"
+    assert all(f"offset {values['horizon']}s" in make_concrete(e, values) for e in shifted)

@@ -12,7 +12,10 @@ import pytest
 import requests
 
 from exporter.cli import main
+from exporter.podresources import api_pb2 as pb
 from exporter.service import ExporterService
+from exporter.sources import SimulatedSource, load_profile
+from tests.exporter.fake_kubelet import container, pod
 from tests.exporter.fakes import ScriptedSource, device
 from tests.exporter.processes import wait_until
 
@@ -111,13 +114,16 @@ def test_running_exporter_serves_health_metrics_formats_and_takes_faults(start_e
     assert raw.headers["Content-Encoding"] == "gzip"
     assert b"DCGM_FI_DEV_FB_USED{" in gzip.decompress(raw.raw.read())
 
-    # Faults at run time: an Xid is counted and shown; a lost GPU's series go away.
+    # Faults at run time: an Xid is counted (from 0: critical codes exist before their first
+    # event) and shown; a lost GPU's series go away.
+    def xid79_on_gpu1() -> list[str]:
+        lines = metric_lines(url, 'autoglm_gpu_xid_errors_total{gpu="1"')
+        return [line.rsplit(" ", 1)[1] for line in lines if 'xid="79"' in line]
+
+    assert xid79_on_gpu1() == ["0"]
     reply = requests.post(f"{url}/debug/faults", data="xid:gpu=1:code=79", timeout=5)
     assert reply.status_code == 200, reply.text
-    wait_until(
-        lambda: any('xid="79"' in line for line in metric_lines(url, "autoglm_gpu_xid_errors")),
-        what="the Xid counter",
-    )
+    wait_until(lambda: xid79_on_gpu1() == ["1"], what="the Xid counter")
     xid_field = metric_lines(url, 'DCGM_FI_DEV_XID_ERRORS{gpu="1"')
     assert xid_field and xid_field[0].endswith(" 79")
     assert requests.post(f"{url}/debug/faults", data="lost:gpu=0", timeout=5).ok
@@ -134,7 +140,62 @@ def test_running_exporter_serves_health_metrics_formats_and_takes_faults(start_e
     assert requests.delete(f"{url}/debug/faults", timeout=5).ok
     wait_until(lambda: len(metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")) == 2, what="recovery")
 
+    # The simulated GPUs take an outside load (the batcher's, under `autoglm up`).
+    load = requests.put(f"{url}/debug/load", json={"gpu": 1, "utilization": 0.25}, timeout=5)
+    assert load.status_code == 200, load.text
+    wait_until(
+        lambda: metric_lines(url, 'DCGM_FI_DEV_GPU_UTIL{gpu="1"')[0].endswith(" 25"),
+        what="GPU 1 driven to 25 %",
+    )
+
     assert exporter.stop(signal.SIGTERM) == 0
+
+
+@pytest.mark.timeout(60)
+def test_pod_resources_metrics_are_served_with_pod_labels(start_exporter, kubelet):
+    uuid = SimulatedSource(1, "h100", 4, load_profile("constant:0.5")).devices()[0].uuid
+    kubelet.service.reply = pb.ListPodResourcesResponse(
+        pod_resources=[
+            pod("ml", "chat-0", container("model", **{"nvidia.com/gpu": [f"{uuid}::0"]})),
+            pod("ml", "chat-1", container("model", **{"nvidia.com/gpu": [f"{uuid}::1"]})),
+        ]
+    )
+    exporter = start_exporter(
+        "--source", "simulated", "--gpus", "1", "--model", "h100", "--seed", "4",
+        "--kubernetes", "--pod-resources-socket", str(kubelet.socket_path),
+    )  # fmt: skip
+    url = exporter.url
+    wait_until(lambda: metric_lines(url, "autoglm_exporter_pod_resources_up"), what="metrics")
+    # The watcher's own metrics travel with the exporter's registry onto /metrics.
+    assert metric_lines(url, "autoglm_exporter_pod_resources_pods_attributed ") == [
+        "autoglm_exporter_pod_resources_pods_attributed 2.0"
+    ]
+    assert metric_lines(url, "autoglm_exporter_pod_resources_devices_attributed ") == [
+        "autoglm_exporter_pod_resources_devices_attributed 1.0"
+    ]
+    assert metric_lines(url, "autoglm_exporter_pod_resources_up ") == [
+        "autoglm_exporter_pod_resources_up 1"
+    ]
+    pods = [
+        line.split('pod="')[1].split('"')[0] for line in metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")
+    ]
+    assert pods == ["chat-0", "chat-1"]
+
+
+@pytest.mark.timeout(60)
+def test_unreachable_kubelet_is_counted_on_metrics(start_exporter, socket_dir):
+    exporter = start_exporter(
+        "--source", "simulated", "--gpus", "1", "--kubernetes",
+        "--pod-resources-socket", str(socket_dir / "absent.sock"),
+    )  # fmt: skip
+    url = exporter.url
+    wait_until(lambda: metric_lines(url, "autoglm_exporter_pod_resources_up"), what="metrics")
+    errors = metric_lines(url, "autoglm_exporter_pod_resources_refresh_errors_total{")
+    assert errors and 'reason="socket_missing"' in errors[0]
+    assert metric_lines(url, "autoglm_exporter_pod_resources_up ") == [
+        "autoglm_exporter_pod_resources_up 0"
+    ]
+    assert "pod=" not in metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")[0]
 
 
 @pytest.mark.timeout(60)

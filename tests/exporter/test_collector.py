@@ -7,13 +7,14 @@ import threading
 import pytest
 
 from exporter.collector import Collector, Snapshot, device_key
-from exporter.fields import XID_FIELD
+from exporter.fields import CRITICAL_XIDS, XID_FIELD
 from exporter.model import XidEvent
 from tests.exporter.fakes import ScriptedSource, device
 from tests.exporter.processes import wait_until
 
 # Reads that do not hang finish in microseconds; this deadline only bounds the hung ones.
 DEADLINE = 0.5
+ZERO_CRITICAL = dict.fromkeys(CRITICAL_XIDS, 0)
 
 
 class FakeClock:
@@ -150,7 +151,7 @@ def test_xids_are_counted_per_code_and_the_dcgm_field_is_not_sticky(clock, clean
 
     snap = collector.collect_once()
     gpu1 = snap.devices[1]
-    assert gpu1.xid_counts == {79: 1, 13: 2}
+    assert gpu1.xid_counts == {**ZERO_CRITICAL, 79: 1, 13: 2}
     assert gpu1.last_xid == (13, clock.now - 1)
     assert gpu1.values[XID_FIELD] == 13.0
     assert snap.devices[0].values[XID_FIELD] == 0.0
@@ -158,21 +159,39 @@ def test_xids_are_counted_per_code_and_the_dcgm_field_is_not_sticky(clock, clean
     clock.now += 301  # past the hold: the DCGM field returns to 0, the history stays
     later = collector.collect_once().devices[1]
     assert later.values[XID_FIELD] == 0.0
-    assert later.xid_counts == {79: 1, 13: 2}
+    assert later.xid_counts == {**ZERO_CRITICAL, 79: 1, 13: 2}
     assert later.last_xid == (13, clock.now - 302)
 
 
+def test_critical_xid_counters_start_at_zero_on_every_gpu(clock, cleanup):
+    mig = device(1, mig_profile="1g.10gb", mig_instance_id=2, mig_uuid="MIG-2")
+    source = ScriptedSource([device(0), mig])
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    first = collector.collect_once()
+    assert [d.xid_counts for d in first.devices] == [ZERO_CRITICAL, ZERO_CRITICAL]
+    assert ZERO_CRITICAL.keys() == {48, 63, 64, 74, 79, 94, 95}
+    assert all(d.last_xid is None for d in first.devices)
+
+    source.add_xid(0, 79, clock.now)  # the first event of a code is an increase from 0
+    assert collector.collect_once().devices[0].xid_counts == {**ZERO_CRITICAL, 79: 1}
+
+
 def test_xid_on_a_physical_gpu_goes_to_its_first_mig_instance(clock, cleanup):
-    mig = device(0, mig_profile="1g.10gb", mig_instance_id=7, mig_uuid="MIG-abc")
-    source = ScriptedSource([mig])
+    first = device(0, mig_profile="1g.10gb", mig_instance_id=7, mig_uuid="MIG-abc")
+    second = device(0, mig_profile="1g.10gb", mig_instance_id=9, mig_uuid="MIG-def")
+    source = ScriptedSource([first, second])
     collector = make(source, clock)
     cleanup.append((collector, source))
     source.add_xid_for(device(0), XidEvent(48, clock.now))
+    source.add_xid_for(second, XidEvent(13, clock.now))
 
-    dev = collector.collect_once().devices[0]
+    devs = collector.collect_once().devices
 
-    assert dev.key == "0/7" == device_key(mig)
-    assert dev.xid_counts == {48: 1}
+    assert [d.key for d in devs] == ["0/7", "0/9"] == [device_key(first), device_key(second)]
+    assert devs[0].xid_counts == {**ZERO_CRITICAL, 48: 1}
+    assert devs[1].xid_counts == {**ZERO_CRITICAL, 13: 1}
 
 
 def test_background_loop_publishes_snapshots_and_stops(clock):

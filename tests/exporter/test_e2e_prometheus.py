@@ -6,29 +6,15 @@ kubelet's pod-resources API, so the pod labels travel the whole way to PromQL.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
+import requests
 
 from exporter.podresources import api_pb2 as pb
 from exporter.sources import SimulatedSource, load_profile
-from tests.exporter.test_podresources import FakeKubelet, KubeletServer, container, pod
+from tests.exporter.fake_kubelet import container, pod
 from tests.live import Prometheus, scrape_job
 
 SEED = 3
-
-
-@pytest.fixture
-def kubelet() -> Iterator[KubeletServer]:
-    folder = Path(tempfile.mkdtemp(prefix="podres-"))  # unix socket paths must stay short
-    server = KubeletServer(folder / "kubelet.sock", FakeKubelet())
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def simulated_uuids() -> list[str]:
@@ -51,7 +37,7 @@ def test_prometheus_scrapes_eight_simulated_gpus_with_pod_labels(start_exporter,
         ]
     )
     exporter = start_exporter(
-        "--source", "simulated", "--gpus", "8", "--seed", str(SEED),
+        "--source", "simulated", "--gpus", "8", "--seed", str(SEED), "--hostname", "e2e-node",
         "--kubernetes", "--pod-resources-socket", str(kubelet.socket_path),
         "--pod-resources-interval", "1",
     )  # fmt: skip
@@ -77,4 +63,20 @@ def test_prometheus_scrapes_eight_simulated_gpus_with_pod_labels(start_exporter,
         assert prom.query('up{job="gpu"}')[0]["value"][1] == "1"
         health = prom.query("autoglm_exporter_gpu_up")
         assert len(health) == 8 and all(s["value"][1] == "1" for s in health)
+        assert {s["metric"]["Hostname"] for s in health} == {"e2e-node"}
         assert prom.query("autoglm_exporter_pod_resources_up")[0]["value"][1] == "1"
+        assert prom.query("autoglm_exporter_pod_resources_pods_attributed")[0]["value"][1] == "3"
+
+        # A critical Xid's counter exists at 0 before its first event, so that first event is
+        # an increase PromQL sees, on the series of each pod using the GPU.
+        before = prom.query('autoglm_gpu_xid_errors_total{gpu="0", xid="79"}')
+        assert sorted((s["metric"]["pod"], s["value"][1]) for s in before) == [
+            ("chat-0", "0"), ("chat-1", "0"),
+        ]  # fmt: skip
+        reply = requests.post(f"{exporter.url}/debug/faults", data="xid:gpu=0:code=79", timeout=5)
+        assert reply.status_code == 200, reply.text
+        hit = prom.wait_for(
+            'increase(autoglm_gpu_xid_errors_total{xid="79"}[30s]) > 0', lambda r: len(r) == 2
+        )
+        assert sorted(s["metric"]["pod"] for s in hit) == ["chat-0", "chat-1"]
+        assert {s["metric"]["gpu"] for s in hit} == {"0"}

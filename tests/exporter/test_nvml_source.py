@@ -10,7 +10,8 @@ import pynvml
 import pytest
 
 from exporter.fields import PROFILING_FIELDS, SOURCE_FIELDS
-from exporter.sources import WHOLE_DEVICE, NoDriverError, NVMLSource
+from exporter.model import WHOLE_DEVICE
+from exporter.sources import NoDriverError, NVMLSource
 from exporter.sources.nvml import error_reason
 from tests.exporter.fake_pynvml import FakeGPU, FakeMIG, FakeNVML
 

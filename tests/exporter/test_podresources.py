@@ -1,25 +1,22 @@
 """Pod attribution against a real gRPC server that implements the kubelet's pod-resources API.
 
-The server is the service from the vendored ``api.proto``, served on a unix socket in a temp
-folder as the kubelet serves it; the watcher talks to it through grpc exactly as in production.
+The server (``tests/exporter/fake_kubelet.py``, the ``kubelet`` fixture) is the service from the
+vendored ``api.proto``, served on a unix socket in a temp folder as the kubelet serves it; the
+watcher talks to it through grpc exactly as in production.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.podresources import PodRef, PodResourcesWatcher, api_pb2_grpc, attribution_from_reply
+from exporter.podresources import PodRef, PodResourcesWatcher, attribution_from_reply
 from exporter.podresources import api_pb2 as pb
+from tests.exporter.fake_kubelet import KubeletServer, container, pod
+from tests.exporter.processes import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,80 +24,6 @@ GPU0 = "GPU-0b2c6d5e-1111-2222-3333-444455556666"
 GPU1 = "GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff"
 MIG_A = "MIG-4d2a1b3c-0000-1111-2222-333344445555"
 MIG_B = "MIG-7e6f5a4b-6666-7777-8888-999900001111"
-
-
-def pod(namespace: str, name: str, *containers: pb.ContainerResources) -> pb.PodResources:
-    return pb.PodResources(name=name, namespace=namespace, containers=list(containers))
-
-
-def container(name: str, **resources: list[str]) -> pb.ContainerResources:
-    """``container("c", **{"nvidia.com/gpu": ["GPU-..."]})``."""
-    return pb.ContainerResources(
-        name=name,
-        devices=[
-            pb.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in resources.items()
-        ],
-        cpu_ids=[2, 3],
-    )
-
-
-class FakeKubelet(api_pb2_grpc.PodResourcesListerServicer):
-    """The kubelet's side of the API: answers ``List`` with whatever the test set."""
-
-    def __init__(self) -> None:
-        self.reply = pb.ListPodResourcesResponse()
-        self.calls = 0
-        self.hold: threading.Event | None = None
-
-    def List(
-        self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
-    ) -> pb.ListPodResourcesResponse:
-        self.calls += 1
-        if self.hold is not None:
-            self.hold.wait(10)
-        return self.reply
-
-
-class KubeletServer:
-    """A grpc server on ``unix://<folder>/kubelet.sock`` that can be stopped and started again."""
-
-    def __init__(self, socket_path: Path, service: FakeKubelet) -> None:
-        self.socket_path = socket_path
-        self.service = service
-        self._server: grpc.Server | None = None
-
-    def start(self) -> None:
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=4),
-            options=[("grpc.max_send_message_length", 256 * 1024 * 1024)],
-        )
-        api_pb2_grpc.add_PodResourcesListerServicer_to_server(self.service, server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
-        server.start()
-        self._server = server
-
-    def stop(self) -> None:
-        if self._server is not None:
-            if self.service.hold is not None:
-                self.service.hold.set()
-            self._server.stop(grace=None).wait()
-            self._server = None
-
-
-@pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
-    folder = Path(tempfile.mkdtemp(prefix="podres-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture
-def kubelet(socket_dir: Path) -> Iterator[KubeletServer]:
-    server = KubeletServer(socket_dir / "kubelet.sock", FakeKubelet())
-    server.start()
-    yield server
-    server.stop()
 
 
 class FakeClock:
@@ -284,15 +207,6 @@ def test_slow_kubelet_hits_the_deadline(kubelet: KubeletServer) -> None:
         kubelet.service.hold.set()
 
 
-def eventually(condition: Callable[[], bool], within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def test_background_thread_follows_changes_and_stops(kubelet: KubeletServer) -> None:
     kubelet.service.reply = pb.ListPodResourcesResponse(
         pod_resources=[pod("a", "p0", container("c", **{"nvidia.com/gpu": [GPU0]}))]
@@ -300,11 +214,11 @@ def test_background_thread_follows_changes_and_stops(kubelet: KubeletServer) -> 
     watcher = watcher_for(kubelet, interval=0.05)
     watcher.start()
     try:
-        assert eventually(lambda: GPU0 in watcher.attribution())
+        wait_until(lambda: GPU0 in watcher.attribution(), timeout=10, what="GPU 0 attributed")
         kubelet.service.reply = pb.ListPodResourcesResponse(
             pod_resources=[pod("a", "p1", container("c", **{"nvidia.com/gpu": [GPU1]}))]
         )
-        assert eventually(lambda: GPU1 in watcher.attribution())
+        wait_until(lambda: GPU1 in watcher.attribution(), timeout=10, what="GPU 1 attributed")
         assert GPU0 not in watcher.attribution()
     finally:
         watcher.stop()

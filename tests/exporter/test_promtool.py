@@ -5,23 +5,16 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 import requests
 
+from exporter.podresources import PodRef
 from exporter.service import ExporterService
 from exporter.sources import SimulatedSource, load_profile, parse_fault
 from tests.exporter.processes import wait_until
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-
-
-@dataclass(frozen=True)
-class Pod:
-    namespace: str
-    pod: str
-    container: str
 
 
 class StaticPods:
@@ -31,9 +24,9 @@ class StaticPods:
     last_success = 1_700_000_000.0
 
     def __init__(self, uuid: str) -> None:
-        self._map = {uuid: [Pod("ml", "llm-a", "server"), Pod("ml", "llm-b", "server")]}
+        self._map = {uuid: [PodRef("ml", "llm-a", "server"), PodRef("ml", "llm-b", "server")]}
 
-    def attribution(self) -> dict[str, list[Pod]]:
+    def attribution(self) -> dict[str, list[PodRef]]:
         return self._map
 
 
@@ -49,13 +42,13 @@ def served(request) -> Iterator[tuple[str, str]]:
         interval=0.2,
         deadline=0.2,
         pods=StaticPods(source.devices()[0].uuid),
-        fault_target=source,
+        simulation=source,
     )
     service.start()
     try:
         source.inject(parse_fault("xid:gpu=3:code=79"))
         url = f"{service.server.url}/metrics"
-        wait_until(lambda: "autoglm_gpu_xid_errors_total{" in requests.get(url, timeout=5).text,
+        wait_until(lambda: 'xid="79"} 1' in requests.get(url, timeout=5).text,
                    what="a snapshot with the Xid")  # fmt: skip
         yield request.param, requests.get(url, timeout=5).text
     finally:

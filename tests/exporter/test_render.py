@@ -185,9 +185,57 @@ def test_a_down_gpu_has_no_field_series_but_keeps_its_xid_history_and_up_zero():
     up = {lab["gpu"]: v for lab, v in got["autoglm_exporter_gpu_up"]}
     assert up == {"0": 0.0, "1": 1.0}
     errors = got["autoglm_exporter_collect_errors_total"]
-    assert errors == [({"gpu": "0", "field": "all", "reason": "timeout"}, 4.0)]
+    assert errors == [({"gpu": "0", "field": "all", "reason": "timeout", "hostname": "h"}, 4.0)]
     assert got["autoglm_exporter_collections_total"][0][1] == 7.0
     assert got["autoglm_exporter_last_success_timestamp_seconds"][0][1] == NOW
+
+
+@pytest.mark.parametrize(
+    ("naming", "host_label"), [("dcgm", "Hostname"), ("prometheus", "hostname")]
+)
+def test_per_gpu_health_series_name_the_node_like_the_gpu_series(naming, host_label):
+    mig = device(1, mig_profile="1g.10gb", mig_instance_id=3, mig_uuid="MIG-3")
+    exp = render(
+        snapshot(dev_snapshot(device(0)), dev_snapshot(mig), errors={("0", "all", "timeout"): 1}),
+        naming,
+        "gpu-node-7",
+    )
+    got = samples(exp.text.decode())
+    temperature = "DCGM_FI_DEV_GPU_TEMP" if naming == "dcgm" else "autoglm_gpu_temperature_celsius"
+    assert got[temperature][0][0][host_label] == "gpu-node-7"
+    up = [labels for labels, _ in got["autoglm_exporter_gpu_up"]]
+    assert up == [
+        {"gpu": "0", "uuid": device(0).uuid, host_label: "gpu-node-7"},
+        {"gpu": "1/3", "uuid": "MIG-3", host_label: "gpu-node-7"},
+    ]
+    ((errors, _),) = got["autoglm_exporter_collect_errors_total"]
+    assert errors[host_label] == "gpu-node-7"
+    # Exporter-wide series stay without per-GPU labels.
+    assert got["autoglm_exporter_collections_total"][0][0] == {}
+
+
+def test_xid_history_carries_the_pods_of_the_gpu():
+    shared = dev_snapshot(device(0), xids={79: 1, 13: 0}, last_xid=(79, NOW - 5))
+    alone = dev_snapshot(device(1), xids={79: 0})
+    attribution = {
+        device(0).uuid: [Pod("ml", "chat-0", "model"), Pod("ml", "chat-1", "model")],
+    }
+    got = samples(render(snapshot(shared, alone), "dcgm", "h", attribution).text.decode())
+    xid = [
+        (lab["gpu"], lab["xid"], lab.get("pod"), lab.get("namespace"), lab.get("container"), v)
+        for lab, v in got["autoglm_gpu_xid_errors_total"]
+    ]
+    assert xid == [
+        ("0", "13", "chat-0", "ml", "model", 0.0),
+        ("0", "13", "chat-1", "ml", "model", 0.0),
+        ("0", "79", "chat-0", "ml", "model", 1.0),
+        ("0", "79", "chat-1", "ml", "model", 1.0),
+        ("1", "79", None, None, None, 0.0),
+    ]
+    last = [(lab.get("pod"), v) for lab, v in got["autoglm_gpu_last_xid_timestamp_seconds"]]
+    assert last == [("chat-0", NOW - 5), ("chat-1", NOW - 5)]
+    field = {lab.get("pod"): v for lab, v in got["DCGM_FI_DEV_XID_ERRORS"] if lab["gpu"] == "0"}
+    assert set(field) == {"chat-0", "chat-1"}  # the DCGM field has the same series
 
 
 def test_openmetrics_keeps_dcgm_counter_names_and_types_autoglm_counters():

@@ -12,8 +12,8 @@ import pynvml
 import pytest
 
 from exporter.fields import PROFILING_FIELDS, SOURCE_FIELDS
-from exporter.model import XidEvent
-from exporter.sources import WHOLE_DEVICE, SimulatedSource, load_profile, parse_fault
+from exporter.model import WHOLE_DEVICE, XidEvent
+from exporter.sources import SimulatedSource, load_profile, parse_fault
 from exporter.sources.faults import (
     EccFault,
     FieldErrorFault,

@@ -1,10 +1,13 @@
 """The rules and dashboards proven against a live stack (see ``stack.py``).
 
 Every panel query of every dashboard returns data from a real Prometheus fed by the real
-exporter; faults injected into the simulated GPUs fire the matching alerts, which reach the
-webhook through a real Alertmanager with their labels and annotations; stopping an exporter
-fires the exporter-down alert. The rules are the real file with their real ``for:`` durations,
-so waits are bounded by what those durations imply (about a minute), not shortened.
+exporter, batchers, predictor and autoscaler (the batcher's CUDA allocator panels excepted on a
+machine without a GPU: those series exist only on CUDA, which the lint checks); faults injected
+into the simulated GPUs fire the matching alerts, which reach the webhook through a real
+Alertmanager with their labels and annotations; stopping an exporter fires the exporter-down
+alert; overloading a batcher's tiny queue fires the rejection alert. The rules are the real file
+with their real ``for:`` durations, so waits are bounded by what those durations imply (about a
+minute), not shortened; the faults and the overload run at once so their waits overlap.
 """
 
 from __future__ import annotations
@@ -17,30 +20,60 @@ from typing import Any
 import pytest
 import requests
 
+from dashboards import autoscaler, batcher, predictor
 from dashboards.annotations import throttle_annotation, xid_annotation
 from dashboards.catalogue import DASHBOARDS
 from dashboards.output import JSON_DIR
-from dashboards.queries import make_concrete, queries
+from dashboards.queries import make_concrete, metric_names, queries
 from dashboards.runbooks import runbook_url
 from tests.live_alertmanager import Alert
-from tests.live_rules_dashboards.stack import NODE_A, LiveStack
+from tests.live_rules_dashboards.load import Load
+from tests.live_rules_dashboards.stack import (
+    AUTOSCALER,
+    FORECAST_TARGET,
+    HORIZONS_S,
+    MODEL_NAME,
+    NODE_A,
+    LiveStack,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 
 ALERT_WAIT_S = 90.0  # a `for: 1m` alert, evaluated every second, plus delivery
 PANEL_WAIT_S = 100.0  # GPU-hour panels integrate in 1-minute steps: wait past one boundary
+OVERLOAD_CLIENTS = 8  # closed-loop clients against a queue of 4 items: about 15% refused
+# A rate over 1m above 5% for 1m, evaluated every second, plus delivery.
+REJECTION_WAIT_S = 150.0
+# Batcher panels that read only the CUDA caching allocator's statistics: absent on a CPU
+# replica (the series are absent, never zero), so they cannot show data without a GPU.
+CUDA_ONLY_PANELS = {(batcher.UID, "Allocator memory"), (batcher.UID, "Allocator retries and OOMs")}
+CUDA_ONLY_METRICS = {
+    "autoglm_batcher_memory_allocated_bytes",
+    "autoglm_batcher_memory_reserved_bytes",
+    "autoglm_batcher_memory_reserved_unallocated_bytes",
+    "autoglm_batcher_memory_inactive_split_bytes",
+    "autoglm_batcher_memory_alloc_retries_total",
+    "autoglm_batcher_memory_allocator_ooms_total",
+}
 
 
-def _values(stack: LiveStack) -> dict[str, str]:
-    """Variable values that exist in the live stack (GPU 0 of node A runs pod llm/llama-...)."""
-    return {
+def _values(stack: LiveStack, uid: str) -> dict[str, str]:
+    """Variable values that exist in the live stack, per dashboard: GPU 0 of node A runs pod
+    llm/llama-...; the batcher serves the demo model; the predictor forecasts the request rate
+    at 2 and 4 s; the local autoscaler is local/demo."""
+    per_dashboard = {
+        batcher.UID: {"model": MODEL_NAME},
+        predictor.UID: {"target": FORECAST_TARGET, "horizon": str(HORIZONS_S[0])},
+        autoscaler.UID: {"namespace": AUTOSCALER[0], "autoscaler": AUTOSCALER[1]},
+    }
+    gpu = {
         "node": NODE_A,
         "gpu": "0",
         "namespace": "llm",
         "workload": "llama",
         "instance": stack.exporter_a.address,
-        "__rate_interval": "30s",
     }
+    return {**per_dashboard.get(uid, gpu), "__rate_interval": "30s"}
 
 
 def _range_query(stack: LiveStack, expr: str, start: float) -> list[dict[str, Any]]:
@@ -54,21 +87,34 @@ def _range_query(stack: LiveStack, expr: str, start: float) -> list[dict[str, An
 
 
 def _dashboard_queries(stack: LiveStack) -> list[tuple[str, str, bool]]:
-    """(where, concrete expr, instant?) of every panel target and variable, from the JSON files."""
-    values = _values(stack)
+    """(where, concrete expr, instant?) of every panel target and variable, from the JSON files,
+    but for the CUDA-only panels (see CUDA_ONLY_PANELS)."""
     found = []
     for entry in DASHBOARDS:
         dashboard = json.loads((JSON_DIR / entry.filename).read_text())
+        values = _values(stack, dashboard["uid"])
         for query in queries(dashboard):
-            if query.kind != "annotation":  # events: checked after the faults below
-                where = f"{query.dashboard} / {query.where}"
-                found.append((where, make_concrete(query.expr, values), query.instant))
+            if query.kind == "annotation":  # events: checked after the faults below
+                continue
+            if (query.dashboard, query.where) in CUDA_ONLY_PANELS:
+                continue
+            where = f"{query.dashboard} / {query.where}"
+            found.append((where, make_concrete(query.expr, values), query.instant))
     return found
+
+
+def test_only_cuda_statistics_are_exempt_from_the_data_check() -> None:
+    """The exemption must not hide anything but the allocator's CUDA-only series."""
+    dashboard = json.loads((JSON_DIR / "batcher.json").read_text())
+    exempt = [q for q in queries(dashboard) if (q.dashboard, q.where) in CUDA_ONLY_PANELS]
+    assert {(q.dashboard, q.where) for q in exempt} == CUDA_ONLY_PANELS
+    for query in exempt:
+        assert metric_names(make_concrete(query.expr)) <= CUDA_ONLY_METRICS, query.expr
 
 
 def test_every_panel_query_returns_data(live_stack: LiveStack) -> None:
     pending = _dashboard_queries(live_stack)
-    assert len(pending) > 50
+    assert len(pending) > 100
     deadline = time.monotonic() + PANEL_WAIT_S
     while pending and time.monotonic() < deadline:
         still_empty = []
@@ -88,14 +134,18 @@ def test_every_panel_query_returns_data(live_stack: LiveStack) -> None:
 
 @pytest.fixture(scope="module")
 def faults(live_stack: LiveStack) -> Iterator[LiveStack]:
-    """Break node A's GPUs at once (overheating, lost, Xid 79, ECC) and stop node B's exporter,
-    so the alerts' `for:` durations run concurrently."""
+    """Break node A's GPUs at once (overheating, lost, Xid 79, ECC), stop node B's exporter and
+    overload the first batcher worker, so the alerts' `for:` durations run concurrently."""
     live_stack.inject("temp-ramp:gpu=0:to=95:over=5s")
     live_stack.inject("lost:gpu=1")
     live_stack.inject("xid:gpu=2:code=79")
     live_stack.inject("ecc:gpu=3:dbe=2")
     live_stack.exporter_b.stop()
-    yield live_stack
+    overload = Load.burst(live_stack.infer_url, OVERLOAD_CLIENTS, REJECTION_WAIT_S + 30)
+    try:
+        yield live_stack
+    finally:
+        overload.stop()
 
 
 def _named(name: str, **labels: str) -> Any:
@@ -131,9 +181,10 @@ def test_lost_gpu_fires(faults: LiveStack) -> None:
     (alert,) = faults.webhook.wait_for(_named("GPULost"), ALERT_WAIT_S, "GPULost")
     assert alert["labels"]["gpu"] == "1"
     assert alert["labels"]["instance"] == faults.exporter_a.address
+    assert alert["labels"]["Hostname"] == NODE_A
     assert alert["labels"]["severity"] == "critical"
     _check_annotations(alert, "GPULost")
-    assert f"GPU 1 on {faults.exporter_a.address}" in alert["annotations"]["summary"]
+    assert alert["annotations"]["summary"] == f"GPU 1 on {NODE_A} cannot be read."
 
 
 def test_critical_xid_fires_with_its_code(faults: LiveStack) -> None:
@@ -142,8 +193,10 @@ def test_critical_xid_fires_with_its_code(faults: LiveStack) -> None:
     assert [(a["labels"]["gpu"], a["labels"]["xid"]) for a in alerts] == [("2", "79")]
     alert = alerts[0]
     assert alert["labels"]["Hostname"] == NODE_A and alert["labels"]["severity"] == "critical"
+    assert alert["labels"]["pod"] == "embed-0"  # the Xid series carry the pod that holds the GPU
     _check_annotations(alert, "GPUCriticalXid")
     assert alert["annotations"]["summary"] == f"GPU 2 on {NODE_A} reported Xid 79."
+    assert "used by pod search/embed-0" in alert["annotations"]["description"]
 
 
 def test_double_bit_ecc_errors_fire(faults: LiveStack) -> None:
@@ -176,3 +229,19 @@ def test_xid_and_throttling_show_as_annotations(faults: LiveStack) -> None:
         faults, make_concrete(throttle_annotation().build().expr, values), since
     )
     assert {s["metric"]["gpu"] for s in throttled} == {"0"}
+
+
+def test_overloaded_batcher_fires_rejections(faults: LiveStack) -> None:
+    """Closed-loop clients against a queue of 4 items: the share refused goes over 5% and stays
+    there, and BatcherRejectingRequests reaches the webhook naming the replica and the model."""
+    (alert,) = faults.webhook.wait_for(
+        _named("BatcherRejectingRequests"), REJECTION_WAIT_S, "BatcherRejectingRequests"
+    )
+    assert alert["labels"]["instance"] == faults.worker_address
+    assert alert["labels"]["model"] == MODEL_NAME
+    assert alert["labels"]["job"] == "autoglm-batcher"
+    assert alert["labels"]["severity"] == "warning"
+    _check_annotations(alert, "BatcherRejectingRequests")
+    share = float(alert["annotations"]["summary"].split(" refuses ")[1].split("%")[0]) / 100
+    assert share > 0.05
+    assert alert["annotations"]["summary"].endswith(f"of requests to {MODEL_NAME}.")

@@ -8,6 +8,7 @@ import pytest
 from predictor.backtest import (
     BacktestResult,
     coverage,
+    pool,
     replay_with_selection,
     rolling_origin,
     smape,
@@ -15,7 +16,8 @@ from predictor.backtest import (
     wape,
 )
 from predictor.models import NaiveModel, SeasonalNaiveModel, candidate_factories
-from predictor.selection import choose, select_model
+from predictor.models.base import ForecastModel
+from predictor.selection import choose, select_model, validation_folds
 
 
 def test_measures_on_a_hand_computed_case():
@@ -112,3 +114,77 @@ def test_replay_with_selection_uses_each_horizons_winner():
 
     result = replay_with_selection(select, y, [1, 2], test_start=24 * 6, reselect_every=24)
     assert result.wape[2] < 1e-9 < result.wape[1]
+
+
+class ConstantModel(ForecastModel):
+    """Always forecasts ``value``: a model whose errors are known exactly."""
+
+    def __init__(self, value: float, name: str) -> None:
+        self.value, self.name = value, name
+        super().__init__(1)
+
+    @property
+    def min_points(self) -> int:
+        return 1
+
+    def _fit(self, y: np.ndarray, state_at: int) -> None:
+        return None
+
+    def _forecast_path(self) -> np.ndarray:
+        return np.array([self.value])
+
+
+def test_pool_weights_each_windows_errors_and_actuals():
+    a = rolling_origin(lambda: ConstantModel(10.0, "c"), [10.0, 10, 10, 20, 20], [1], 3)
+    b = rolling_origin(lambda: ConstantModel(10.0, "c"), [10.0, 10, 10, 10, 10], [1], 3)
+    pooled = pool([a, b], [1.0, 0.5])
+    # window a: errors 10+10 over actuals 40; window b: no error over 20, counted half
+    assert pooled.wape[1] == pytest.approx(100 * 20 / (40 + 0.5 * 20))
+    # a's first miss widens its bound to cover the second point; b covers both
+    assert list(a.upper[1] >= a.actual[1]) == [False, True]
+    assert pooled.coverage[1] == pytest.approx(100 * (1 + 0.5 * 2) / (2 + 0.5 * 2))
+    assert pooled.origins == 4
+
+
+def test_validation_folds_split_the_recent_history_and_shrink_when_short():
+    assert validation_folds(200, 2, 48, 4) == [152, 164, 176, 188]
+    assert validation_folds(200, 6, 24, 4) == [176, 188]  # 12 points each: >= 2 * horizon
+    assert validation_folds(200, 6, 8, 4) == [192]
+
+
+def test_selection_weights_recent_windows_more():
+    # Load sat at 10 for most of the history and moved to 20 in the last validation window.
+    y = np.concatenate([np.full(180, 10.0), np.full(12, 20.0)])
+    factories = {
+        "old": lambda: ConstantModel(10.0, "old"),
+        "recent": lambda: ConstantModel(20.0, "recent"),
+    }
+    # Four windows of 12; equal weights: "old" errs on 12 points, "recent" on 36.
+    assert select_model(factories, y, [1], validation=48, half_life=1e9).overall == "old"
+    # Halving the weight every half window back makes the last window dominate.
+    chosen = select_model(factories, y, [1], validation=48, half_life=0.5)
+    assert chosen.overall == "recent"
+    assert chosen.results["recent"].origins == 48
+
+
+def test_a_model_that_cannot_run_on_older_windows_is_scored_on_the_recent_ones():
+    y = 50 + 20 * np.sin(2 * np.pi * np.arange(24 * 3) / 24)
+    factories = {
+        "naive": lambda: NaiveModel(1),
+        "seasonal_56": lambda: SeasonalNaiveModel(56, 1),  # needs 57 points
+    }
+    selection = select_model(factories, y, [1], validation=24, folds=4)
+    assert selection.results["seasonal_56"].origins < selection.results["naive"].origins
+    assert not selection.failures
+
+
+def test_the_ensemble_can_be_chosen_alone_and_has_members_of_every_kind():
+    factories = candidate_factories(3600, [86400], 2, 24 * 10, include=["ensemble"])
+    assert set(factories) == {"naive", "seasonal_naive_daily", "ensemble"}
+    ensemble = factories["ensemble"]()
+    assert [m.name for m in ensemble.members] == [
+        "ets_log",
+        "gru",
+        "seasonal_level",
+        "seasonal_blend",
+    ]

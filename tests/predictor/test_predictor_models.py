@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
+from predictor.backtest import rolling_origin
 from predictor.models import (
     ETSModel,
     InsufficientHistory,
     MedianEnsemble,
     NaiveModel,
+    SeasonalBlendModel,
     SeasonalLevelModel,
     SeasonalNaiveModel,
     SequenceModel,
@@ -50,6 +52,8 @@ def test_naive_repeats_the_last_value_at_every_horizon():
     [
         lambda: SeasonalNaiveModel(PERIOD, 6),
         lambda: SeasonalLevelModel(PERIOD, 6, 6),
+        lambda: SeasonalBlendModel(((PERIOD, 3),), 6),
+        lambda: SeasonalBlendModel(((PERIOD, 3), (7 * PERIOD, PERIOD)), 6),
         lambda: ETSModel(6, periods=(PERIOD,), log=False),
         lambda: ETSModel(6, periods=(PERIOD,), log=True),
     ],
@@ -71,6 +75,56 @@ def test_the_gru_learns_a_seasonal_series_from_a_poor_start():
     model.fit(y[:-4])
     point = model.predict([1, 2, 3, 4]).point
     assert np.abs(point - y[-4:]).mean() < 0.05 * y.mean()
+
+
+def test_the_gru_keeps_the_seasonal_copy_when_training_cannot_beat_it_on_the_holdout():
+    # The copy is exact on a pure seasonal series: no training step can do better on the
+    # held-out tail, so the untrained start is kept and forecasts are the copy itself.
+    y = seasonal(24 * 8)
+    model = SequenceModel(3, window=24, periods=(PERIOD,), epochs=3, max_steps=30)
+    model.fit(y)
+    assert not model.trained
+    np.testing.assert_allclose(model.predict([1, 2, 3]).point, y[-PERIOD:][:3], rtol=1e-5)
+
+
+def test_the_gru_is_reproducible_with_its_fixed_seed():
+    rng = np.random.default_rng(5)
+    y = seasonal(24 * 8) + rng.normal(0, 5, 24 * 8)
+    points = []
+    for _ in range(2):
+        model = SequenceModel(3, window=24, periods=(PERIOD,), epochs=3, max_steps=30)
+        model.fit(y)
+        points.append(model.predict([1, 2, 3]).point)
+    np.testing.assert_array_equal(points[0], points[1])
+
+
+def test_seasonal_blend_smooths_bursty_bins_and_beats_the_plain_copy():
+    # Poisson counts around a known daily rate: the best guess is the rate, which averaging
+    # neighbouring bins of past days estimates far better than one bin a day ago.
+    rng = np.random.default_rng(4)
+    rate = seasonal(24 * 21) / 10
+    y = rng.poisson(rate).astype(float)
+    test_start = 24 * 18
+    blend = rolling_origin(lambda: SeasonalBlendModel(((PERIOD, 3),), 2), y, [1, 2], test_start)
+    copy = rolling_origin(lambda: SeasonalNaiveModel(PERIOD, 2), y, [1, 2], test_start)
+    model = SeasonalBlendModel(((PERIOD, 3),), 2)
+    model.fit(y[:test_start])
+    assert model.smoothing > 0
+    for h in (1, 2):
+        assert blend.wape[h] < 0.9 * copy.wape[h]
+
+
+def test_seasonal_blend_follows_a_grown_load():
+    t = np.arange(24 * 14)
+    y = (50 + 30 * np.sin(2 * np.pi * t / PERIOD)) * (1.03 ** (t / PERIOD))
+    model = SeasonalBlendModel(((PERIOD, PERIOD),), 4)
+    model.fit(y[:-4])
+    assert model.exponent > 0
+    err_blend = np.abs(model.predict([1, 2, 3, 4]).point - y[-4:]).sum()
+    plain = SeasonalNaiveModel(PERIOD, 4)
+    plain.fit(y[:-4])
+    err_plain = np.abs(plain.predict([1, 2, 3, 4]).point - y[-4:]).sum()
+    assert err_blend < 0.5 * err_plain
 
 
 def test_a_level_shift_is_followed_by_updates_alone_for_naive():

@@ -1,0 +1,132 @@
+"""``autoglm-batcher`` as a real process: start-up errors, serving, and draining on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def batcher_process(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "batcher.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+class LogReader:
+    """Reads the process's JSON log lines on a thread so the test can wait for one."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: queue.Queue[dict] = queue.Queue()
+        self.seen: list[dict] = []
+        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            try:
+                self.lines.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.lines.put({"msg": line.strip()})
+
+    def wait_for(self, msg: str, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                record = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self.seen.append(record)
+            if record.get("msg") == msg:
+                return record
+        raise AssertionError(f"no {msg!r} log line; saw {self.seen[-5:]}")
+
+
+def test_bad_settings_exit_2_with_one_line() -> None:
+    proc = batcher_process("--max-batch-size", "0")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "--max-batch-size 0 must be within 1..4096" in err
+
+
+def test_unimportable_model_exits_2_naming_the_fix() -> None:
+    proc = batcher_process("--model", "no_such_module:factory", "--listen", "127.0.0.1:0")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "cannot import 'no_such_module'" in err and "PYTHONPATH" in err
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_drains_queued_and_running_requests_then_exits() -> None:
+    proc = batcher_process(
+        "--model",
+        "tests.batcher.batcher_test_models:slow_echo",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-batch-size",
+        "2",
+        "--slo-seconds",
+        "5",
+    )
+    try:
+        logs = LogReader(proc)
+        port = logs.wait_for("serving")["port"]
+        url = f"http://127.0.0.1:{port}"
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
+                {"name": "k", "shape": [1, 1], "datatype": "INT32", "data": [0]},
+            ]
+        }
+        replies: list[requests.Response] = []
+
+        def post(i: int) -> None:
+            payload = json.loads(json.dumps(body))
+            payload["inputs"][1]["data"] = [i]
+            replies.append(requests.post(f"{url}/v2/models/echo/infer", json=payload, timeout=60))
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        # Ten requests at 0.2 s per batch of two: about a second of work is queued or running.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            metrics = requests.get(f"{url}/metrics", timeout=10).text
+            if 'autoglm_batcher_queue_requests{model="echo"} 0.0' not in metrics:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        logs.wait_for("draining")
+        refused = requests.post(f"{url}/v2/models/echo/infer", json=body, timeout=30)
+        ready = requests.get(f"{url}/v2/health/ready", timeout=30)
+        for t in threads:
+            t.join(timeout=60)
+        stopped = logs.wait_for("stopped")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert refused.status_code == 503 and "shutting down" in refused.json()["error"]
+    assert ready.status_code == 503
+    assert sorted(r.status_code for r in replies) == [200] * 10
+    assert sorted(r.json()["outputs"][1]["data"][0] for r in replies) == list(range(10))
+    assert stopped["drained"] is True
