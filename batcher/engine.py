@@ -429,6 +429,7 @@ class Batcher:
         executed = self.executor.batch_size_for(items)
         started = loop.time()
         self._busy_until = started + self.cost.estimate(executed)
+        self.metrics.in_flight_requests.set(len(batch))
         try:
             outcome = await self.executor.execute([r.payload for r in batch])
         except Exception as exc:  # the executor itself broke: fail this batch, keep serving
@@ -436,6 +437,7 @@ class Batcher:
             outcome = Outcome(error=f"runtime error: {describe(exc)}")
         ended = loop.time()
         self._busy_until = ended
+        self.metrics.in_flight_requests.set(0)
         self.batches += 1
         self._account_busy(started, ended, outcome)
         if outcome.out_of_memory:

@@ -104,6 +104,12 @@ class BatcherMetrics:
         self.queue_requests = Gauge(
             f"{PREFIX}_queue_requests", "Requests waiting for a batch.", label, registry=registry
         ).labels(model)
+        self.in_flight_requests = Gauge(
+            f"{PREFIX}_in_flight_requests",
+            "Requests in the batch running now.",
+            label,
+            registry=registry,
+        ).labels(model)
         size_buckets = sorted({1 << k for k in range(max_batch_size.bit_length() + 1)})
         self.batch_size = Histogram(
             f"{PREFIX}_batch_size_items",

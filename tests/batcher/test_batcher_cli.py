@@ -60,6 +60,20 @@ class LogReader:
         raise AssertionError(f"no {msg!r} log line; saw {self.seen[-5:]}")
 
 
+def series(metrics: str) -> dict[str, float]:
+    wanted = {
+        'autoglm_batcher_requests_total{model="echo",outcome="ok"}': "ok",
+        'autoglm_batcher_queue_requests{model="echo"}': "queued",
+        'autoglm_batcher_in_flight_requests{model="echo"}': "running",
+    }
+    found = {}
+    for line in metrics.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in wanted:
+            found[wanted[name]] = float(value)
+    return found
+
+
 def test_bad_settings_exit_2_with_one_line() -> None:
     proc = batcher_process("--max-batch-size", "0")
     _, err = proc.communicate(timeout=60)
@@ -106,13 +120,16 @@ def test_sigterm_drains_queued_and_running_requests_then_exits() -> None:
         threads = [threading.Thread(target=post, args=(i,)) for i in range(10)]
         for t in threads:
             t.start()
-        # Ten requests at 0.2 s per batch of two: about a second of work is queued or running.
+        # Ten requests at 0.2 s per batch of two: signal once all ten are accepted and some wait.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            metrics = requests.get(f"{url}/metrics", timeout=10).text
-            if 'autoglm_batcher_queue_requests{model="echo"} 0.0' not in metrics:
+            seen = series(requests.get(f"{url}/metrics", timeout=10).text)
+            accepted = seen["ok"] + seen["queued"] + seen["running"]
+            if accepted == 10 and seen["queued"] > 0:
                 break
-            time.sleep(0.02)
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"requests were not all accepted in time: {seen}")
         proc.send_signal(signal.SIGTERM)
         logs.wait_for("draining")
         refused = requests.post(f"{url}/v2/models/echo/infer", json=body, timeout=30)
