@@ -29,6 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from batcher.config import BatcherConfig
 from batcher.cost_model import CostModel
 from batcher.execution import BatchExecutor, Outcome, describe
 from batcher.memory import MemoryMonitor
@@ -518,7 +519,7 @@ class Batcher:
 
 def from_config(
     executor: BatchExecutor,
-    config: Any,
+    config: BatcherConfig,
     *,
     policy: DispatchPolicy | None = None,
     memory: MemoryMonitor | None = None,

@@ -99,9 +99,13 @@ def measure_offline(sizes: tuple[int, ...], repeats: int) -> dict[int, float]:
 
 
 def cheapest_buckets(times: dict[int, float]) -> list[int]:
-    """Sizes worth padding to: those cheaper than every larger measured size."""
+    """Sizes worth padding to: those cheaper than every larger measured size, plus 1.
+
+    Size 1 always stays a bucket so a lone request is never padded on a noisy measurement.
+    """
     sizes = sorted(times)
-    return [b for i, b in enumerate(sizes) if all(times[b] < times[c] for c in sizes[i + 1 :])]
+    cheaper = [b for i, b in enumerate(sizes) if all(times[b] < times[c] for c in sizes[i + 1 :])]
+    return sorted({1, *cheaper})
 
 
 class Server:

@@ -160,13 +160,14 @@ def _models_row(d: db.Dashboard) -> db.Dashboard:
 
 
 def _health_row(d: db.Dashboard) -> db.Dashboard:
-    d = d.with_row(row("Predictor health"))
+    # Every target, not only the selected one: a misconfigured target shows up here.
+    d = d.with_row(row("Predictor health (all targets)"))
     d = d.with_panel(
         stat_panel(
             "Oldest forecast",
             "Are the forecasts current? Age of the oldest target's forecasts; the autoscaler "
             f"ignores forecasts older than {STALE_SECONDS // 60} minutes.",
-            [Query(f"max(autoglm_forecast_age_seconds{{{TARGET}}})")],
+            [Query("max(autoglm_forecast_age_seconds)")],
             "s",
             width=6,
             steps=((None, "green"), (STALE_SECONDS, "red")),
@@ -178,7 +179,7 @@ def _health_row(d: db.Dashboard) -> db.Dashboard:
             "When were the forecasts of each target last updated? Grows while Prometheus is "
             "unreachable or the query returns no new points; dashed: the stale limit.",
             [
-                Query(f"autoglm_forecast_age_seconds{{{TARGET}}}", "{{target}}"),
+                Query("autoglm_forecast_age_seconds", "{{target}}"),
                 Query(f"vector({STALE_SECONDS})", "stale"),
             ],
             "s",
@@ -194,7 +195,7 @@ def _health_row(d: db.Dashboard) -> db.Dashboard:
             "(unreachable, an error, or more than one series returned).",
             [
                 Query(
-                    f"sum by (target) (rate(autoglm_predictor_query_errors_total{{{TARGET}}}"
+                    "sum by (target) (rate(autoglm_predictor_query_errors_total"
                     "[$__rate_interval]))",
                     "{{target}}",
                 )
@@ -211,13 +212,12 @@ def _health_row(d: db.Dashboard) -> db.Dashboard:
             "points fed to the fitted models, per second.",
             [
                 Query(
-                    f"sum by (target, result) (rate(autoglm_predictor_refits_total{{{TARGET}}}"
+                    "sum by (target, result) (rate(autoglm_predictor_refits_total"
                     "[$__rate_interval]))",
                     "{{target}} refit {{result}}",
                 ),
                 Query(
-                    f"sum by (target) (rate(autoglm_predictor_updates_total{{{TARGET}}}"
-                    "[$__rate_interval]))",
+                    "sum by (target) (rate(autoglm_predictor_updates_total[$__rate_interval]))",
                     "{{target}} updates",
                 ),
             ],
@@ -234,13 +234,13 @@ def _health_row(d: db.Dashboard) -> db.Dashboard:
             [
                 Query(
                     "histogram_quantile(0.5, sum by (le, target) (rate("
-                    f"autoglm_predictor_refit_duration_seconds_bucket{{{TARGET}}}"
+                    "autoglm_predictor_refit_duration_seconds_bucket"
                     "[$__rate_interval])))",
                     "{{target}} p50",
                 ),
                 Query(
                     "histogram_quantile(0.99, sum by (le, target) (rate("
-                    f"autoglm_predictor_refit_duration_seconds_bucket{{{TARGET}}}"
+                    "autoglm_predictor_refit_duration_seconds_bucket"
                     "[$__rate_interval])))",
                     "{{target}} p99",
                 ),

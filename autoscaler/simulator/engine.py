@@ -50,6 +50,7 @@ class SimulationConfig:
     forecast_seasons: tuple[float, ...] = (86400.0, 604800.0)  # in simulated seconds
     forecast_models: tuple[str, ...] = ()  # restrict the predictor's candidates (empty: all)
     forecast_refit_seconds: float = 86400.0
+    forecast_series: Literal["peak", "mean"] = "peak"  # per step: peak or mean of the rate
     static_window: float = 300.0  # static provisioning covers the peak rate over this window
     behavior: dict[str, Any] | None = None  # the spec's behavior section, camelCase
     static_replicas: int | None = None  # default: peak provisioning at the target
@@ -197,6 +198,7 @@ def simulate(
             seasons_seconds=config.forecast_seasons,
             models=config.forecast_models,
             refit_seconds=config.forecast_refit_seconds,
+            series=config.forecast_series,
         )
     fleet = Fleet(trace.arrivals, trace.work, config.service, config.cold_start, initial)
     state = ScalingState()
@@ -215,8 +217,7 @@ def simulate(
         rate = (hi - lo) / config.metric_window if config.metric_window > 0 else 0.0
         forecast_value: float | None = None
         if forecaster is not None:
-            tick_start = np.searchsorted(arrivals, t - config.tick, side="right")
-            forecaster.observe(t, (hi - tick_start) / config.tick)
+            forecaster.observe(t, rate)
             forecast_value = forecaster.upper(t, config.warmup_seconds)
             if forecast_value is not None:
                 forecast_models[forecaster.name] += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 from predictor.config import TargetConfig
 from predictor.service import PredictorService
@@ -54,9 +54,12 @@ class PredictorForecaster:
         models: Sequence[str] = (),
         refit_seconds: float = 86400.0,
         lookback_seconds: float = 14 * 86400.0,
+        series: Literal["peak", "mean"] = "peak",
     ) -> None:
         if step_seconds <= 0 or horizon_seconds < 0 or refit_seconds <= 0:
             raise ValueError("step and refit must be > 0 seconds and the horizon >= 0")
+        if series not in ("peak", "mean"):
+            raise ValueError("series must be 'peak' or 'mean'")
         steps = max(1, math.ceil(horizon_seconds / step_seconds - 1e-9)) + 1
         self.config = TargetConfig(
             name=TARGET,
@@ -65,10 +68,14 @@ class PredictorForecaster:
             horizons=tuple(range(1, steps + 1)),
             quantile=quantile,
             seasons=tuple(seasons_seconds),
-            aggregate="mean",
+            # "peak": the service keeps the last sample of a step, and the sample pushed is the
+            # running maximum of the step, so a closed step holds its peak.
+            aggregate="last" if series == "peak" else "mean",
             models=tuple(models),
         )
         self.step = step_seconds
+        self.series = series
+        self._bin_peak = -math.inf
         self.horizon = horizon_seconds
         self.refit_seconds = refit_seconds
         self.now = 0.0
@@ -83,7 +90,11 @@ class PredictorForecaster:
     def observe(self, t: float, rate: float) -> None:
         self.now = t
         current_bin = math.floor((t - 1e-6) / self.step)  # the tick's rate belongs to its bin
-        self.service.observe(TARGET, t - 1e-6, rate)
+        if current_bin != self._last_bin:
+            self._bin_peak = -math.inf
+        self._bin_peak = max(self._bin_peak, rate)
+        value = self._bin_peak if self.series == "peak" else rate
+        self.service.observe(TARGET, t - 1e-6, value)
         if current_bin == self._last_bin:
             return
         # A step closed: the models were updated with it; a due refit runs now (before the

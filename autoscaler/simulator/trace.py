@@ -52,6 +52,40 @@ def from_arrivals(
     return Trace(t, w, source, 1.0, mean_raw)
 
 
+def superpose(trace: Trace, copies: int, jitter_seconds: float, seed: int = 0) -> Trace:
+    """``copies`` tenants of the trace's shape sharing one fleet: the load times ``copies``.
+
+    Copy 0 is the trace itself; every other copy shifts each request by its own uniform offset
+    in ``[-jitter_seconds, +jitter_seconds]`` (seeded, so runs repeat). Unlike time compression,
+    this keeps the time axis: a day stays a day, a cold start keeps its length relative to the
+    load's changes, and one user's burst keeps its size (there are just more users). Shapes
+    finer than the jitter (minute-level bursts) are spread across copies; the daily and weekly
+    profile is kept.
+    """
+    if copies < 1:
+        raise TraceError(f"copies must be >= 1, got {copies}")
+    if jitter_seconds < 0:
+        raise TraceError(f"jitter must be >= 0 seconds, got {jitter_seconds}")
+    if copies == 1:
+        return trace
+    rng = np.random.default_rng(seed)
+    n = len(trace)
+    shifted = [trace.arrivals] + [
+        trace.arrivals + rng.uniform(-jitter_seconds, jitter_seconds, n) for _ in range(copies - 1)
+    ]
+    arrivals = np.concatenate(shifted)
+    order = np.argsort(arrivals, kind="stable")
+    arrivals = arrivals[order]
+    work = np.tile(trace.work, copies)[order]
+    return Trace(
+        arrivals - arrivals[0],
+        work,
+        f"{trace.source} x{copies}",
+        trace.speed,
+        trace.mean_work_raw,
+    )
+
+
 def load_trace(
     path: str | Path,
     time_column: str = "TIMESTAMP",

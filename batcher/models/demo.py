@@ -1,7 +1,7 @@
 """A small bundled torch model, so the runtime and the local stack run with nothing else.
 
 ``factory`` gives a tiny MLP classifier (16 features -> 4 logits), quick to load and to call.
-``bench_factory`` gives a wide one whose batch cost is clearly sublinear on a CPU: at small batch
+``bench_factory`` gives a deep one whose batch cost is clearly sublinear on a CPU: at small batch
 sizes each layer is bound by reading its weights from memory, so extra rows are almost free until
 the matrix multiply becomes compute-bound. Weights are seeded, so every process serves the same
 function. Checkpoints are read with ``torch.load(weights_only=True)``: a state dict of tensors,

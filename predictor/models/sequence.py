@@ -49,7 +49,7 @@ class SequenceModel(ForecastModel):
         periods: tuple[int, ...] = (),
         hidden: int = 16,
         epochs: int = 15,
-        max_steps: int = 300,
+        max_steps: int = 150,
         learning_rate: float = 0.01,
         seed: int = 0,
         holdout_fraction: float = 0.2,

@@ -325,6 +325,7 @@ def test_metrics_endpoint_counts_outcomes(serve) -> None:
         "autoglm_batcher_batch_splits_total",
         "autoglm_batcher_slo_seconds",
         "autoglm_batcher_ready",
+        "autoglm_batcher_in_flight_requests",
     ):
         assert name in text, name
     assert 'autoglm_batcher_request_latency_seconds_count{model="echo"} 3.0' in text

@@ -1,0 +1,159 @@
+"""Settings of ``autoglm up``: one dataclass, as flags (``--duration 120``) or YAML keys.
+
+Wall-clock settings (intervals, stabilization, warm-up) are in real seconds; the load profile runs
+on a compressed clock (``--time-compression 360`` makes a day of the trace pass in four minutes),
+because a trace's day must pass in minutes while workers still take real seconds to start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autoglm.config import ConfigError
+
+DAY_SECONDS = 86400.0
+PROFILES = ("trace", "diurnal", "step", "spike")
+
+# Offsets from --port-base, so one flag moves every endpoint of the stack.
+EXPORTER_OFFSET = 0
+PREDICTOR_OFFSET = 1
+AUTOSCALER_OFFSET = 2
+LOADGEN_OFFSET = 3
+PROMETHEUS_OFFSET = 90
+WORKERS_OFFSET = 100
+
+
+@dataclass(frozen=True)
+class UpConfig:
+    """Everything ``autoglm up`` can be told."""
+
+    duration: float = field(
+        default=0.0,
+        metadata={"help": "seconds to run, then stop and write the report (0: until Ctrl-C)"},
+    )
+    port_base: int = field(
+        default=9400,
+        metadata={
+            "help": "first port: exporter +0, predictor +1, autoscaler +2, load generator +3, "
+            "prometheus +90, workers +100.. (0: any free ports)"
+        },
+    )
+    target_utilization: float = field(
+        default=60.0,
+        metadata={"help": "GPU utilization (percent) the autoscaler keeps each worker at"},
+    )
+    slo_seconds: float = field(
+        default=0.25, metadata={"help": "latency SLO per request (p99 is compared with it)"}
+    )
+    min_workers: int = field(default=1, metadata={"help": "fewest batcher workers"})
+    max_workers: int = field(
+        default=4, metadata={"help": "most batcher workers (one simulated GPU each)"}
+    )
+    profile: Literal["trace", "diurnal", "step", "spike"] = field(
+        default="trace",
+        metadata={
+            "help": "load shape: trace (Alibaba GenAI requests, shipped excerpt), diurnal, step "
+            "(a plateau of high load), spike (a short burst)"
+        },
+    )
+    trace_file: str = field(
+        default="",
+        metadata={"help": "CSV of offset_seconds,requests rows to replay (default: the excerpt)"},
+    )
+    peak_rps: float = field(
+        default=40.0, metadata={"help": "requests per second at the profile's highest point"}
+    )
+    base_rps: float = field(
+        default=4.0, metadata={"help": "requests per second at the synthetic profiles' lowest"}
+    )
+    time_compression: float = field(
+        default=360.0,
+        metadata={"help": "how much faster than real time the profile plays (360: a day in 4 min)"},
+    )
+    interval: float = field(
+        default=2.0, metadata={"help": "seconds between autoscaler decisions"}
+    )
+    scale_down_stabilization: float = field(
+        default=20.0,
+        metadata={"help": "seconds a lower recommendation must hold before scaling down"},
+    )
+    warmup_seconds: float = field(
+        default=10.0,
+        metadata={"help": "time a new worker needs to serve; the forecast looks this far ahead"},
+    )
+    prediction: bool = field(
+        default=True, metadata={"help": "let the predictor's forecast add replicas ahead of load"}
+    )
+    max_in_flight: int = field(
+        default=256,
+        metadata={"help": "requests the load generator keeps open at once; more are shed"},
+    )
+    gpus: Literal["auto", "simulated"] = field(
+        default="auto",
+        metadata={"help": "auto: real GPUs through NVML when present, else simulated; simulated"},
+    )
+    worker_model: str = field(
+        default="autoglm.up.model:factory",
+        metadata={"help": "package.module:factory the batcher workers serve"},
+    )
+    prometheus: bool = field(
+        default=False,
+        metadata={"help": "also start the prometheus binary with the project's rules"},
+    )
+    report_dir: str = field(
+        default="autoglm-up-report", metadata={"help": "where the HTML report is written"}
+    )
+    tui: bool = field(
+        default=True, metadata={"help": "live terminal view (--no-tui: structured log lines)"}
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = field(
+        default="info", metadata={"help": "log level"}
+    )
+    log_format: Literal["json", "text"] = field(default="json", metadata={"help": "log format"})
+
+    def __post_init__(self) -> None:
+        if self.duration < 0:
+            raise ConfigError("--duration must be >= 0 seconds (0 runs until Ctrl-C)")
+        if self.port_base != 0 and not 1024 <= self.port_base <= 65535 - WORKERS_OFFSET - 64:
+            raise ConfigError(
+                f"--port-base {self.port_base} must be 0 (free ports) or within "
+                f"1024..{65535 - WORKERS_OFFSET - 64}, e.g. --port-base 19400"
+            )
+        if not 0 < self.target_utilization <= 100:
+            raise ConfigError("--target-utilization is a percentage in (0, 100], e.g. 60")
+        if self.slo_seconds <= 0:
+            raise ConfigError("--slo-seconds must be > 0, e.g. --slo-seconds 0.25")
+        if self.min_workers < 1:
+            raise ConfigError("--min-workers must be >= 1 (a Pods metric needs a worker to read)")
+        if self.max_workers < self.min_workers:
+            raise ConfigError(
+                f"--max-workers {self.max_workers} is below --min-workers {self.min_workers}"
+            )
+        if self.max_workers > 64:
+            raise ConfigError("--max-workers must be at most 64 (each worker is a process)")
+        if self.peak_rps <= 0:
+            raise ConfigError("--peak-rps must be > 0, e.g. --peak-rps 40")
+        if not 0 <= self.base_rps <= self.peak_rps:
+            raise ConfigError(f"--base-rps must be within 0..--peak-rps ({self.peak_rps:g})")
+        if self.time_compression <= 0:
+            raise ConfigError("--time-compression must be > 0 (1 plays the profile in real time)")
+        if self.interval <= 0:
+            raise ConfigError("--interval must be > 0 seconds")
+        if self.scale_down_stabilization < 0:
+            raise ConfigError("--scale-down-stabilization must be >= 0 seconds")
+        if self.warmup_seconds < 0:
+            raise ConfigError("--warmup-seconds must be >= 0")
+        if self.max_in_flight < 1:
+            raise ConfigError("--max-in-flight must be >= 1")
+        if ":" not in self.worker_model:
+            raise ConfigError(
+                f"--worker-model {self.worker_model!r} must be package.module:factory"
+            )
+        if not self.report_dir:
+            raise ConfigError("--report-dir must name a directory, e.g. autoglm-up-report")
+
+    @property
+    def day_seconds(self) -> float:
+        """Wall-clock seconds one day of the profile lasts."""
+        return DAY_SECONDS / self.time_compression
