@@ -1,0 +1,109 @@
+"""``autoglm up``: the whole loop on one machine, then a summary and an HTML report.
+
+    autoglm up                                  # until Ctrl-C, live terminal view
+    autoglm up --duration 300 --no-tui          # five minutes, structured log lines
+    autoglm up --profile step --peak-rps 80     # a synthetic plateau instead of the trace
+    autoglm up --prometheus                     # also a Prometheus with the project's rules
+
+Exit codes: 0 after a clean run (Ctrl-C included); 2 for a bad flag, a taken port or a missing
+``prometheus`` binary (one line on stderr, nothing started); 1 when the stack failed to start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from autoglm.config import ConfigError, load_config
+from autoglm.logs import setup_logging
+from autoglm.up.config import UpConfig
+from autoglm.up.report import summary_lines, write_report
+from autoglm.up.stack import Stack, Stopped
+from autoglm.up.view import LogView, TerminalView, View
+
+PROG = "autoglm up"
+LOG_FILE = "autoglm-up.log"
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+log = logging.getLogger("autoglm.up")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = load_config(UpConfig, argv, prog=PROG, description=__doc__.split("\n")[0])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    tui = cfg.tui and sys.stdout.isatty()
+    report_dir = Path(cfg.report_dir).resolve()
+    if tui:
+        # The live view owns the terminal: this process's and the workers' log lines (the
+        # workers inherit file descriptor 2) go to a file in the report directory instead.
+        report_dir.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(report_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        saved_stderr = os.dup(2)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+    setup_logging("up", cfg.log_level, cfg.log_format)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+
+    def make_view(notices: list[str]) -> View:
+        if tui:
+            return TerminalView(cfg.target_utilization, cfg.slo_seconds, cfg.max_workers, notices)
+        return LogView()
+
+    stack = Stack(cfg, make_view)
+    try:
+        try:
+            stack.start(stop)
+        except ConfigError as exc:
+            _restore_stderr(tui, locals().get("saved_stderr"))
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except Stopped:
+            _restore_stderr(tui, locals().get("saved_stderr"))
+            print(f"{PROG}: stopped before the load started", file=sys.stderr)
+            return 0
+        except Exception as exc:
+            log.exception("start failed")
+            _restore_stderr(tui, locals().get("saved_stderr"))
+            print(f"{PROG}: error: could not start the stack: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        for notice in stack.notices:
+            print(notice, file=sys.stderr if not tui else sys.stdout)
+        stack.run(stop)
+        log.info("stopping", extra={"reason": "signal" if stop.is_set() else "duration"})
+    finally:
+        stack.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if tui:
+        _restore_stderr(tui, locals().get("saved_stderr"))
+    summary = stack.summary()
+    report = write_report(report_dir, stack.samples, stack.events, summary)
+    print(f"\nautoglm up: summary after {summary.duration_seconds:.0f} s")
+    for line in summary_lines(summary):
+        print(f"  {line}")
+    print(f"  report            {report}")
+    if tui:
+        print(f"  logs              {report_dir / LOG_FILE}")
+    return 0
+
+
+def _restore_stderr(tui: bool, saved: int | None) -> None:
+    if tui and saved is not None:
+        os.dup2(saved, 2)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
