@@ -19,11 +19,11 @@ import requests
 import yaml
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
-from tests.selfsigned import CertFiles, ScratchCA
 
 from autoglm.config import ConfigError
 from autoglm.httpserver import HTTPServer, Request, Response, registry_route
 from autoglm.webconfig import WebConfig
+from tests.selfsigned import CertFiles, ScratchCA
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import bcrypt
 import pytest
 import yaml
-from tests.selfsigned import ScratchCA
 
 from autoglm import webconfig
 from autoglm.config import ConfigError
 from autoglm.webconfig import WebConfig
+from tests.selfsigned import ScratchCA
 
 
 def basic(user: str, password: str) -> str:

@@ -41,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     tui = cfg.tui and sys.stdout.isatty()
     report_dir = Path(cfg.report_dir).resolve()
+    saved_stderr: int | None = None
     if tui:
         # The live view owns the terminal: this process's and the workers' log lines (the
         # workers inherit file descriptor 2) go to a file in the report directory instead.
@@ -63,32 +64,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return LogView()
 
     stack = Stack(cfg, make_view)
+    error, code = "", 0
     try:
         try:
             stack.start(stop)
         except ConfigError as exc:
-            _restore_stderr(tui, locals().get("saved_stderr"))
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            error, code = f"{PROG}: error: {exc}", EXIT_USAGE
         except Stopped:
-            _restore_stderr(tui, locals().get("saved_stderr"))
-            print(f"{PROG}: stopped before the load started", file=sys.stderr)
-            return 0
+            error = f"{PROG}: stopped before the load started"
         except Exception as exc:
             log.exception("start failed")
-            _restore_stderr(tui, locals().get("saved_stderr"))
-            print(f"{PROG}: error: could not start the stack: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        for notice in stack.notices:
-            print(notice, file=sys.stderr if not tui else sys.stdout)
-        stack.run(stop)
-        log.info("stopping", extra={"reason": "signal" if stop.is_set() else "duration"})
+            error, code = f"{PROG}: error: could not start the stack: {exc}", EXIT_FAILED
+        if not error:
+            for notice in stack.notices:
+                print(notice, file=sys.stdout if tui else sys.stderr)
+            stack.run(stop)
+            log.info("stopping", extra={"reason": "signal" if stop.is_set() else "duration"})
     finally:
         stack.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if tui:
-        _restore_stderr(tui, locals().get("saved_stderr"))
+        if saved_stderr is not None:
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)
+    if error:
+        print(error, file=sys.stderr)
+        return code
     summary = stack.summary()
     report = write_report(report_dir, stack.samples, stack.events, summary)
     print(f"\nautoglm up: summary after {summary.duration_seconds:.0f} s")
@@ -98,11 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tui:
         print(f"  logs              {report_dir / LOG_FILE}")
     return 0
-
-
-def _restore_stderr(tui: bool, saved: int | None) -> None:
-    if tui and saved is not None:
-        os.dup2(saved, 2)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ class UpConfig:
         },
     )
     target_utilization: float = field(
-        default=60.0,
-        metadata={"help": "GPU utilization (percent) the autoscaler keeps each worker at"},
+        default=70.0,
+        metadata={
+            "help": "GPU utilization (percent) the autoscaler keeps each worker at; 70 matches "
+            "fleet:DCGM_FI_DEV_GPU_UTIL:target in alerts/rules.yaml"
+        },
     )
     slo_seconds: float = field(
         default=0.25, metadata={"help": "latency SLO per request (p99 is compared with it)"}
@@ -62,7 +65,7 @@ class UpConfig:
         metadata={"help": "CSV of offset_seconds,requests rows to replay (default: the excerpt)"},
     )
     peak_rps: float = field(
-        default=40.0, metadata={"help": "requests per second at the profile's highest point"}
+        default=100.0, metadata={"help": "requests per second at the profile's highest point"}
     )
     base_rps: float = field(
         default=4.0, metadata={"help": "requests per second at the synthetic profiles' lowest"}
@@ -71,9 +74,7 @@ class UpConfig:
         default=360.0,
         metadata={"help": "how much faster than real time the profile plays (360: a day in 4 min)"},
     )
-    interval: float = field(
-        default=2.0, metadata={"help": "seconds between autoscaler decisions"}
-    )
+    interval: float = field(default=2.0, metadata={"help": "seconds between autoscaler decisions"})
     scale_down_stabilization: float = field(
         default=20.0,
         metadata={"help": "seconds a lower recommendation must hold before scaling down"},

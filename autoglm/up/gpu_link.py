@@ -32,9 +32,7 @@ class ExternalLoad(Protocol):
     def set_external_load(self, index: int, utilization: float | None) -> None: ...
 
 
-def busy_fraction(
-    window: MetricsWindow, endpoint: str, seconds: float, now: float
-) -> float | None:
+def busy_fraction(window: MetricsWindow, endpoint: str, seconds: float, now: float) -> float | None:
     """The worker's busy fraction (0..1) over about the last ``seconds``; None without data."""
     rate = window.rate(endpoint, BUSY_COUNTER, seconds, now)
     return None if rate is None else min(1.0, max(0.0, rate))

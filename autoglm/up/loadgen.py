@@ -143,7 +143,9 @@ def percentile(ordered: Sequence[float], q: float) -> float | None:
 def infer_body(rng: random.Random) -> bytes:
     """One KServe v2 request for the workers' model: a single item of ``FEATURES`` floats."""
     data = [round(rng.uniform(-1.0, 1.0), 4) for _ in range(FEATURES)]
-    request = {"inputs": [{"name": "input", "shape": [1, FEATURES], "datatype": "FP32", "data": data}]}
+    request = {
+        "inputs": [{"name": "input", "shape": [1, FEATURES], "datatype": "FP32", "data": data}]
+    }
     return json.dumps(request).encode()
 
 
@@ -270,7 +272,7 @@ class LoadGenerator:
             async with session.post(url, data=infer_body(self.rng)) as response:
                 await response.read()
                 outcome = "ok" if response.status == 200 else "error"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             outcome = "timeout"
         except aiohttp.ClientError:
             outcome = "error"
@@ -285,4 +287,3 @@ class LoadGenerator:
         self.metrics.requests.labels(outcome).inc()
         if latency is not None:
             self.metrics.latency.observe(latency)
-

@@ -11,6 +11,7 @@ simulated GPUs and the autoscaler read -- is the time each batch really held the
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -40,7 +41,7 @@ class SimulatedKernelModel:
         kernel = FIXED_SECONDS + PER_ITEM_SECONDS * sum(counts)
         time.sleep(max(0.0, kernel - (time.perf_counter() - started)))
         bounds = np.cumsum([0, *counts])
-        return [logits[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [logits[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def factory(checkpoint: str | None = None) -> SimulatedKernelModel:

@@ -56,9 +56,7 @@ def find_binary() -> str:
     return binary
 
 
-def build_config(
-    static_jobs: Mapping[str, Sequence[str]], workers_file: Path, rules: Path
-) -> dict:
+def build_config(static_jobs: Mapping[str, Sequence[str]], workers_file: Path, rules: Path) -> dict:
     """prometheus.yml as a mapping: a static job per component, file SD for the workers."""
     jobs = [
         {"job_name": job, "static_configs": [{"targets": list(targets)}]}

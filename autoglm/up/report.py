@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -82,7 +83,7 @@ def summarize(
     gpu_seconds = 0.0
     busy_seconds = 0.0
     counted_seconds = 0.0
-    for before, after in zip(samples, samples[1:], strict=False):
+    for before, after in itertools.pairwise(samples):
         dt = after.elapsed - before.elapsed
         gpu_seconds += before.workers * dt
         if before.mean_utilization is not None and before.ready_workers:
@@ -178,9 +179,7 @@ def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Sum
     ax.set_ylabel("percent")
     ax.set_ylim(0, 105)
     twin = ax.twinx()
-    twin.plot(
-        t, series([s.p99_seconds for s in samples]), color="tab:red", label="p99 latency (s)"
-    )
+    twin.plot(t, series([s.p99_seconds for s in samples]), color="tab:red", label="p99 latency (s)")
     twin.axhline(summary.slo_seconds, color="tab:red", linestyle=":", label="SLO (s)")
     twin.set_ylabel("seconds")
     ax.set_title("Utilization against target, p99 latency against SLO")

@@ -69,6 +69,7 @@ SAMPLE_WINDOW_SECONDS = 5.0
 BUSY_RATE_SECONDS = 3.0
 WORKERS_READY_TIMEOUT_SECONDS = 180.0
 P99_WINDOW_SECONDS = 10.0
+RATE_WINDOW_SECONDS = 3.0
 PREDICTOR_STEP_SECONDS = 2.0
 
 
@@ -189,9 +190,13 @@ def open_gpus(cfg: UpConfig) -> tuple[Any, Any, str]:
         except NoDriverError as exc:
             reason = str(exc).split(";")[0]
         else:
-            return source, None, (
-                f"NVIDIA GPUs found: the exporter reads {len(source.devices())} real GPU(s); "
-                "workers are scaled on their own measured busy time"
+            return (
+                source,
+                None,
+                (
+                    f"NVIDIA GPUs found: the exporter reads {len(source.devices())} real GPU(s); "
+                    "workers are scaled on their own measured busy time"
+                ),
             )
     else:
         reason = "--gpus simulated"
@@ -314,7 +319,9 @@ class Stack:
             if self.simulated is not None
             else f"100 * rate({BUSY_COUNTER}[{BUSY_RATE_SECONDS:g}s])",
         )
-        forecasts = ProviderForecasts(self.predictor, max_age_seconds=60.0) if cfg.prediction else None
+        forecasts = (
+            ProviderForecasts(self.predictor, max_age_seconds=60.0) if cfg.prediction else None
+        )
         reconciler = Reconciler(
             WindowMetricsSource(self.window, {METRIC: reader}, SAMPLE_WINDOW_SECONDS),
             forecasts,
@@ -361,7 +368,9 @@ class Stack:
 
         self.view = self.view_factory(self.notices)
         self.view.start()
-        self.predictor.start(refit_seconds=max(30.0, day / 4), update_seconds=PREDICTOR_STEP_SECONDS)
+        self.predictor.start(
+            refit_seconds=max(30.0, day / 4), update_seconds=PREDICTOR_STEP_SECONDS
+        )
         self.loadgen.start()
         self._autoscaler_thread = threading.Thread(
             target=self._autoscale, name="autoglm-up-autoscaler", daemon=True
@@ -510,13 +519,15 @@ class Stack:
     ) -> None:
         assert self.loadgen is not None and self.predictor is not None and self.routed
         elapsed = self.loadgen.elapsed()
-        recent = self.request_log.window(self.loadgen.clock(), P99_WINDOW_SECONDS)
+        now_mono = self.loadgen.clock()
+        recent = self.request_log.window(now_mono, P99_WINDOW_SECONDS)
+        sent_rps = self.request_log.window(now_mono, RATE_WINDOW_SECONDS).rate_rps
         horizon = max(self.cfg.warmup_seconds, self.cfg.interval)
         forecast = self.predictor.forecast(METRIC, horizon, 0.9)
         sample = Sample(
             elapsed=elapsed,
             target_rps=self.loadgen.profile.rate(elapsed),
-            sent_rps=recent.rate_rps,
+            sent_rps=sent_rps,
             workers=len(self.routed.endpoints()),
             ready_workers=len(ready),
             desired_workers=self._desired,
@@ -613,4 +624,3 @@ class Stack:
     def _join_autoscaler(self) -> None:
         if self._autoscaler_thread is not None:
             self._autoscaler_thread.join(timeout=30.0)
-

@@ -13,6 +13,7 @@ time, and every query takes ``now``; only :class:`Scraper` does I/O.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import math
 import threading
@@ -116,14 +117,14 @@ class MetricsWindow:
         points = [
             (s.time, v)
             for s in self._history(endpoint)
-            if s.ok and s.time >= now - seconds - 1e-9
+            if s.ok and now - seconds - 1e-9 <= s.time <= now
             for v in [_sum(s, name, labels or {})]
             if v is not None
         ]
         if len(points) < 2 or points[-1][0] <= points[0][0]:
             return None
         increase = 0.0
-        for (_, before), (_, after) in zip(points, points[1:], strict=False):
+        for (_, before), (_, after) in itertools.pairwise(points):
             increase += after - before if after >= before else after
         return increase / (points[-1][0] - points[0][0])
 
@@ -139,7 +140,9 @@ class MetricsWindow:
         None when nothing was observed in the window."""
         increases: dict[float, float] = {}
         for endpoint in endpoints:
-            history = [s for s in self._history(endpoint) if s.ok and s.time >= now - seconds]
+            history = [
+                s for s in self._history(endpoint) if s.ok and now - seconds <= s.time <= now
+            ]
             if len(history) < 2:
                 continue
             first, last = history[0].samples.get(name, {}), history[-1].samples.get(name, {})

@@ -27,7 +27,7 @@ from tests.autoscaler.fake_prometheus import FakePrometheus
 
 NS = "ml"
 UTIL = 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ml"})'
-QUEUE = 'sum(autoglm_batcher_queue_depth{namespace="ml"})'
+QUEUE = 'sum(autoglm_batcher_queue_items{namespace="ml"})'
 T0 = 1_720_000_000.0  # after the fake pods started (2024-01-01)
 
 
@@ -513,7 +513,7 @@ class StubPredictor:
 
 
 def test_a_forecast_orders_replicas_before_the_load_arrives(h):
-    queue = "avg by (pod) (autoglm_batcher_queue_depth)"
+    queue = "avg by (pod) (autoglm_batcher_queue_items)"
     metrics = [
         {
             "name": "queue",
@@ -544,7 +544,7 @@ def test_a_forecast_orders_replicas_before_the_load_arrives(h):
 
 
 def test_a_stale_forecast_is_ignored(h):
-    queue = "avg by (pod) (autoglm_batcher_queue_depth)"
+    queue = "avg by (pod) (autoglm_batcher_queue_items)"
     metrics = [
         {
             "name": "queue",

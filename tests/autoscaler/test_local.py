@@ -126,7 +126,7 @@ def test_a_crashed_worker_shows_as_failed_and_is_restarted(group):
 @pytest.mark.timeout(60)
 def test_local_controller_scales_workers_from_metrics(group):
     """The same reconciler as in a cluster; pods are HOST:PORT, matched on the instance label."""
-    query = "avg by (instance) (autoglm_batcher_queue_depth)"
+    query = "avg by (instance) (autoglm_batcher_queue_items)"
     spec = parse_spec(
         {
             "scaleTargetRef": {"kind": "LocalProcessGroup", "name": "batcher"},

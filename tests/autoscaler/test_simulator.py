@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,8 +11,9 @@ import pytest
 from autoscaler.simulator.cli import simulate_main
 from autoscaler.simulator.engine import SimulationConfig, peak_replicas, simulate
 from autoscaler.simulator.fleet import Fleet, ServiceModel
+from autoscaler.simulator.forecast import PredictorForecaster
 from autoscaler.simulator.report import summarise
-from autoscaler.simulator.trace import TraceError, from_arrivals, load_trace
+from autoscaler.simulator.trace import TraceError, from_arrivals, load_trace, superpose
 
 SERVICE = ServiceModel(c=0.5, a=0.5, max_batch=4)  # 4 req/s per replica at full batches
 
@@ -85,23 +87,27 @@ def test_step_load_makes_hpa_scale_up_after_the_cold_start():
 
 
 class SeasonalNaive:
-    """Stand-in forecaster: the value one season ago, over the horizon, times a margin."""
+    """Stand-in forecaster: the highest rate seen one season ago over the horizon, plus 10%."""
 
     name = "seasonal_naive_stand_in"
 
-    def __init__(self, period: int) -> None:
+    def __init__(self, period: float) -> None:
         self.period = period
-        self.history: list[float] = []
+        self.times: list[float] = []
+        self.rates: list[float] = []
+        self.latest_seen = -np.inf
 
-    def observe(self, value: float) -> None:
-        self.history.append(value)
+    def observe(self, t: float, rate: float) -> None:
+        self.times.append(t)
+        self.rates.append(rate)
 
-    def upper(self, horizon_steps: int, quantile: float) -> float | None:
-        n = len(self.history)
-        if n < self.period:
+    def upper(self, now: float, horizon_seconds: float) -> float | None:
+        self.latest_seen = max(self.latest_seen, self.times[-1])
+        if now < self.period:
             return None
-        window = self.history[n - self.period : n - self.period + horizon_steps]
-        return 1.1 * max(window)
+        t = np.array(self.times)
+        window = (t >= now - self.period) & (t <= now - self.period + horizon_seconds)
+        return 1.1 * max(np.array(self.rates)[window])
 
 
 def periodic_rate(t: float) -> float:
@@ -110,9 +116,10 @@ def periodic_rate(t: float) -> float:
 
 def test_predictive_scales_before_the_periodic_peak_and_breaches_less():
     trace = from_arrivals(poisson(periodic_rate, 4 * 3600, seed=3))
-    cfg = SimulationConfig(service=SERVICE, cold_start=180, slo_seconds=5, season_seconds=3600)
+    cfg = SimulationConfig(service=SERVICE, cold_start=180, slo_seconds=5)
     hpa = simulate(trace, cfg, "hpa")
-    pred = simulate(trace, cfg, "predictive", forecaster=SeasonalNaive(period=60))
+    stand_in = SeasonalNaive(period=3600)
+    pred = simulate(trace, cfg, "predictive", forecaster=stand_in)
     t = np.array(pred.timeline.t)
     ready_p = np.array(pred.timeline.ready)
     ready_h = np.array(hpa.timeline.ready)
@@ -122,17 +129,121 @@ def test_predictive_scales_before_the_periodic_peak_and_breaches_less():
     assert ready_p[at_peak].min() >= 3 > ready_h[at_peak].max()
     assert pred.drivers["metric:request_rate/predictive"] >= 1
     assert summarise(pred)["breach_minutes"] < summarise(hpa)["breach_minutes"]
+    # the forecaster was asked with the horizon of a cold start plus one tick
+    assert cfg.warmup_seconds == 195
+    assert summarise(pred)["forecaster"] == "seasonal_naive_stand_in"
 
 
-def test_predictive_with_the_predictor_package_model_runs_causally():
+def test_decisions_never_depend_on_requests_after_the_decision():
+    """Two traces equal up to 50 min and different after: every decision up to then matches."""
+    rng = np.random.default_rng(7)
+    head = poisson(lambda t: 3.0 + 2.0 * np.sin(t / 600.0), 3000, seed=8)
+    calm = np.concatenate([head, 3000 + np.sort(rng.uniform(0, 1800, 300))])
+    storm = np.concatenate([head, 3000 + np.sort(rng.uniform(0, 1800, 9000))])
+    cfg = SimulationConfig(service=SERVICE, cold_start=120, forecast_step=60.0, forecast_seasons=())
+    a = simulate(from_arrivals(calm), cfg, "predictive")
+    b = simulate(from_arrivals(storm), cfg, "predictive")
+    before = np.array(a.timeline.t) < 3000
+    n = int(before.sum())
+    assert a.timeline.replicas[:n] == b.timeline.replicas[:n]
+    np.testing.assert_array_equal(a.timeline.forecast[:n], b.timeline.forecast[:n])
+    assert np.isfinite(a.timeline.forecast[n - 1])  # the predictor was forecasting by then
+    assert max(b.timeline.replicas) > max(a.timeline.replicas)  # and the futures do differ
+
+
+def test_predictive_with_the_predictor_service_selects_by_backtest():
     trace = from_arrivals(poisson(periodic_rate, 3 * 3600, seed=4))
-    cfg = SimulationConfig(service=SERVICE, cold_start=120, season_seconds=3600)
+    cfg = SimulationConfig(
+        service=SERVICE,
+        cold_start=120,
+        forecast_step=60.0,
+        forecast_seasons=(3600.0,),
+        forecast_models=("ets_log",),
+        forecast_refit_seconds=3600.0,
+    )
     result = simulate(trace, cfg, "predictive")
     assert result.unfinished == 0
-    assert result.forecaster in {"seasonal_level", "naive"}
+    # the baselines always compete; with two hours seen the hourly seasonal copy joins them
+    assert set(result.forecast_models) <= {
+        "naive",
+        "seasonal_naive_3600s",
+        "ets_log",
+    }
     forecasts = np.array(result.timeline.forecast)
-    assert np.isnan(forecasts[:100]).all()  # nothing before 30 minutes of history
+    assert np.isnan(forecasts[:80]).all()  # the predictor waits for 20 one-minute points
     assert np.isfinite(forecasts[-10:]).all()
+
+
+def test_peak_series_forecasts_the_highest_rate_of_each_step():
+    """A rate at 1 with one tick at 5 in every step: the peak series sees 5, the mean ~1.2."""
+    rates = {"peak": PredictorForecaster(60.0, 60.0, seasons_seconds=(), models=("ets_log",))}
+    rates["mean"] = PredictorForecaster(
+        60.0, 60.0, seasons_seconds=(), models=("ets_log",), series="mean"
+    )
+    for t in np.arange(15.0, 3600.0 + 1, 15.0):
+        for forecaster in rates.values():
+            forecaster.observe(t, 5.0 if t % 60 == 30 else 1.0)
+    peak = rates["peak"].upper(3600.0, 135.0)
+    mean = rates["mean"].upper(3600.0, 135.0)
+    assert peak == pytest.approx(5.0, rel=0.05)
+    assert mean == pytest.approx(2.0, rel=0.05)
+    assert rates["peak"].refits == 1  # fitted once 20 steps were seen; the day has not passed
+    with pytest.raises(ValueError, match="series"):
+        PredictorForecaster(60.0, 60.0, series="median")
+
+
+def test_queue_metric_scales_a_burst_beyond_its_rate():
+    steady = poisson(lambda t: 1.0, 1800, seed=9)
+    burst = 600 + np.sort(np.random.default_rng(10).uniform(0, 5, 60))
+    trace = from_arrivals(np.concatenate([steady, burst]))
+    cfg = SimulationConfig(service=SERVICE, cold_start=60, slo_seconds=5)
+    rate_only = simulate(trace, cfg, "hpa")
+    with_queue = simulate(trace, replace(cfg, queue_target=2.0), "hpa")
+    assert with_queue.drivers["metric:queue_length/reactive"] >= 1
+    assert max(with_queue.timeline.replicas) > max(rate_only.timeline.replicas)
+    assert np.nanmax(with_queue.latency) < np.nanmax(rate_only.latency)
+    assert max(with_queue.timeline.queue) >= 50  # the burst queued before replicas came
+    with pytest.raises(ValueError, match="queue_target"):
+        SimulationConfig(service=SERVICE, queue_target=0)
+
+
+def test_score_from_leaves_the_warm_up_out_of_the_slo():
+    trace = from_arrivals(poisson(lambda t: 8.0 if t < 300 else 1.0, 1800, seed=11))
+    cfg = SimulationConfig(service=SERVICE, cold_start=120, slo_seconds=3)
+    all_minutes = summarise(simulate(trace, cfg, "hpa"))
+    later = summarise(simulate(trace, replace(cfg, score_from=600.0), "hpa"))
+    assert all_minutes["breach_minutes"] > 0 and later["breach_minutes"] == 0
+    assert later["scored_requests"] == int((trace.arrivals >= 600).sum())
+    assert later["gpu_hours"] == pytest.approx(all_minutes["gpu_hours"])  # cost is never cut
+
+
+def test_superpose_keeps_the_time_axis_and_multiplies_the_load():
+    base = from_arrivals(np.arange(0.0, 7200.0, 10.0), work=np.arange(720) % 3 + 1.0)
+    trace = superpose(base, copies=4, jitter_seconds=60.0, seed=1)
+    assert len(trace) == 4 * len(base)
+    assert trace.work.sum() == pytest.approx(4 * base.work.sum())
+    assert np.all(np.diff(trace.arrivals) >= 0) and trace.arrivals[0] == 0.0
+    assert trace.duration == pytest.approx(base.duration, abs=120.0)
+    hourly = np.bincount((trace.arrivals // 3600).astype(int))
+    assert abs(hourly[0] - 4 * 360) <= 4 * 6  # only requests near the hour edge move
+    again = superpose(base, copies=4, jitter_seconds=60.0, seed=1)
+    np.testing.assert_array_equal(trace.arrivals, again.arrivals)
+    assert superpose(base, 1, 60.0) is base
+    with pytest.raises(TraceError, match="copies"):
+        superpose(base, 0, 60.0)
+
+
+def test_fleet_counts_stay_exact_through_many_scale_changes():
+    arrivals = np.sort(np.random.default_rng(12).uniform(0, 600, 3000))
+    fleet = Fleet(arrivals, np.ones(3000), SERVICE, cold_start=20, initial_replicas=2)
+    for step, desired in enumerate([6, 3, 9, 1, 4, 4, 0, 7, 2, 5] * 3):
+        fleet.advance(step * 20.0)
+        fleet.scale_to(desired)
+        live = [r for r in fleet.replicas if r.removed_at is None and not r.removing]
+        assert fleet.replica_count == len(live) == desired
+        assert fleet.ready_count == sum(1 for r in live if r.ready_at <= fleet.now)
+    fleet.advance(10_000)
+    assert not np.isnan(fleet.finished).any()
 
 
 def test_load_trace_time_formats_window_and_speed(tmp_path):

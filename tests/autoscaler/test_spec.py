@@ -22,7 +22,7 @@ spec:
       prediction: {horizonSeconds: 60, quantile: 0.95, warmupSeconds: 180}
     - name: queue
       type: External
-      query: sum(autoglm_batcher_queue_depth)
+      query: sum(autoglm_batcher_queue_items)
       target: {type: AverageValue, averageValue: 500m}
   behavior:
     scaleDown:

@@ -199,6 +199,18 @@ def test_exporter_service_monitor_keeps_the_gpu_pod_labels():
     assert not re.fullmatch(dropped, "instance")
 
 
+def test_only_the_autoscaler_service_monitor_honors_its_namespace_label():
+    """The autoscaler's series name the GPUAutoscaler's namespace; without honorLabels the
+    operator would rename it exported_namespace and the rules and dashboards would miss it."""
+    objects = render(monitoring_api=True)
+    honoring = {
+        monitor["metadata"]["name"].rsplit("-", 1)[-1]
+        for monitor in of_kind(objects, "ServiceMonitor")
+        if monitor["spec"]["endpoints"][0].get("honorLabels")
+    }
+    assert honoring == {"autoscaler"}
+
+
 def test_exporter_tls_reaches_probes_service_monitor_and_test_pod():
     objects = render(values=[CI / "secure-values.yaml"])
     daemonset = one(objects, "DaemonSet")

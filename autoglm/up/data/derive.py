@@ -37,7 +37,9 @@ def derive(trace_csv: str | Path) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m autoglm.up.data.derive PATH/lora_request_trace.csv", file=sys.stderr)
+        print(
+            "usage: python -m autoglm.up.data.derive PATH/lora_request_trace.csv", file=sys.stderr
+        )
         return 2
     OUTPUT.write_text(derive(argv[0]))
     print(f"wrote {OUTPUT}")

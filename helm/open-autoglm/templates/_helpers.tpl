@@ -249,6 +249,13 @@ the dashboards use. The exporter pod is still known by instance and the added no
 {{- $drop := dict "action" "labeldrop" "regex" "pod|namespace|container" }}
 {{- $relabelings = concat $relabelings (list $node $drop) }}
 {{- end }}
+{{- if eq $component "autoscaler" }}
+{{- /*
+The autoscaler's series carry the namespace of the GPUAutoscaler they describe; honoring it keeps
+the operator from renaming it to exported_namespace, which the rules and dashboards would miss.
+*/}}
+{{- $_ := set $endpoint "honorLabels" true }}
+{{- end }}
 {{- $_ := set $endpoint "relabelings" $relabelings }}
 {{- toYaml (mergeOverwrite $endpoint (deepCopy $values.serviceMonitor.endpoint)) }}
 {{- end }}

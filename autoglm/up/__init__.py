@@ -1,0 +1,1 @@
+"""``autoglm up``: the exporter, batcher workers, predictor and autoscaler on one machine."""
