@@ -139,7 +139,7 @@ def test_decisions_never_depend_on_requests_after_the_decision():
     rng = np.random.default_rng(7)
     head = poisson(lambda t: 3.0 + 2.0 * np.sin(t / 600.0), 3000, seed=8)
     calm = np.concatenate([head, 3000 + np.sort(rng.uniform(0, 1800, 300))])
-    storm = np.concatenate([head, 3000 + np.sort(rng.uniform(0, 1800, 9000))])
+    storm = np.concatenate([head, 3000 + np.sort(rng.uniform(0, 1800, 30000))])
     cfg = SimulationConfig(service=SERVICE, cold_start=120, forecast_step=60.0, forecast_seasons=())
     a = simulate(from_arrivals(calm), cfg, "predictive")
     b = simulate(from_arrivals(storm), cfg, "predictive")

@@ -1,0 +1,117 @@
+"""Load generator and rate profiles: the pure parts, with seeded randomness and given times."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from autoglm.config import ConfigError
+from autoglm.up.config import UpConfig
+from autoglm.up.data import derive
+from autoglm.up.loadgen import Arrivals, RequestLog, RoundRobin, infer_body, percentile
+from autoglm.up.model import factory
+from autoglm.up.profiles import ShapeProfile, TraceProfile, profile_from_config, read_trace
+from batcher.oip import parse_infer_request
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = REPO.parent / "shared/autoscaling-traces/alibaba-genai-2026/lora_request_trace.csv"
+
+
+def test_arrivals_follow_a_changing_rate() -> None:
+    profile = ShapeProfile("step", base_rps=5.0, peak_rps=50.0, day_seconds=100.0)
+    arrivals = Arrivals(profile, random.Random(7))
+    times, t = [], 0.0
+    while t < 1000.0:  # ten compressed days
+        t = arrivals.next_after(t)
+        times.append(t)
+    # the step holds its peak for 20..50 % of each day: 10 days x 30 s at 50/s, 70 s at 5/s
+    high = sum(1 for x in times if x < 1000 and 20 <= x % 100 < 50)
+    low = sum(1 for x in times if x < 1000 and not 20 <= x % 100 < 50)
+    assert high == pytest.approx(10 * 30 * 50, rel=0.05)
+    assert low == pytest.approx(10 * 70 * 5, rel=0.08)
+    assert times == sorted(times)
+
+
+def test_round_robin_takes_turns_and_follows_changes() -> None:
+    router = RoundRobin()
+    assert router.pick() is None
+    router.set(["a", "b", "c"])
+    assert [router.pick() for _ in range(6)] == ["a", "b", "c", "a", "b", "c"]
+    router.set(["a", "b"])
+    assert {router.pick() for _ in range(4)} == {"a", "b"}
+
+
+def test_request_log_window_and_totals() -> None:
+    log = RequestLog(slo_seconds=0.25, keep_seconds=60)
+    for i in range(100):
+        log.record(float(i) / 10, "ok", 0.01 * (i + 1))  # latencies 0.01 .. 1.0
+    log.record(9.95, "shed", None)
+    log.record(9.96, "no_worker", None)
+    stats = log.window(now=10.0, seconds=5.0)  # sent in (5, 10]: i = 51..99 and the 2 misses
+    assert stats.sent == 51 and stats.ok == 49
+    assert stats.within_slo == 0  # all of those took 0.52 s or more
+    assert stats.p99_seconds == pytest.approx(1.0)
+    assert stats.rate_rps == pytest.approx(51 / 5)
+    assert log.totals.sent == 102
+    assert log.totals.within_slo == 25
+    assert log.totals.attainment == pytest.approx(25 / 102)
+    assert log.totals.by_outcome["shed"] == 1 and log.totals.by_outcome["no_worker"] == 1
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 0.99) is None
+    assert percentile([1.0], 0.99) == 1.0
+    assert percentile([float(i) for i in range(1, 101)], 0.99) == 99.0
+
+
+def test_request_body_is_valid_kserve_v2_for_the_worker_model() -> None:
+    model = factory()
+    request = parse_infer_request(
+        infer_body(random.Random(1)), None, model.input_specs, model.output_specs
+    )
+    assert request.size == 1
+    (result,) = model([request.inputs])
+    assert result.shape == (1, 4)
+
+
+def test_trace_profile_compresses_a_day_and_peaks_at_peak_rps() -> None:
+    times, counts = read_trace(None)
+    assert len(times) == 4 * 96 and max(counts) > 0
+    day = 240.0
+    profile = TraceProfile(times, counts, peak_rps=100.0, day_seconds=day, start_seconds=0.0)
+    # one wall-clock day later the profile is one trace day later: bin 96 (same time, next day)
+    assert profile.rate(day) == pytest.approx(100.0 * counts[96] / max(counts))
+    rates = [profile.rate(t) for t in range(0, 4 * 240)]
+    assert max(rates) == pytest.approx(100.0, rel=0.02) and min(rates) >= 0.0
+    # the trace loops after four days
+    assert profile.rate(4 * day + 10) == pytest.approx(profile.rate(10))
+
+
+def test_shape_profiles() -> None:
+    diurnal = ShapeProfile("diurnal", 10.0, 90.0, day_seconds=24.0)
+    assert diurnal.rate(14.0) == pytest.approx(90.0)  # 14:00 on a 24 s day
+    assert diurnal.rate(2.0) == pytest.approx(10.0)
+    spike = ShapeProfile("spike", 1.0, 50.0, day_seconds=100.0)
+    assert [spike.rate(t) for t in (10, 46, 49, 51)] == [1.0, 50.0, 50.0, 1.0]
+
+
+def test_bad_trace_files_are_named(tmp_path: Path) -> None:
+    bad = tmp_path / "t.csv"
+    for text, words in [
+        ("time,count\n0,1\n", "header"),
+        ("offset_seconds,requests\n0,1\n0,2\n", "increase"),
+        ("offset_seconds,requests\n0,x\n", "two numbers"),
+        ("offset_seconds,requests\n0,0\n10,0\n", "some requests"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=words):
+            profile_from_config(UpConfig(trace_file=str(bad)))
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_trace(tmp_path / "missing.csv")
+
+
+def test_shipped_excerpt_is_derived_from_the_trace() -> None:
+    shipped = (REPO / "autoglm/up/data/genai_requests_15min.csv").read_text()
+    assert derive.derive(TRACE) == shipped
