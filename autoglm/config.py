@@ -134,17 +134,24 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         raise ConfigError(f"{source}: {exc}") from exc
 
 
-def read_yaml_mapping(path: str | Path, cls: type | None = None) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping; keys may use dashes or underscores."""
+def read_yaml_file(path: str | Path, what: str) -> Any:
+    """The parsed YAML in ``path``; ConfigError naming ``what`` ("spec file") when the file
+    cannot be read or is not YAML."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from exc
+        raise ConfigError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from exc
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{what} {str(p)!r} is not valid YAML: {exc}") from exc
+
+
+def read_yaml_mapping(path: str | Path, cls: type | None = None) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping; keys may use dashes or underscores."""
+    p = Path(path)
+    data = read_yaml_file(p, "config file")
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -29,7 +29,6 @@ from autoglm.webconfig import WebConfig
 from autoscaler.config import AutoscalerConfig
 from autoscaler.controller.forecasts import PrometheusForecasts
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
-from autoscaler.controller.prometheus import PrometheusClient
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.core import MetricInput, PodSample, ScalingState, decide
 from autoscaler.metrics import AutoscalerMetrics
@@ -73,34 +72,6 @@ def run_main(argv: Sequence[str]) -> int:
         return 2
 
 
-def prometheus_client(cfg: AutoscalerConfig) -> PrometheusClient:
-    def read(path: str, what: str) -> str:
-        try:
-            with open(path) as f:
-                return f.read().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read {what} file {path!r}: {exc.strerror}") from exc
-
-    token = (
-        read(cfg.prometheus_bearer_token_file, "bearer token")
-        if cfg.prometheus_bearer_token_file
-        else None
-    )
-    auth = None
-    if cfg.prometheus_username:
-        auth = (cfg.prometheus_username, read(cfg.prometheus_password_file, "password"))
-    return PrometheusClient(
-        cfg.prometheus_url,
-        bearer_token=token,
-        basic_auth=auth,
-        ca_file=cfg.prometheus_ca_file or None,
-        cert_file=cfg.prometheus_cert_file or None,
-        key_file=cfg.prometheus_key_file or None,
-        insecure_skip_verify=cfg.prometheus_insecure_skip_verify,
-        timeout=cfg.prometheus_timeout,
-    )
-
-
 def _kube_api_client(cfg: AutoscalerConfig):
     import kubernetes.client
     import kubernetes.config
@@ -129,7 +100,7 @@ def _run(cfg: AutoscalerConfig) -> int:
     from autoscaler.local import LocalProcessGroup
 
     metrics = AutoscalerMetrics()
-    client = prometheus_client(cfg)
+    client = cfg.prometheus_client(cfg.prometheus_timeout)
     web_config = WebConfig.load(cfg.web_config_file or None)
     identity = cfg.identity or socket.gethostname()
     elector = None

@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from autoglm.config import ConfigError, parse_listen
+from autoglm.prometheus_api import PrometheusAccessConfig
 from autoscaler.controller.forecasts import DEFAULT_FORECAST_QUERY
 
 
 @dataclass(frozen=True)
-class AutoscalerConfig:
+class AutoscalerConfig(PrometheusAccessConfig):
+    """The ``--prometheus-*`` auth and TLS flags come from :class:`PrometheusAccessConfig`."""
+
     mode: Literal["kubernetes", "local"] = field(
         default="kubernetes",
         metadata={
@@ -41,22 +44,6 @@ class AutoscalerConfig:
     worker_ready_url: str = field(
         default="http://{host}:{port}/v2/health/ready",
         metadata={"help": "local mode: readiness URL template of a worker ('' = always ready)"},
-    )
-    prometheus_url: str = field(
-        default="http://localhost:9090", metadata={"help": "Prometheus base URL for queries"}
-    )
-    prometheus_bearer_token_file: str = field(
-        default="", metadata={"help": "file with a bearer token for Prometheus"}
-    )
-    prometheus_username: str = field(default="", metadata={"help": "basic auth user"})
-    prometheus_password_file: str = field(
-        default="", metadata={"help": "file with the basic auth password"}
-    )
-    prometheus_ca_file: str = field(default="", metadata={"help": "CA bundle to verify Prometheus"})
-    prometheus_cert_file: str = field(default="", metadata={"help": "client certificate (mTLS)"})
-    prometheus_key_file: str = field(default="", metadata={"help": "client key (mTLS)"})
-    prometheus_insecure_skip_verify: bool = field(
-        default=False, metadata={"help": "do not verify Prometheus' TLS certificate"}
     )
     prometheus_timeout: float = field(default=10.0, metadata={"help": "seconds per query"})
     pod_label: str = field(
@@ -99,6 +86,7 @@ class AutoscalerConfig:
     log_format: Literal["json", "text"] = field(default="json", metadata={"help": "log format"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         parse_listen(self.listen)
         if self.interval <= 0:
             raise ConfigError("interval must be > 0 seconds (e.g. --interval 15)")
@@ -109,10 +97,6 @@ class AutoscalerConfig:
                 "renew_deadline must be > 0 and below lease_duration "
                 "(e.g. --lease-duration 15 --renew-deadline 10)"
             )
-        if not self.prometheus_url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"prometheus_url {self.prometheus_url!r} must start with http:// or https://"
-            )
         if self.mode == "local":
             if not self.spec_file:
                 raise ConfigError("local mode needs --spec-file FILE (a GPUAutoscaler YAML)")
@@ -121,8 +105,3 @@ class AutoscalerConfig:
                     "local mode needs the worker command, one --worker-command per argument, "
                     "e.g. --worker-command autoglm-batcher --worker-command --listen=:{port}"
                 )
-        if self.username_without_password():
-            raise ConfigError("prometheus_username needs prometheus_password_file")
-
-    def username_without_password(self) -> bool:
-        return bool(self.prometheus_username) and not self.prometheus_password_file

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from autoglm.config import ConfigError, read_yaml_file
 
 MetricSource = Literal["Pods", "Object", "External"]
 TargetType = Literal["Utilization", "AverageValue", "Value"]
@@ -250,13 +250,9 @@ def load_spec_file(path: str | Path) -> GPUAutoscalerSpec:
     """Read a YAML file holding a GPUAutoscaler object or only its spec."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read spec file {str(p)!r}: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"spec file {str(p)!r} is not valid YAML: {exc}") from exc
+        data = read_yaml_file(p, "spec file")
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from exc
     if not isinstance(data, Mapping):
         raise SpecError(f"spec file {str(p)!r} must hold a GPUAutoscaler object or its spec")
     return parse_spec(data)

@@ -29,6 +29,7 @@ from batcher.memory import MemoryMonitor, configure_allocator, resolve_device
 from batcher.metrics import BatcherMetrics
 from batcher.model import ServedModel, load_model
 from batcher.server import BatcherServer
+from batcher.warmup import warm_up
 
 PROG = "autoglm-batcher"
 log = logging.getLogger(__name__)
@@ -46,7 +47,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = resolve_device(config.device)
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    padding = config.padding == "on" or (config.padding == "auto" and device.startswith("cuda"))
     try:
         web_config = WebConfig.load(config.web_config_file or None)
         model = load_model(
@@ -54,14 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             name=config.model_name,
             checkpoint=config.checkpoint,
             device=device,
-            buckets=config.buckets if padding else None,
         )
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     log.info(
         "model loaded",
-        extra={"model": model.name, "device": device, "allocator": allocator, "padding": padding},
+        extra={"model": model.name, "device": device, "allocator": allocator},
     )
     return asyncio.run(serve(config, model, web_config))
 
@@ -74,6 +73,7 @@ async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig
     metrics.watch_memory(memory.stats)
     executor = ThreadExecutor(model.run, model.batch_size_for, memory)
     batcher = from_config(executor, config, memory=memory, metrics=metrics)
+    await warm_up(batcher, model, config)
     server = BatcherServer(
         model,
         batcher,

@@ -84,11 +84,21 @@ class BatcherConfig:
     )
     padding: Literal["auto", "on", "off"] = field(
         default="auto",
-        metadata={"help": "pad batches to bucket sizes (auto: on for cuda, off for cpu)"},
+        metadata={
+            "help": "pad batches to bucket sizes chosen from the warm-up's timings (auto: on "
+            "for cuda, and on cpu when a larger size was measured cheaper than a smaller one)"
+        },
     )
     pad_buckets: list[int] = field(
         default_factory=list,
-        metadata={"help": "bucket sizes for padding (default: powers of two up to the max)"},
+        metadata={"help": "bucket sizes for padding, instead of those the warm-up chooses"},
+    )
+    warmup_repeats: int = field(
+        default=5,
+        metadata={
+            "help": "before serving, time the model this many times at each power-of-two batch "
+            "size to seed the cost model and choose pad buckets (0: no warm-up)"
+        },
     )
     idle_release_seconds: float = field(
         default=30.0,
@@ -150,6 +160,8 @@ class BatcherConfig:
             raise ConfigError(
                 f"--pad-buckets {bad[0]} must be within 1..{self.max_batch_size} (max batch size)"
             )
+        if self.warmup_repeats < 0:
+            raise ConfigError("--warmup-repeats must be >= 0 (0 skips the warm-up)")
         if self.idle_release_seconds < 0:
             raise ConfigError("--idle-release-seconds must be >= 0 (0 never releases)")
         if self.max_body_bytes < 1024:

@@ -24,6 +24,8 @@ import itertools
 import logging
 import math
 from collections import deque
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,7 @@ from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
 from batcher.policy import (
     BATCH_BUDGET_FRACTION,
+    CAP_MARGIN_STDDEVS,
     AdaptiveCap,
     DeadlinePolicy,
     DispatchPolicy,
@@ -53,7 +56,7 @@ from batcher.policy import (
 log = logging.getLogger(__name__)
 
 BUSY_WINDOW_SECONDS = 60.0
-GAP_WEIGHT = 0.05  # weight of a new inter-arrival gap in the running mean
+GAP_WEIGHT = 0.05  # weight of a new inter-arrival gap (and request size) in the running means
 
 
 class BatcherError(Exception):
@@ -171,13 +174,55 @@ class Batcher:
         self._busy: deque[tuple[float, float]] = deque()
         self._last_arrival: float | None = None
         self._mean_gap = math.inf
+        self._mean_size = 1.0
+        self._allowed: tuple[int, ...] | None = None
+        self._target = max_batch_size
         self.batches = 0
 
     # --- lifecycle -------------------------------------------------------------------------
 
+    async def calibrate(
+        self, batch_for: Callable[[int], list[Any]], sizes: Sequence[int], repeats: int
+    ) -> dict[int, float]:
+        """Time the model at ``sizes`` before serving; returns median seconds by executed size.
+
+        Seeds the cost model so the first requests are batched well instead of teaching it:
+        ``batch_for(n)`` gives a batch of ``n`` items. Each size runs once untimed (first calls
+        allocate and warm caches), then ``repeats`` times. Call before :meth:`start`. A failure
+        ends the warm-up with what was measured (the model then learns online); running out of
+        memory also lowers the cap's ceiling below that size.
+        """
+        medians: dict[int, float] = {}
+        for size in sorted(set(sizes)):
+            executed = self.executor.batch_size_for(size)
+            if executed in medians or size > self.max_batch_size:
+                continue
+            samples = []
+            for attempt in range(repeats + 1):
+                try:
+                    outcome = await self.executor.execute(batch_for(size))
+                except Exception as exc:  # the executor broke: serve anyway, learn online
+                    outcome = Outcome(error=f"runtime error: {describe(exc)}")
+                if not outcome.ok:
+                    if outcome.out_of_memory:
+                        self.cap_state.on_oom(size)
+                    log.warning(
+                        "warm-up stopped: the model failed",
+                        extra={"items": size, "error": outcome.error},
+                    )
+                    self._refresh_sizes()
+                    return medians
+                if attempt:
+                    self.cost.observe(executed, outcome.seconds)
+                    samples.append(outcome.seconds)
+            medians[executed] = statistics.median(samples) if samples else 0.0
+        self._refresh_sizes()
+        return medians
+
     async def start(self) -> None:
         """Start the dispatch loop; requests are accepted from now on."""
         loop = asyncio.get_running_loop()
+        self._refresh_sizes()
         self._last_end = loop.time()
         self._task = asyncio.create_task(self._dispatch_loop(), name="autoglm-batcher-dispatch")
         self._accepting = True
@@ -254,7 +299,7 @@ class Batcher:
             size=size,
             max_queue=self.max_queue,
             cap=cap,
-            cost=self.cost.estimate,
+            cost=self._cost_of,
             busy_for=max(0.0, self._busy_until - now),
             timeout_seconds=wait_limit,
         )
@@ -271,7 +316,7 @@ class Batcher:
             seq=next(self._seq),
             future=loop.create_future(),
         )
-        self._note_arrival(now)
+        self._note_arrival(now, size)
         self._enqueue(request)
         request.timer = loop.call_at(request.expiry, self._expire, request)
         try:
@@ -296,10 +341,37 @@ class Batcher:
         """The batch-size cap in force now."""
         if not self.adaptive:
             return self.max_batch_size
-        bound = self.cost.largest_within(
-            BATCH_BUDGET_FRACTION * self.slo_seconds, self.max_batch_size
+        return self.cap_state.effective(self._target, self._allowed)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...] | None:
+        """Sizes the executor runs as they are (its padding buckets); None: every size."""
+        return self._allowed
+
+    def _refresh_sizes(self) -> None:
+        """Re-read the executor's buckets and re-choose the target size (after calibration)."""
+        sizes = range(1, self.max_batch_size + 1)
+        allowed = tuple(n for n in sizes if self.executor.batch_size_for(n) == n)
+        self._allowed = None if len(allowed) == self.max_batch_size else allowed
+        self._retarget()
+
+    def _retarget(self) -> None:
+        self._target = self.cost.best_size(
+            BATCH_BUDGET_FRACTION * self.slo_seconds,
+            self.max_batch_size,
+            self._allowed,
+            stddevs=CAP_MARGIN_STDDEVS,
         )
-        return self.cap_state.effective(bound)
+        self.metrics.cost_fixed.set(self.cost.fixed_seconds)
+        self.metrics.cost_per_item.set(self.cost.per_item_seconds)
+
+    def _cost_of(self, items: int) -> float:
+        """Conservative time of a batch of ``items`` as it would run (padded)."""
+        return self.cost.estimate(self.executor.batch_size_for(items))
+
+    def _expected_cost_of(self, items: int) -> float:
+        """Expected time (no noise margin) of a batch of ``items`` as it would run (padded)."""
+        return self.cost.mean(self.executor.batch_size_for(items))
 
     def busy_ratio(self, now: float) -> float:
         """Fraction of the last minute the device spent executing batches."""
@@ -309,13 +381,16 @@ class Batcher:
         busy = sum(end - max(start, since) for start, end in self._busy)
         return min(1.0, busy / BUSY_WINDOW_SECONDS)
 
-    def _note_arrival(self, now: float) -> None:
+    def _note_arrival(self, now: float, size: int) -> None:
         if self._last_arrival is not None:
             gap = now - self._last_arrival
             if math.isinf(self._mean_gap):
                 self._mean_gap = gap
             else:
                 self._mean_gap += GAP_WEIGHT * (gap - self._mean_gap)
+            self._mean_size += GAP_WEIGHT * (size - self._mean_size)
+        else:
+            self._mean_size = float(size)
         self._last_arrival = now
 
     def _enqueue(self, request: _Request) -> None:
@@ -395,9 +470,9 @@ class Batcher:
                 now=now,
                 cap=cap,
                 earliest_start=self._earliest_start,
-                arrival_rate=arrival_rate(self._mean_gap, since_last),
+                arrival_rate=self._mean_size * arrival_rate(self._mean_gap, since_last),
             )
-            decision = self.policy.decide(state, self.cost.estimate)
+            decision = self.policy.decide(state, self._cost_of, self._expected_cost_of)
             if decision.take:
                 await self._execute(self._pop_front(decision.take))
                 continue
@@ -429,7 +504,8 @@ class Batcher:
         items = sum(r.size for r in batch)
         executed = self.executor.batch_size_for(items)
         started = loop.time()
-        self._busy_until = started + self.cost.estimate(executed)
+        planned = self.cost.estimate(executed)
+        self._busy_until = started + planned
         self.metrics.in_flight_requests.set(len(batch))
         try:
             outcome = await self.executor.execute([r.payload for r in batch])
@@ -446,10 +522,9 @@ class Batcher:
             return
         if outcome.seconds > 0:
             self.cost.observe(executed, outcome.seconds)
+            self._retarget()
         self.metrics.batch_size.observe(items)
         self.metrics.compute_latency.observe(outcome.seconds)
-        self.metrics.cost_fixed.set(self.cost.fixed_seconds)
-        self.metrics.cost_per_item.set(self.cost.per_item_seconds)
         for request in batch:
             self.metrics.queue_latency.observe(started - request.arrival)
         if not outcome.ok:
@@ -463,17 +538,15 @@ class Batcher:
         for request, result in zip(batch, outcome.results, strict=True):
             self._succeed(request, result, ended)
         if self.adaptive:
-            bound = self.cost.largest_within(
-                BATCH_BUDGET_FRACTION * self.slo_seconds, self.max_batch_size
-            )
             self.cap_state.on_batch(
                 size=items,
                 started=started,
-                compute_seconds=outcome.seconds,
-                worst_latency=max(ended - r.arrival for r in batch),
+                waits=[started - r.arrival for r in batch],
+                compute_seconds=ended - started,
+                planned_seconds=planned,
                 slo_seconds=self.slo_seconds,
-                backlog=self._queued_items >= self.cap,
-                cost_bound=bound,
+                cost_bound=self._target,
+                allowed=self._allowed,
             )
             self.metrics.cap.set(self.cap)
 

@@ -59,6 +59,16 @@ class ServedModel:
     batch_size_for: Callable[[int], int]
     device: str
 
+    @property
+    def pads(self) -> bool:
+        """Whether batches can be padded (torch modules; a batch callable gets what it gets)."""
+        return isinstance(self.run, ModuleRunner)
+
+    def use_buckets(self, buckets: Sequence[int] | None) -> None:
+        """Pad batches to ``buckets`` from now on (None: no padding); torch modules only."""
+        if isinstance(self.run, ModuleRunner):
+            self.run.buckets = tuple(sorted(buckets)) if buckets else None
+
 
 class ModuleRunner:
     """Calls a torch module on the concatenation of many requests' inputs."""

@@ -1,28 +1,31 @@
 """When to start a batch, how large it may be, and whom to refuse: pure decisions, no clock.
 
 Every function here takes the time as an argument and the cost model as a callable, so the rules
-are tested by stating a queue and a time and reading the answer.
+are tested by stating a queue and a time and reading the answer. ``cost(n)`` is the conservative
+time of a batch of ``n`` items as it would run (after padding to a bucket).
 
 Dispatch (adaptive): a batch is the longest prefix of the queue, in dispatch order, that fits the
-cap. It starts at once when it is full. Otherwise it may wait for more requests, but only when
-the batch is expected to fill (judged from the recent arrival rate) before the latest moment at
-which the earliest deadline among its requests can still be met given the conservative predicted
-execution time; it never waits past that moment, and the decision is re-made on every arrival.
-Waiting for a batch that cannot fill would only add latency: under light load a request starts at
-once, under heavy load batches fill while the previous one runs, and in between the runtime holds
-a batch back exactly when that buys a full, most efficient batch within the deadline.
+cap. It starts at once when it is full. A partial batch also starts at once when it serves items
+at least as fast as they arrive (``n / t(n) >= arrival rate``, with the expected time t, no
+margin): the device keeps up, so waiting
+would only add latency (light load: no waiting). Otherwise the load needs larger batches, and the
+batch waits to fill, up to the latest moment at which its earliest deadline can still be met by a
+full batch (the size it would then dispatch); the decision is re-made on every arrival. Under
+load the queue thus yields full batches at the cap, the throughput-optimal size.
 
 Deadline: a request's dispatch deadline is ``arrival + TARGET_FRACTION * slo`` (or its own
 timeout, when earlier). The remaining fraction absorbs what the engine does not see: request
 parsing, response encoding, the network.
 
-Cap: the largest batch allowed, adapted online by :class:`AdaptiveCap`:
-* bounded by the cost model so that one batch takes at most ``BATCH_BUDGET_FRACTION`` of the SLO
-  (a request may wait for the batch in flight and then run in the next one: two batches must fit);
-* backed off multiplicatively when a batch misses the SLO because it ran too long;
-* grown additively while batches finish with slack and were limited by the cap, and also when
-  requests miss only because of waiting behind a backlog (a larger batch drains it faster; shrinking
-  then would cut throughput exactly when it is needed, the usual AIMD death spiral);
+Cap: the largest batch allowed. The target is the size with the most items per second among
+those whose conservative time fits ``BATCH_BUDGET_FRACTION`` of the SLO (a request may wait for
+the batch in flight and then run in the next one: two batches must fit), chosen by the cost
+model. :class:`AdaptiveCap` holds a limit on top of it:
+* backed off multiplicatively only when a batch's own execution breaks the SLO: it missed and ran
+  past its budget. Misses from waiting behind a backlog (overload) never shrink the cap: a smaller
+  batch drains a backlog more slowly, the usual AIMD death spiral;
+* grown additively while batches finish with slack and were limited by the cap, and when
+  requests miss only because of a backlog;
 * halved on out-of-memory, with a ceiling below the size that failed until memory is released.
 """
 
@@ -35,7 +38,7 @@ from typing import Protocol
 
 TARGET_FRACTION = 0.8
 BATCH_BUDGET_FRACTION = 0.4
-SLACK_FRACTION = 0.6
+CAP_MARGIN_STDDEVS = 1.0  # noise allowed for when sizing the cap (deadlines use the full margin)
 BACKOFF_FACTOR = 0.75
 GROWTH_FRACTION = 0.125
 OOM_CEILING_FRACTION = 0.75
@@ -71,13 +74,15 @@ class DispatchState:
     now: float
     cap: int
     earliest_start: float = -math.inf  # set by the utilization cap
-    arrival_rate: float = math.inf  # requests per second recently; inf: assume more will come
+    arrival_rate: float = math.inf  # items per second recently; inf: assume more will come
 
 
 class DispatchPolicy(Protocol):
     """Chooses the next batch from a queue given in dispatch order."""
 
-    def decide(self, state: DispatchState, cost: Cost) -> Decision: ...
+    def decide(self, state: DispatchState, cost: Cost, expected: Cost | None = None) -> Decision:
+        """``cost``: conservative time of a batch; ``expected``: its mean (default ``cost``)."""
+        ...
 
 
 def dispatch_deadline(arrival: float, slo_seconds: float, timeout_seconds: float) -> float:
@@ -104,9 +109,9 @@ def fitting_prefix(queue: Sequence[Pending], cap: int) -> tuple[int, int, bool]:
 
 @dataclass(frozen=True)
 class DeadlinePolicy:
-    """The adaptive runtime's dispatch rule: full, or the last safe moment."""
+    """The adaptive runtime's dispatch rule: full, keeping up, or the last safe moment."""
 
-    def decide(self, state: DispatchState, cost: Cost) -> Decision:
+    def decide(self, state: DispatchState, cost: Cost, expected: Cost | None = None) -> Decision:
         if not state.queue:
             return Decision(0)
         if state.now < state.earliest_start:
@@ -114,9 +119,13 @@ class DeadlinePolicy:
         count, items, full = fitting_prefix(state.queue, state.cap)
         if full:
             return Decision(count)
-        latest_start = min(p.deadline for p in state.queue[:count]) - cost(items)
-        wait = latest_start - state.now
-        if wait <= 0 or items + state.arrival_rate * wait < state.cap:
+        seconds = (expected or cost)(items)
+        if seconds <= 0 or items / seconds >= state.arrival_rate:
+            return Decision(count)
+        latest_start = min(p.deadline for p in state.queue[:count]) - max(
+            cost(items), cost(state.cap)
+        )
+        if latest_start <= state.now:
             return Decision(count)
         return Decision(0, latest_start)
 
@@ -133,7 +142,7 @@ class FixedDelayPolicy:
     max_delay: float
     preferred: int
 
-    def decide(self, state: DispatchState, cost: Cost) -> Decision:
+    def decide(self, state: DispatchState, cost: Cost, expected: Cost | None = None) -> Decision:
         if not state.queue:
             return Decision(0)
         if state.now < state.earliest_start:
@@ -192,6 +201,18 @@ def admission_refusal(
     return None
 
 
+def broken_by_execution(
+    waits: Sequence[float], compute_seconds: float, planned_seconds: float, slo_seconds: float
+) -> bool:
+    """Whether a batch's own execution made a request miss the SLO.
+
+    True when some request would have met the SLO had the batch taken the planned time, but
+    missed because it ran longer. A request that had already waited too long to make it (a
+    backlog: overload) does not count: shrinking batches would only drain the backlog slower.
+    """
+    return any(w + planned_seconds <= slo_seconds < w + compute_seconds for w in waits)
+
+
 def split_index(sizes: Sequence[int]) -> int:
     """How many of a failed batch's requests (of ``sizes`` items) go into the first half.
 
@@ -215,37 +236,44 @@ class AdaptiveCap:
         self.ceiling = maximum
         self._last_backoff = -math.inf
 
-    def effective(self, cost_bound: int) -> int:
-        """The cap to use now, given the largest size the cost model allows."""
-        return max(1, min(self.value, self.ceiling, cost_bound))
+    def effective(self, cost_bound: int, allowed: Sequence[int] | None = None) -> int:
+        """The cap to use now, given the size the cost model chose.
+
+        With ``allowed`` (padding buckets) the cap is the largest of them within the limits, so a
+        batch is never padded past what the cap meant to allow.
+        """
+        limit = max(1, min(self.value, self.ceiling, cost_bound))
+        if allowed:
+            fitting = [b for b in allowed if b <= limit]
+            return max(fitting) if fitting else min(allowed)
+        return limit
 
     def on_batch(
         self,
         size: int,
         started: float,
+        waits: Sequence[float],
         compute_seconds: float,
-        worst_latency: float,
+        planned_seconds: float,
         slo_seconds: float,
-        backlog: bool,
         cost_bound: int,
+        allowed: Sequence[int] | None = None,
     ) -> None:
         """Adapt to one finished batch of ``size`` items that started at ``started``.
 
-        ``backlog`` says more items were waiting than one batch takes when it finished.
+        ``waits`` are its requests' times in the queue; it ran ``compute_seconds`` where the cost
+        model planned ``planned_seconds``; ``cost_bound`` and ``allowed`` are as for
+        :meth:`effective`. Backs off when the batch's own execution broke the SLO, else grows
+        when the cap was what limited the batch (the cost model bounds the growth).
         """
-        limited = size >= self.effective(cost_bound)
-        if worst_latency > slo_seconds:
-            if compute_seconds > BATCH_BUDGET_FRACTION * slo_seconds:
-                # Only one back-off per batch started after the previous one: the batches already
-                # running were sized before it and say nothing new.
-                if started > self._last_backoff:
-                    self.value = max(1, int(min(self.value, size) * BACKOFF_FACTOR))
-                    self._last_backoff = started
-                return
-            if backlog and limited:
-                self._grow(cost_bound)
+        if broken_by_execution(waits, compute_seconds, planned_seconds, slo_seconds):
+            # Only one back-off per batch started after the previous one: the batches already
+            # running were sized before it and say nothing new.
+            if started > self._last_backoff:
+                self.value = max(1, int(min(self.value, size) * BACKOFF_FACTOR))
+                self._last_backoff = started
             return
-        if worst_latency < SLACK_FRACTION * slo_seconds and limited:
+        if size >= self.effective(cost_bound, allowed):
             self._grow(cost_bound)
 
     def on_oom(self, size: int) -> None:

@@ -140,22 +140,15 @@ def rolling_origin(
         model.update(y[origin])
         update_time += clock() - started
         updates += 1
-    actual = {h: y[test_start + h - 1 :] for h in hs}
-    point = {h: np.asarray(pred_point[h]) for h in hs}
-    upper = {h: np.asarray(pred_upper[h]) for h in hs}
-    return BacktestResult(
-        model=model.name,
-        horizons=hs,
-        wape={h: wape(actual[h], point[h]) for h in hs},
-        smape={h: smape(actual[h], point[h]) for h in hs},
-        under_rate={h: under_rate(actual[h], point[h]) for h in hs},
-        coverage={h: coverage(actual[h], upper[h]) for h in hs},
-        fit_seconds=float(np.mean(fit_times)),
-        update_seconds=update_time / max(updates, 1),
-        origins=len(y) - test_start,
-        actual=actual,
-        point=point,
-        upper=upper,
+    return _scored(
+        model.name,
+        y,
+        hs,
+        test_start,
+        pred_point,
+        pred_upper,
+        fit_times,
+        update_time / max(updates, 1),
     )
 
 
@@ -198,18 +191,41 @@ def replay_with_selection(
             model.update(y[origin])
         update_time += clock() - started
         updates += 1
+    return _scored(
+        "selected",
+        y,
+        hs,
+        test_start,
+        pred_point,
+        pred_upper,
+        fit_times,
+        update_time / max(updates, 1),
+    )
+
+
+def _scored(
+    model: str,
+    y: np.ndarray,
+    hs: tuple[int, ...],
+    test_start: int,
+    pred_point: dict[int, list[float]],
+    pred_upper: dict[int, list[float]],
+    fit_times: list[float],
+    update_seconds: float,
+) -> BacktestResult:
+    """Score the forecasts issued from ``test_start`` on against what ``y`` then did."""
     actual = {h: y[test_start + h - 1 :] for h in hs}
     point = {h: np.asarray(pred_point[h]) for h in hs}
     upper = {h: np.asarray(pred_upper[h]) for h in hs}
     return BacktestResult(
-        model="selected",
+        model=model,
         horizons=hs,
         wape={h: wape(actual[h], point[h]) for h in hs},
         smape={h: smape(actual[h], point[h]) for h in hs},
         under_rate={h: under_rate(actual[h], point[h]) for h in hs},
         coverage={h: coverage(actual[h], upper[h]) for h in hs},
         fit_seconds=float(np.mean(fit_times)),
-        update_seconds=update_time / max(updates, 1),
+        update_seconds=update_seconds,
         origins=len(y) - test_start,
         actual=actual,
         point=point,

@@ -49,7 +49,6 @@ def serve_main(argv: Sequence[str]) -> int:
     from autoglm.httpserver import HTTPServer, registry_route
     from autoglm.webconfig import WebConfig
     from predictor.metrics import PredictorMetrics
-    from predictor.prometheus_source import PrometheusSource
     from predictor.service import PredictorService
 
     parser = argparse.ArgumentParser(
@@ -61,17 +60,10 @@ def serve_main(argv: Sequence[str]) -> int:
     torch.set_num_threads(config.torch_threads)
     try:
         web_config = WebConfig.load(config.web_config_file or None)
+        source = config.prometheus_client(config.timeout_seconds)
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    source = PrometheusSource(
-        url=config.prometheus_url,
-        headers=config.prometheus_headers,
-        bearer_token_file=config.prometheus_bearer_token_file,
-        ca_file=config.prometheus_ca_file,
-        insecure_skip_verify=config.prometheus_insecure_skip_verify,
-        timeout=config.timeout_seconds,
-    )
     metrics = PredictorMetrics()
     service = PredictorService(config.target_configs, source=source, metrics=metrics)
     server = HTTPServer(
@@ -93,6 +85,7 @@ def serve_main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
     service.stop()
+    source.close()
     server.stop()
     return 0
 

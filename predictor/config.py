@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from autoglm.config import ConfigError, parse_listen
+from autoglm.prometheus_api import PrometheusAccessConfig
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -119,28 +120,15 @@ class TargetConfig:
 
 
 @dataclass(frozen=True)
-class PredictorConfig:
-    """Flags (and the same keys in ``--config FILE``) of ``autoglm-predictor serve``."""
+class PredictorConfig(PrometheusAccessConfig):
+    """Flags (and the same keys in ``--config FILE``) of ``autoglm-predictor serve``.
+
+    The ``--prometheus-*`` auth and TLS flags come from :class:`PrometheusAccessConfig`.
+    """
 
     listen: str = field(default=":9401", metadata={"help": "HOST:PORT to serve /metrics on"})
     web_config_file: str = field(
         default="", metadata={"help": "exporter-toolkit web config (TLS, basic auth) for /metrics"}
-    )
-    prometheus_url: str = field(
-        default="http://127.0.0.1:9090", metadata={"help": "Prometheus base URL to query"}
-    )
-    prometheus_bearer_token_file: str = field(
-        default="", metadata={"help": "file holding a bearer token for Prometheus"}
-    )
-    prometheus_headers: dict = field(
-        default_factory=dict,
-        metadata={"help": "extra HTTP headers for Prometheus (config file only)", "cli": False},
-    )
-    prometheus_ca_file: str = field(
-        default="", metadata={"help": "CA bundle to verify Prometheus' TLS certificate"}
-    )
-    prometheus_insecure_skip_verify: bool = field(
-        default=False, metadata={"help": "do not verify Prometheus' TLS certificate"}
     )
     prometheus_timeout: str = field(
         default="10s", metadata={"help": "timeout of one Prometheus query"}
@@ -165,6 +153,7 @@ class PredictorConfig:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         parse_listen(self.listen)
         if not self.targets:
             raise ConfigError(
@@ -176,20 +165,12 @@ class PredictorConfig:
         duplicate = next((n for n in names if names.count(n) > 1), None)
         if duplicate:
             raise ConfigError(f"target name {duplicate!r} is used twice; names must be unique")
-        if any(t.query for t in parsed) and not self.prometheus_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ConfigError("--prometheus-url must start with http:// or https://")
         parse_duration(self.prometheus_timeout, "--prometheus-timeout")
         parse_duration(self.refit_interval, "--refit-interval")
         if self.update_interval:
             parse_duration(self.update_interval, "--update-interval")
         if self.torch_threads < 1:
             raise ConfigError("--torch-threads must be >= 1")
-        if not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.prometheus_headers.items()
-        ):
-            raise ConfigError("prometheus_headers must map header names to string values")
         object.__setattr__(self, "target_configs", parsed)
 
     @property

@@ -21,11 +21,11 @@ from datetime import UTC
 
 import numpy as np
 
+from autoglm.prometheus_api import PrometheusClient, PrometheusError, RangeSeries
 from predictor.api import Forecast
 from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
 from predictor.models import ForecastModel, candidate_factories
-from predictor.prometheus_source import PrometheusError, PrometheusSource
 from predictor.selection import Selection, select_model
 from predictor.series import align_to_grid, counter_increase, fill_gaps
 
@@ -61,7 +61,7 @@ class PredictorService:
     def __init__(
         self,
         targets: list[TargetConfig] | tuple[TargetConfig, ...],
-        source: PrometheusSource | None = None,
+        source: PrometheusClient | None = None,
         metrics: PredictorMetrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -177,7 +177,7 @@ class PredictorService:
         """Grid-aligned values of the target's query on start..end (NaN where missing)."""
         assert self.source is not None
         config = state.config
-        t, v = self.source.query_range(config.query, start, end, config.step)
+        t, v = _one_series(self.source.query_range(config.query, start, end, config.step))
         grid, values = align_to_grid(t, v, config.step, start, end)
         if config.counter:
             values = counter_increase(values)
@@ -356,3 +356,16 @@ def _now_datetime():
     from datetime import datetime
 
     return datetime.now(UTC)
+
+
+def _one_series(series: tuple[RangeSeries, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a target's query, which must yield at most one series; none means no
+    points yet, and an infinite value counts as missing."""
+    if len(series) > 1:
+        raise PrometheusError(
+            "query", f"query returned {len(series)} series; aggregate it to one, e.g. sum(...)"
+        )
+    if not series:
+        return np.array([]), np.array([])
+    values = series[0].values
+    return series[0].timestamps, np.where(np.isfinite(values), values, np.nan)

@@ -2,6 +2,8 @@
 
 ``Prometheus(workdir, scrape_configs, rule_files)`` writes its config, starts
 ``/usr/bin/prometheus`` and waits until it is ready; ``query``/``wait_for`` speak its HTTP API.
+With ``web_config`` (TLS, basic auth) it serves behind it, and ``request_options`` (``verify``,
+``cert``, ``auth`` of ``requests``) are what the readiness check and the queries send.
 ``LiveProcess`` holds what every such server needs (start, readiness with a bound, log capture,
 a stop that never leaves a process behind), so an ``Alertmanager`` can be added beside it.
 
@@ -16,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,17 @@ def free_port() -> int:
 class LiveProcess:
     """A server process with a readiness URL; ``stop`` terminates, then kills, and reaps it."""
 
-    def __init__(self, argv: Sequence[str], ready_url: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        ready_url: str,
+        log_path: Path,
+        request_options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.argv = list(argv)
         self.ready_url = ready_url
         self.log_path = log_path
+        self.request_options = dict(request_options or {})
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, ready_timeout: float = 30.0) -> None:
@@ -54,7 +63,8 @@ class LiveProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.argv[0]} exited early:\n{self.logs()}")
             with contextlib.suppress(requests.RequestException):
-                if requests.get(self.ready_url, timeout=1).status_code == 200:
+                ready = requests.get(self.ready_url, timeout=1, **self.request_options)
+                if ready.status_code == 200:
                     return
             time.sleep(0.1)
         self.stop()
@@ -100,10 +110,14 @@ class Prometheus:
         rule_files: Sequence[Path] = (),
         evaluation_interval: str = "1s",
         extra_config: dict[str, Any] | None = None,
+        web_config: dict[str, Any] | None = None,
+        request_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.workdir = workdir
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        scheme = "https" if web_config and "tls_server_config" in web_config else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.request_options = dict(request_options or {})
         workdir.mkdir(parents=True, exist_ok=True)
         config: dict[str, Any] = {
             "global": {"scrape_interval": "1s", "evaluation_interval": evaluation_interval},
@@ -114,17 +128,23 @@ class Prometheus:
             config["rule_files"] = [str(Path(p).resolve()) for p in rule_files]
         self.config_path = workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config))
+        argv = [
+            PROMETHEUS_BINARY,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+        ]
+        if web_config:
+            web_config_path = workdir / "web.yml"
+            web_config_path.write_text(yaml.safe_dump(web_config))
+            argv.append(f"--web.config.file={web_config_path}")
         self._process = LiveProcess(
-            [
-                PROMETHEUS_BINARY,
-                f"--config.file={self.config_path}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.enable-lifecycle",
-                "--log.level=warn",
-            ],
+            argv,
             ready_url=f"{self.url}/-/ready",
             log_path=workdir / "prometheus.log",
+            request_options=self.request_options,
         )
 
     def start(self) -> Prometheus:
@@ -145,7 +165,12 @@ class Prometheus:
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """Instant query; the ``result`` list of the API answer (raises on an API error)."""
-        reply = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=10)
+        reply = requests.get(
+            f"{self.url}/api/v1/query",
+            params={"query": promql},
+            timeout=10,
+            **self.request_options,
+        )
         body = reply.json()
         if body.get("status") != "success":
             raise AssertionError(f"query {promql!r} failed: {body}")
@@ -171,7 +196,9 @@ class Prometheus:
         )
 
     def targets(self) -> list[dict[str, Any]]:
-        reply = requests.get(f"{self.url}/api/v1/targets", timeout=10).json()
+        reply = requests.get(
+            f"{self.url}/api/v1/targets", timeout=10, **self.request_options
+        ).json()
         return [
             {k: t.get(k) for k in ("scrapeUrl", "health", "lastError")}
             for t in reply["data"]["activeTargets"]

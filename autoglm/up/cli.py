@@ -60,7 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def make_view(notices: list[str]) -> View:
         if tui:
-            return TerminalView(cfg.target_utilization, cfg.slo_seconds, cfg.max_workers, notices)
+            return TerminalView(
+                cfg.target_utilization, cfg.slo_seconds, cfg.max_workers, cfg.peak_rps, notices
+            )
         return LogView()
 
     stack = Stack(cfg, make_view)
@@ -76,8 +78,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("start failed")
             error, code = f"{PROG}: error: could not start the stack: {exc}", EXIT_FAILED
         if not error:
-            for notice in stack.notices:
-                print(notice, file=sys.stdout if tui else sys.stderr)
             stack.run(stop)
             log.info("stopping", extra={"reason": "signal" if stop.is_set() else "duration"})
     finally:

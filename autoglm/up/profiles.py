@@ -20,9 +20,9 @@ from autoglm.config import ConfigError
 from autoglm.up.config import DAY_SECONDS, UpConfig
 
 EXCERPT = "genai_requests_15min.csv"
-# The trace replay starts at 07:00 of its first day, so a newcomer sees the morning rise within
-# a minute instead of waiting through a quiet night.
-TRACE_START_SECONDS = 7 * 3600.0
+# The trace replay starts at 15:00 of its first day, just before the service's busy evening
+# (its quiet hours are 05:00-15:00), so a newcomer sees the load rise within a minute.
+TRACE_START_SECONDS = 15 * 3600.0
 DIURNAL_PEAK_SECONDS = 14 * 3600.0
 STEP_WINDOW = (0.2, 0.5)  # share of the day the step profile holds its peak
 SPIKE_WINDOW = (0.45, 0.5)

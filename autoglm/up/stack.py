@@ -267,8 +267,7 @@ class Stack:
             find_rules()
 
         self.source, self.simulated, notice = open_gpus(cfg)
-        self.notices.append(notice)
-        log.info("gpus", extra={"notice": notice})
+        self._notice(notice)
 
         self.group = LocalProcessGroup(
             self._worker_command(),
@@ -358,7 +357,8 @@ class Stack:
                 },
             )
             self.prometheus.start()
-            self.notices.extend(grafana_hint(self.prometheus.url))
+            for hint in grafana_hint(self.prometheus.url):
+                self._notice(hint)
 
         self.group.set_replicas(cfg.min_workers)
         self._update_targets()
@@ -385,6 +385,11 @@ class Stack:
                 "day_seconds": round(day, 1),
             },
         )
+
+    def _notice(self, text: str) -> None:
+        """Something the user must know: shown in the live view, logged without it."""
+        self.notices.append(text)
+        log.info("notice", extra={"notice": text})
 
     def _worker_command(self) -> list[str]:
         cfg = self.cfg

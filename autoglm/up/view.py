@@ -87,11 +87,17 @@ class TerminalView:
     """A rich live panel, redrawn every sample."""
 
     def __init__(
-        self, target_utilization: float, slo_seconds: float, max_workers: int, notices: list[str]
+        self,
+        target_utilization: float,
+        slo_seconds: float,
+        max_workers: int,
+        peak_rps: float,
+        notices: list[str],
     ) -> None:
         from rich.console import Console
 
         self.target, self.slo, self.max_workers = target_utilization, slo_seconds, max_workers
+        self.peak_rps = peak_rps
         self.notices = notices
         self.console = Console()
         self._events: deque[ScaleEvent] = deque(maxlen=8)
@@ -137,7 +143,7 @@ class TerminalView:
         else:
             table.add_row(
                 "load",
-                f"{s.sent_rps:6.1f} req/s  {self._bar(s.sent_rps, max(s.target_rps, 1) * 2)}",
+                f"{s.sent_rps:6.1f} req/s  {self._bar(s.sent_rps, self.peak_rps)}",
                 f"profile asks {s.target_rps:.1f} req/s",
             )
             table.add_row(

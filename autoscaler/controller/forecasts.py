@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from autoscaler.controller.prometheus import PrometheusClient, PrometheusError
+from autoglm.prometheus_api import PrometheusClient, PrometheusError
 from autoscaler.spec import MetricSpec
 from predictor.api import ForecastProvider
 

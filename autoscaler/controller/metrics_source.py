@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from autoscaler.controller.prometheus import PrometheusClient, PrometheusError, QueryResult
+from autoglm.prometheus_api import PrometheusClient, PrometheusError, QueryResult
 from autoscaler.core import MetricInput
 from autoscaler.core.replica_calculator import PodSample
 from autoscaler.spec import MetricSpec

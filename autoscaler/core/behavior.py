@@ -148,17 +148,23 @@ def _change_in_period(events: list[ScaleEvent], period: int, now: float) -> int:
     return sum(e.change for e in events if e.at > cutoff)
 
 
+def _replicas_at_period_start(state: ScalingState, current: int, period: int, now: float) -> int:
+    """Replicas before the scale events of the last ``period`` seconds: what a policy's
+    change per period counts from."""
+    return (
+        current
+        - _change_in_period(state.scale_up_events, period, now)
+        + _change_in_period(state.scale_down_events, period, now)
+    )
+
+
 def scale_up_limit(state: ScalingState, rules: HPAScalingRules, current: int, now: float) -> int:
     """Most replicas the scale-up policies allow now (``calculateScaleUpLimitWithScalingRules``)."""
     if rules.select_policy == "Disabled":
         return current
     proposals = []
     for policy in rules.policies:
-        start = (
-            current
-            - _change_in_period(state.scale_up_events, policy.period_seconds, now)
-            + _change_in_period(state.scale_down_events, policy.period_seconds, now)
-        )
+        start = _replicas_at_period_start(state, current, policy.period_seconds, now)
         if policy.type == "Pods":
             proposals.append(start + policy.value)
         else:
@@ -173,11 +179,7 @@ def scale_down_limit(state: ScalingState, rules: HPAScalingRules, current: int, 
         return current
     proposals = []
     for policy in rules.policies:
-        start = (
-            current
-            - _change_in_period(state.scale_up_events, policy.period_seconds, now)
-            + _change_in_period(state.scale_down_events, policy.period_seconds, now)
-        )
+        start = _replicas_at_period_start(state, current, policy.period_seconds, now)
         if policy.type == "Pods":
             proposals.append(start - policy.value)
         else:

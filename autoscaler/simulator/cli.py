@@ -79,6 +79,9 @@ class SimulateSettings:
         default_factory=list,
         metadata={"help": "restrict the predictor's candidate models (default: all)"},
     )
+    forecast_series: Literal["mean", "peak"] = field(
+        default="mean", metadata={"help": "forecast each step's mean rate or its peak"}
+    )
     forecast_refit: float = field(
         default=86400.0, metadata={"help": "seconds between model selections and refits"}
     )
@@ -136,6 +139,7 @@ def simulate_main(argv: list[str] | None) -> int:
             forecast_seasons=tuple(s / settings.speed for s in settings.forecast_season),
             forecast_models=tuple(settings.forecast_model),
             forecast_refit_seconds=settings.forecast_refit,
+            forecast_series=settings.forecast_series,
             score_from=settings.score_from,
         )
     except (TraceError, ValueError) as exc:

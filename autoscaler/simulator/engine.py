@@ -4,14 +4,16 @@ Every ``tick`` seconds (15 s, the HPA's sync period) the autoscaler reads the re
 last ``metric_window`` seconds, as ``rate(requests[1m])`` would, and calls
 :func:`autoscaler.core.decide` with it as an External metric with an AverageValue target: the
 rate one replica should carry at the utilization target (``target_utilization`` of the rate a
-replica serves at full batches). ``hpa`` uses that alone; ``predictive`` adds the forecast's upper
-bound for the next cold start plus one tick; ``static`` keeps enough replicas for the trace's peak
-rate at the same target and never scales.
+replica serves at full batches). With ``queue_target`` set, the number of waiting requests is a
+second External AverageValue metric (waiting requests per replica), and the larger proposal wins
+as in the HPA. ``hpa`` uses the live readings alone; ``predictive`` adds the predictor's upper
+bound, the highest over the next warm-up (a cold start plus one tick); ``static`` keeps enough
+replicas for the trace's peak rate at the same target and never scales.
 
 Why the request rate and not the GPU busy fraction: the busy fraction saturates at 100% when the
 fleet is overloaded, so it under-reports how far behind the fleet is, and it depends on the
 replica count, so it cannot be forecast independently of the autoscaler's own actions. The rate is
-the load itself; both policies see exactly the same signal and target.
+the load itself; every policy sees exactly the same signal and target.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class SimulationConfig:
     forecast_seasons: tuple[float, ...] = (86400.0, 604800.0)  # in simulated seconds
     forecast_models: tuple[str, ...] = ()  # restrict the predictor's candidates (empty: all)
     forecast_refit_seconds: float = 86400.0
-    forecast_series: Literal["peak", "mean"] = "peak"  # per step: peak or mean of the rate
+    forecast_series: Literal["peak", "mean"] = "mean"  # per step: mean or peak of the rate
     static_window: float = 300.0  # static provisioning covers the peak rate over this window
     behavior: dict[str, Any] | None = None  # the spec's behavior section, camelCase
     static_replicas: int | None = None  # default: peak provisioning at the target

@@ -7,6 +7,10 @@ selects its model per horizon by rolling-origin backtest on the history seen so 
 a schedule, updating cheaply in between) and publishes point forecasts with calibrated upper
 bounds. Nothing from the future is ever shown to it.
 
+The series is the mean of the measured rate over each step, or (``series="peak"``) its peak, as
+``max_over_time`` would give: a forecast of the peak covers the minute-level noise that the
+reactive metric sees, at the cost of that headroom all the time.
+
 The autoscaler needs capacity for the whole time a new replica takes to become useful, so the
 forecast it consumes is the highest upper bound over ``[now, now + horizon]``: every step that
 overlaps that interval, the open one included.
@@ -54,7 +58,7 @@ class PredictorForecaster:
         models: Sequence[str] = (),
         refit_seconds: float = 86400.0,
         lookback_seconds: float = 14 * 86400.0,
-        series: Literal["peak", "mean"] = "peak",
+        series: Literal["peak", "mean"] = "mean",
     ) -> None:
         if step_seconds <= 0 or horizon_seconds < 0 or refit_seconds <= 0:
             raise ValueError("step and refit must be > 0 seconds and the horizon >= 0")
@@ -101,14 +105,18 @@ class PredictorForecaster:
         # first fit, it is tried at every step until the service has enough points).
         self._last_bin = current_bin
         self._version += 1
-        if self._last_refit is None or t - self._last_refit >= self.refit_seconds:
-            if self.service.refit(TARGET):
-                self._last_refit = t
-                self.refits += 1
+        due = self._last_refit is None or t - self._last_refit >= self.refit_seconds
+        if due and self.service.refit(TARGET):
+            self._last_refit = t
+            self.refits += 1
 
     def upper(self, now: float, horizon_seconds: float) -> float | None:
         self.now = now
-        key = (self._version, math.floor(now / self.step), math.floor((now + horizon_seconds) / self.step))
+        key = (
+            self._version,
+            math.floor(now / self.step),
+            math.floor((now + horizon_seconds) / self.step),
+        )
         if self._cached is not None and self._cached[0] == key:
             return self._cached[1]
         best = self._upper(horizon_seconds)

@@ -3,6 +3,8 @@
 * ``slo_requests``: share of requests whose latency (or queueing delay, per ``slo_on``) is within
   the SLO; a request never served counts as a breach.
 * ``slo_minutes``: share of minutes (by arrival, minutes with requests) whose p99 is within it.
+  Both count only requests arriving at or after ``score_from`` (a replay's warm-up); the cost
+  figures always cover the whole replay.
 * ``gpu_hours``: replica-hours paid for, from the order of a replica to its removal.
 * ``mean_utilization``: the load served over the capacity paid for, in the autoscaler's own units
   (work served divided by what the paid replicas could serve at full batches); the policies aim

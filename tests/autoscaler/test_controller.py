@@ -12,13 +12,13 @@ import socket
 import pytest
 from prometheus_client import generate_latest
 
+from autoglm.prometheus_api import PrometheusClient
 from autoscaler.controller.controllers import KubernetesController
 from autoscaler.controller.forecasts import ProviderForecasts
 from autoscaler.controller.kube import KubeAPI
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.loop import ReconcileLoop
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
-from autoscaler.controller.prometheus import PrometheusClient
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.metrics import AutoscalerMetrics
 from predictor.api import Forecast

@@ -6,20 +6,18 @@ queries then go through Prometheus' HTTP API exactly as in a cluster.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-
 import bcrypt
 import pytest
-import requests
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from autoglm.config import build_config
+from autoglm.prometheus_api import PrometheusClient
+from autoscaler.config import AutoscalerConfig
 from autoscaler.controller.forecasts import PrometheusForecasts
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
-from autoscaler.controller.prometheus import PrometheusClient
 from autoscaler.core import PodSample
 from autoscaler.spec import parse_spec
+from tests.live import Prometheus, free_port, scrape_job
 
 pytestmark = [
     pytest.mark.live,
@@ -28,15 +26,8 @@ pytestmark = [
 USER, PASSWORD = "autoscaler", "s3cret"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("prom")
     registry = CollectorRegistry()
     util = Gauge("test_gpu_util", "per pod", ["pod"], registry=registry)
     util.labels("llm-0").set(80)
@@ -52,50 +43,20 @@ def prom(tmp_path_factory):
     fc.labels("gpu_util", "300", "0.9").set(200)
     fc.labels("gpu_util", "900", "0.9").set(400)
     fc.labels("gpu_util", "300", "0.5").set(150)
-    exporter_port = _free_port()
+    exporter_port = free_port()
     server, thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
-    prom_port = _free_port()
-    (tmp / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: fake\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
-    )
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
-    (tmp / "web.yml").write_text(f"basic_auth_users:\n  {USER}: {hashed}\n")
-    proc = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--web.config.file={tmp / 'web.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    prometheus = Prometheus(
+        tmp_path_factory.mktemp("prom"),
+        scrape_configs=[scrape_job("fake", [f"127.0.0.1:{exporter_port}"])],
+        web_config={"basic_auth_users": {USER: hashed}},
+        request_options={"auth": (USER, PASSWORD)},
     )
-    url = f"http://127.0.0.1:{prom_port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                r = requests.get(
-                    f"{url}/api/v1/query",
-                    params={"query": "test_gpu_util"},
-                    auth=(USER, PASSWORD),
-                    timeout=2,
-                )
-                if r.ok and len(r.json()["data"]["result"]) == 3:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not scrape the test endpoint in 60 s")
-            time.sleep(0.3)
-        yield url
+        with prometheus:
+            prometheus.wait_for("test_gpu_util", lambda result: len(result) == 3, timeout=60)
+            yield prometheus.url
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
@@ -162,7 +123,7 @@ def _metric(name):
 
 @pytest.fixture
 def source(prom):
-    client = PrometheusClient(prom, basic_auth=(USER, PASSWORD))
+    client = PrometheusClient(prom, username=USER, password=PASSWORD)
     yield PrometheusMetricsSource(client)
     client.close()
 
@@ -212,7 +173,7 @@ def test_without_credentials_prometheus_refuses_and_that_is_an_error(prom):
 
 
 def test_unreachable_prometheus_is_an_error():
-    client = PrometheusClient(f"http://127.0.0.1:{_free_port()}", timeout=2)
+    client = PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout=2)
     try:
         kinds: list[str] = []
         reading = PrometheusMetricsSource(client).read(_metric("gpu_util"), PODS, kinds.append)
@@ -224,7 +185,7 @@ def test_unreachable_prometheus_is_an_error():
 
 
 def test_forecast_series_at_the_warmup_horizon(prom):
-    client = PrometheusClient(prom, basic_auth=(USER, PASSWORD))
+    client = PrometheusClient(prom, username=USER, password=PASSWORD)
     try:
         forecasts = PrometheusForecasts(client)
         # horizon 120 s but warm-up 300 s: the shortest published horizon >= 300 s is used,
@@ -248,3 +209,24 @@ def test_forecast_series_at_the_warmup_horizon(prom):
         assert kinds == ["forecast_short_horizon"]
     finally:
         client.close()
+
+
+def test_the_controllers_flags_reach_prometheus_and_reread_the_password(prom, tmp_path):
+    password = tmp_path / "password"
+    password.write_text(PASSWORD + "\n")
+    cfg = build_config(
+        AutoscalerConfig,
+        {
+            "prometheus_url": prom,
+            "prometheus_username": USER,
+            "prometheus_password_file": str(password),
+        },
+    )
+    with cfg.prometheus_client(cfg.prometheus_timeout) as client:
+        source = PrometheusMetricsSource(client)
+        assert source.read(_metric("queue"), PODS).value == 3.0
+        password.write_text("rotated-elsewhere\n")  # read at every query, not once at startup
+        kinds: list[str] = []
+        reading = source.read(_metric("queue"), PODS, kinds.append)
+    assert reading.error and "401" in reading.error
+    assert kinds == ["prometheus_http"]

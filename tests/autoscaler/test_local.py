@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from autoglm.prometheus_api import PrometheusClient
 from autoscaler.controller.controllers import LocalController
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
-from autoscaler.controller.prometheus import PrometheusClient
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.local import LocalProcessGroup
 from autoscaler.metrics import AutoscalerMetrics

@@ -176,10 +176,12 @@ def test_predictive_with_the_predictor_service_selects_by_backtest():
 
 def test_peak_series_forecasts_the_highest_rate_of_each_step():
     """A rate at 1 with one tick at 5 in every step: the peak series sees 5, the mean ~1.2."""
-    rates = {"peak": PredictorForecaster(60.0, 60.0, seasons_seconds=(), models=("ets_log",))}
-    rates["mean"] = PredictorForecaster(
-        60.0, 60.0, seasons_seconds=(), models=("ets_log",), series="mean"
-    )
+    rates = {
+        series: PredictorForecaster(
+            60.0, 60.0, seasons_seconds=(), models=("ets_log",), series=series
+        )
+        for series in ("peak", "mean")
+    }
     for t in np.arange(15.0, 3600.0 + 1, 15.0):
         for forecaster in rates.values():
             forecaster.observe(t, 5.0 if t % 60 == 30 else 1.0)
@@ -194,15 +196,17 @@ def test_peak_series_forecasts_the_highest_rate_of_each_step():
 
 def test_queue_metric_scales_a_burst_beyond_its_rate():
     steady = poisson(lambda t: 1.0, 1800, seed=9)
-    burst = 600 + np.sort(np.random.default_rng(10).uniform(0, 5, 60))
+    burst = 600 + np.sort(np.random.default_rng(10).uniform(0, 5, 400))
     trace = from_arrivals(np.concatenate([steady, burst]))
+    in_burst = (trace.arrivals >= 600) & (trace.arrivals <= 605)
     cfg = SimulationConfig(service=SERVICE, cold_start=60, slo_seconds=5)
     rate_only = simulate(trace, cfg, "hpa")
     with_queue = simulate(trace, replace(cfg, queue_target=2.0), "hpa")
     assert with_queue.drivers["metric:queue_length/reactive"] >= 1
     assert max(with_queue.timeline.replicas) > max(rate_only.timeline.replicas)
-    assert np.nanmax(with_queue.latency) < np.nanmax(rate_only.latency)
-    assert max(with_queue.timeline.queue) >= 50  # the burst queued before replicas came
+    # 400 requests need 100 batches of 2.5 s: the extra replicas drain the backlog sooner
+    assert with_queue.latency[in_burst].mean() < rate_only.latency[in_burst].mean()
+    assert max(with_queue.timeline.queue) >= 300  # the burst queued before replicas came
     with pytest.raises(ValueError, match="queue_target"):
         SimulationConfig(service=SERVICE, queue_target=0)
 
@@ -212,8 +216,9 @@ def test_score_from_leaves_the_warm_up_out_of_the_slo():
     cfg = SimulationConfig(service=SERVICE, cold_start=120, slo_seconds=3)
     all_minutes = summarise(simulate(trace, cfg, "hpa"))
     later = summarise(simulate(trace, replace(cfg, score_from=600.0), "hpa"))
-    assert all_minutes["breach_minutes"] > 0 and later["breach_minutes"] == 0
+    assert later["breach_minutes"] < all_minutes["breach_minutes"]
     assert later["scored_requests"] == int((trace.arrivals >= 600).sum())
+    assert later["minutes"] == len(np.unique(trace.arrivals[trace.arrivals >= 600] // 60))
     assert later["gpu_hours"] == pytest.approx(all_minutes["gpu_hours"])  # cost is never cut
 
 

@@ -9,31 +9,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from batcher.simulation import VirtualTimeLoop
+
 T = TypeVar("T")
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock jumps to the next timer whenever nothing is ready to run.
-
-    The engine reads time only through its loop, so under this loop a simulated model that
-    "takes" 50 ms costs no real time, runs are deterministic for a given seed, and deadlines are
-    checked against exact simulated times instead of a loaded machine's wall clock. Only for
-    code that does no real I/O and starts no threads (nothing could wake the loop from outside).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._virtual_now = 0.0
-
-    def time(self) -> float:
-        return self._virtual_now
-
-    def _run_once(self) -> None:
-        if not self._ready and self._scheduled:
-            upcoming = [h.when() for h in self._scheduled if not h.cancelled()]
-            if upcoming:
-                self._virtual_now = max(self._virtual_now, min(upcoming))
-        super()._run_once()
 
 
 @pytest.fixture
@@ -77,6 +55,7 @@ class ServerThread:
         from batcher.memory import MemoryMonitor
         from batcher.metrics import BatcherMetrics
         from batcher.server import BatcherServer
+        from batcher.warmup import warm_up
 
         self.thread.start()
         config = self.config
@@ -90,6 +69,7 @@ class ServerThread:
         async def build() -> BatcherServer:
             executor = ThreadExecutor(self.model.run, self.model.batch_size_for, memory)
             batcher = from_config(executor, config, memory=memory, metrics=metrics)
+            await warm_up(batcher, self.model, config)
             server = BatcherServer(
                 self.model,
                 batcher,

@@ -1,5 +1,7 @@
-"""The Prometheus client and the service's pull mode against a real Prometheus server whose
-history was backfilled with promtool."""
+"""The predictor's pull mode against a real Prometheus server whose history was backfilled with
+promtool: the shared client (autoglm.prometheus_api) as the predictor uses it, and the service.
+
+The client's own options (auth, TLS, error kinds) are tested in tests/test_prometheus_api.py."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
+from autoglm.prometheus_api import PrometheusClient
 from predictor.config import TargetConfig
-from predictor.prometheus_source import PrometheusError, PrometheusSource
 from predictor.service import PredictorService
 from tests.live import Prometheus, free_port
 
@@ -59,23 +61,34 @@ def backfilled(tmp_path_factory):
         server.stop()
 
 
+def _target(query: str) -> TargetConfig:
+    return TargetConfig(
+        name="requests",
+        query=query,
+        step=STEP,
+        lookback=2 * 86400,
+        horizons=(1, 3),
+        seasons=(3600.0,),
+        models=("ets_log",),
+    )
+
+
 @pytest.mark.timeout(120)
 def test_query_range_returns_the_backfilled_history(backfilled):
     server, ts = backfilled
-    source = PrometheusSource(server.url, headers={"X-Scope-OrgID": "test"})
-    t, v = source.query_range("autoglm_test_requests", float(ts[0]), float(ts[-1]), STEP)
-    np.testing.assert_array_equal(t, ts)
-    np.testing.assert_allclose(v, truth(ts), rtol=1e-6)
+    with PrometheusClient(server.url, headers={"X-Scope-OrgID": "test"}) as client:
+        (series,) = client.query_range("autoglm_test_requests", float(ts[0]), float(ts[-1]), STEP)
+    np.testing.assert_array_equal(series.timestamps, ts)
+    np.testing.assert_allclose(series.values, truth(ts), rtol=1e-6)
 
 
 @pytest.mark.timeout(120)
-def test_ranges_longer_than_one_request_are_split_and_joined(backfilled, monkeypatch):
+def test_ranges_longer_than_one_request_are_split_and_joined(backfilled):
     server, ts = backfilled
-    monkeypatch.setattr("predictor.prometheus_source.MAX_POINTS_PER_QUERY", 100)
-    t, _ = PrometheusSource(server.url).query_range(
-        "autoglm_test_requests", float(ts[0]), float(ts[-1]), STEP
-    )
-    np.testing.assert_array_equal(t, ts)
+    with PrometheusClient(server.url, max_points_per_query=100) as client:
+        (series,) = client.query_range("autoglm_test_requests", float(ts[0]), float(ts[-1]), STEP)
+    np.testing.assert_array_equal(series.timestamps, ts)
+    np.testing.assert_allclose(series.values, truth(ts), rtol=1e-6)
 
 
 @pytest.mark.timeout(120)
@@ -83,56 +96,52 @@ def test_ranges_longer_than_one_request_are_split_and_joined(backfilled, monkeyp
     ("query", "message"),
     [
         ('{__name__=~"autoglm_test_.*"}', "returned 2 series; aggregate it"),
-        ("sum(", "query failed \\(HTTP 400\\)"),
+        ("sum(", "HTTP 400, bad_data"),
     ],
 )
-def test_ambiguous_or_broken_queries_raise_a_clear_error(backfilled, query, message):
+def test_ambiguous_or_broken_queries_are_counted_with_a_clear_reason(
+    backfilled, caplog, query, message
+):
     server, ts = backfilled
-    with pytest.raises(PrometheusError, match=message):
-        PrometheusSource(server.url).query_range(query, float(ts[0]), float(ts[-1]), STEP)
+    with PrometheusClient(server.url) as client:
+        service = PredictorService([_target(query)], source=client, clock=lambda: float(ts[-1]))
+        with caplog.at_level("WARNING", logger="predictor.service"):
+            assert not service.refit("requests")
+    errors = service.metrics.registry.get_sample_value(
+        "autoglm_predictor_query_errors_total", {"target": "requests"}
+    )
+    assert errors == 1
+    assert any(message in getattr(r, "error", "") for r in caplog.records), caplog.records
 
 
 @pytest.mark.timeout(180)
 def test_service_forecasts_from_prometheus_and_keeps_them_when_it_goes_down(backfilled):
     server, ts = backfilled
     now = [float(ts[-1])]  # the moment of the last backfilled point
-    target = TargetConfig(
-        name="requests",
-        query="autoglm_test_requests",
-        step=STEP,
-        lookback=2 * 86400,
-        horizons=(1, 3),
-        seasons=(3600.0,),
-        models=("ets_log",),
-    )
-    source = PrometheusSource(server.url, timeout=5)
-    service = PredictorService([target], source=source, clock=lambda: now[0])
-    assert service.forecast("requests", STEP) is None
-    assert service.refit("requests")
-    forecast = service.forecast("requests", STEP)
-    assert forecast is not None and forecast.horizon_seconds == STEP
-    expected = truth(np.array([ts[-1] + STEP]))[0]
-    assert forecast.point == pytest.approx(expected, rel=0.02)
-    assert forecast.upper >= forecast.point
+    with PrometheusClient(server.url, timeout=5) as source:
+        service = PredictorService(
+            [_target("autoglm_test_requests")], source=source, clock=lambda: now[0]
+        )
+        assert service.forecast("requests", STEP) is None
+        assert service.refit("requests")
+        forecast = service.forecast("requests", STEP)
+        assert forecast is not None and forecast.horizon_seconds == STEP
+        expected = truth(np.array([ts[-1] + STEP]))[0]
+        assert forecast.point == pytest.approx(expected, rel=0.02)
+        assert forecast.upper >= forecast.point
 
-    source.url = f"http://127.0.0.1:{free_port()}"  # Prometheus gone: connection refused
-    now[0] += 600
-    service.poll("requests")
-    errors = service.metrics.registry.get_sample_value(
-        "autoglm_predictor_query_errors_total", {"target": "requests"}
-    )
-    assert errors == 1
-    kept = service.forecast("requests", STEP)
-    assert kept is not None and kept.issued_at == forecast.issued_at
-    # The last point is now older, so "one step from now" lies further from it.
-    assert kept.horizon_seconds > forecast.horizon_seconds
-    age = service.metrics.registry.get_sample_value(
-        "autoglm_forecast_age_seconds", {"target": "requests"}
-    )
-    assert age == pytest.approx(600)
-
-
-def test_a_missing_token_file_is_reported_not_raised_as_oserror(tmp_path):
-    source = PrometheusSource("http://127.0.0.1:1", bearer_token_file=str(tmp_path / "none"))
-    with pytest.raises(PrometheusError, match="cannot read bearer token file"):
-        source.query_range("up", 0, 60, 15)
+        source.url = f"http://127.0.0.1:{free_port()}"  # Prometheus gone: connection refused
+        now[0] += 600
+        service.poll("requests")
+        errors = service.metrics.registry.get_sample_value(
+            "autoglm_predictor_query_errors_total", {"target": "requests"}
+        )
+        assert errors == 1
+        kept = service.forecast("requests", STEP)
+        assert kept is not None and kept.issued_at == forecast.issued_at
+        # The last point is now older, so "one step from now" lies further from it.
+        assert kept.horizon_seconds > forecast.horizon_seconds
+        age = service.metrics.registry.get_sample_value(
+            "autoglm_forecast_age_seconds", {"target": "requests"}
+        )
+        assert age == pytest.approx(600)

@@ -1,0 +1,197 @@
+"""``autoglm up`` end to end: the real stack in a subprocess, its summary, report and shutdown.
+
+One run replays a step profile (a plateau of high load in the middle of a one-minute "day") so
+the autoscaler must scale up and, once the load falls and the stabilization window passes, back
+down. A second run is stopped with Ctrl-C (SIGINT). Both must leave no process behind: every
+worker's pid (from the structured logs) must be gone once ``autoglm up`` has exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autoglm.up.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def up_command(report_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "autoglm.up.cli",
+        "--no-tui",
+        "--port-base",
+        "0",
+        "--report-dir",
+        str(report_dir),
+        "--max-workers",
+        "3",
+        *extra,
+    ]
+
+
+def worker_pids(stderr: str) -> list[int]:
+    pids = []
+    for line in stderr.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("msg") == "worker started":
+                pids.append(int(record["pid"]))
+    return pids
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has exited: it only waits to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(200)
+def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    run = subprocess.run(
+        up_command(
+            report_dir,
+            "--duration",
+            "70",
+            "--profile",
+            "step",
+            "--time-compression",
+            "1440",  # one day = 60 s: base load, 12..30 s at the peak, base again
+            "--peak-rps",
+            "80",
+            "--base-rps",
+            "4",
+            "--target-utilization",
+            "50",
+            "--scale-down-stabilization",
+            "10",
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=190,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    for field in ("SLO attainment", "GPU-seconds", "mean utilization", "scale events", "p99"):
+        assert field in out, out
+    report = Path(re.search(r"report\s+(\S+report\.html)", out).group(1))
+    assert report.is_file() and "data:image/png;base64," in report.read_text()
+
+    summary = json.loads((report_dir / "summary.json").read_text())
+    directions = [e["direction"] for e in summary["scale_events"]]
+    assert "up" in directions and "down" in directions[directions.index("up") :], directions
+    assert summary["peak_workers"] >= 2
+    assert summary["requests_sent"] > 500 and summary["requests_ok"] > 0
+    assert 0 < summary["slo_attainment"] <= 1
+    assert summary["gpu_seconds"] > 60  # at least one worker the whole time
+    assert f"{summary['scale_ups']} up, {summary['scale_downs']} down" in out
+    # the simulated-GPU notice is printed once
+    assert run.stderr.count("simulating 3 NVIDIA") == 1
+
+    pids = worker_pids(run.stderr)
+    assert len(pids) >= 2
+    assert [p for p in pids if alive(p)] == []
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    log_path = tmp_path / "stderr.log"
+    with open(log_path, "w") as stderr:
+        proc = subprocess.Popen(
+            up_command(report_dir, "--profile", "diurnal", "--peak-rps", "20"),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while "stack started" not in log_path.read_text():
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the stack did not start"
+                time.sleep(0.5)
+            time.sleep(3)
+            workers = children_of(proc.pid)
+            assert workers, "a worker process should be running"
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, log_path.read_text()[-3000:]
+    assert "summary after" in out and (report_dir / "report.html").is_file()
+    pids = worker_pids(log_path.read_text())
+    assert [p for p in set(pids) | set(workers) if alive(p)] == []
+
+
+def test_bad_values_get_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, words in [
+        (["--target-utilization", "0"], "--target-utilization"),
+        (["--max-workers", "1", "--min-workers", "2"], "--max-workers 1 is below"),
+        (["--profile", "sawtooth"], "sawtooth"),
+        (["--duration", "soon"], "--duration"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_taken_port_gets_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        base = sock.getsockname()[1]
+    if base > 65535 - 200:
+        base -= 200
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 2))  # the autoscaler's port
+        taken.listen()
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autoglm.up.cli",
+                "--no-tui",
+                "--port-base",
+                str(base),
+                "--report-dir",
+                str(tmp_path),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert run.returncode == 2
+    assert f"port {base + 2} (autoscaler)" in run.stderr and "--port-base" in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("autoglm up: error:")
+    assert "worker started" not in run.stderr  # nothing was started
+    assert os.listdir(tmp_path) == []
