@@ -90,9 +90,13 @@ class BacktestResult:
             "smape": per_h(self.smape),
             "under_rate": per_h(self.under_rate),
             "coverage": per_h(self.coverage),
-            "fit_seconds": self.fit_seconds,
-            "update_seconds": self.update_seconds,
+            "fit_seconds": _seconds(self.fit_seconds),
+            "update_seconds": _seconds(self.update_seconds),
         }
+
+
+def _seconds(value: float) -> float | None:
+    return value if np.isfinite(value) else None
 
 
 def _finite(value: float) -> float | None:
@@ -113,17 +117,37 @@ def rolling_origin(
     A forecast issued after seeing ``series[:origin]`` at horizon h is scored against
     ``series[origin + h - 1]``; only targets inside the series count.
     """
+    results = rolling_origin_with_parts(
+        factory, series, horizons, test_start, quantile, refit_every, clock
+    )
+    return next(iter(results.values()))
+
+
+def rolling_origin_with_parts(
+    factory: Callable[[], ForecastModel],
+    series: Sequence[float] | np.ndarray,
+    horizons: Sequence[int],
+    test_start: int,
+    quantile: float = 0.9,
+    refit_every: int = 0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, BacktestResult]:
+    """:func:`rolling_origin` for the model (first key) and, from the same pass, for each of
+    its :meth:`~predictor.models.base.ForecastModel.parts` (an ensemble's members, fitted and
+    updated exactly as they would be alone). Parts are fitted inside the model, so their own
+    fit and update times are not known (NaN)."""
     y = as_series(series)
     hs = tuple(sorted(set(int(h) for h in horizons)))
     if not 0 < test_start < len(y):
         raise ValueError(f"test_start must be inside the series (1..{len(y) - 1})")
     model = factory()
+    scored = {model.name: model, **model.parts()}
     fit_times = []
     started = clock()
     model.fit(y[:test_start])
     fit_times.append(clock() - started)
-    pred_point = {h: [] for h in hs}
-    pred_upper = {h: [] for h in hs}
+    pred_point = {name: {h: [] for h in hs} for name in scored}
+    pred_upper = {name: {h: [] for h in hs} for name in scored}
     update_time = 0.0
     updates = 0
     for origin in range(test_start, len(y)):
@@ -131,25 +155,30 @@ def rolling_origin(
             started = clock()
             model.fit(y[:origin])
             fit_times.append(clock() - started)
-        prediction = model.predict(hs, quantile)
-        for i, h in enumerate(hs):
-            if origin + h - 1 < len(y):
-                pred_point[h].append(prediction.point[i])
-                pred_upper[h].append(prediction.upper[i])
+        for name, each in scored.items():
+            prediction = each.predict(hs, quantile)
+            for i, h in enumerate(hs):
+                if origin + h - 1 < len(y):
+                    pred_point[name][h].append(prediction.point[i])
+                    pred_upper[name][h].append(prediction.upper[i])
         started = clock()
         model.update(y[origin])
         update_time += clock() - started
         updates += 1
-    return _scored(
-        model.name,
-        y,
-        hs,
-        test_start,
-        pred_point,
-        pred_upper,
-        fit_times,
-        update_time / max(updates, 1),
-    )
+    nan = float("nan")
+    return {
+        name: _scored(
+            name,
+            y,
+            hs,
+            test_start,
+            pred_point[name],
+            pred_upper[name],
+            fit_times if each is model else [nan],
+            update_time / max(updates, 1) if each is model else nan,
+        )
+        for name, each in scored.items()
+    }
 
 
 def replay_with_selection(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from autoglm.config import ConfigError, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
+from predictor.models.catalog import known_models
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -101,6 +102,13 @@ class TargetConfig:
         models = raw.get("models", [])
         if not isinstance(models, (list, tuple)):
             raise ConfigError(f"{where}.models must be a list of model names")
+        season_seconds = tuple(parse_duration(s, f"{where}.seasons") for s in seasons)
+        known = known_models(season_seconds)
+        unknown = [str(m) for m in models if str(m) not in known]
+        if unknown:
+            raise ConfigError(
+                f"{where}.models: unknown model {unknown[0]!r}; choose from: {', '.join(known)}"
+            )
         step = parse_duration(raw.get("step", cls.step), f"{where}.step")
         lookback = parse_duration(raw.get("lookback", cls.lookback), f"{where}.lookback")
         if lookback < 10 * step:
@@ -112,7 +120,7 @@ class TargetConfig:
             lookback=lookback,
             horizons=hs,
             quantile=float(quantile),
-            seasons=tuple(parse_duration(s, f"{where}.seasons") for s in seasons),
+            seasons=season_seconds,
             aggregate=aggregate,
             counter=bool(raw.get("counter", False)),
             models=tuple(str(m) for m in models),

@@ -235,7 +235,11 @@ class PredictorService:
             factories = candidate_factories(
                 config.step, config.seasons, config.max_horizon, len(series), config.models
             )
-            selection = select_model(factories, series, config.horizons, config.quantile)
+            with state.lock:
+                previous = state.selection
+            selection = select_model(
+                factories, series, config.horizons, config.quantile, previous=previous
+            )
             fitted: dict[str, ForecastModel] = {}
             for name in dict.fromkeys(selection.per_horizon.values()):
                 model = factories[name]()

@@ -28,6 +28,10 @@ from autoglm.up.view import LogView, TerminalView, View
 
 PROG = "autoglm up"
 LOG_FILE = "autoglm-up.log"
+DESCRIPTION = (
+    "Run the exporter, batcher workers, predictor and autoscaler on this machine under a "
+    "replayed load; show them live, then write a summary and an HTML report."
+)
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 
@@ -36,7 +40,7 @@ log = logging.getLogger("autoglm.up")
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        cfg = load_config(UpConfig, argv, prog=PROG, description=__doc__.split("\n")[0])
+        cfg = load_config(UpConfig, argv, prog=PROG, description=DESCRIPTION)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     tui = cfg.tui and sys.stdout.isatty()

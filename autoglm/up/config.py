@@ -62,7 +62,7 @@ class UpConfig:
     )
     trace_file: str = field(
         default="",
-        metadata={"help": "CSV of offset_seconds,requests rows to replay (default: the excerpt)"},
+        metadata={"help": "CSV of offset_seconds,requests rows to replay instead of the excerpt"},
     )
     peak_rps: float = field(
         default=100.0, metadata={"help": "requests per second at the profile's highest point"}

@@ -100,6 +100,8 @@ def check_ports(planned: dict[str, int], skip: Sequence[str] = ()) -> None:
         if port == 0 or role in skip:
             continue
         with socket.socket() as sock:
+            # As the servers do: a port whose old connections linger in TIME_WAIT is free.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((HOST, port))
             except OSError:
@@ -503,6 +505,8 @@ class Stack:
     def _after_scrape(self, now: float) -> None:
         """Once a second, after the window has fresh scrapes: drive the rest of the stack."""
         assert self.routed is not None and self.predictor is not None
+        if self._stop.is_set():
+            return  # shutting down: workers are being stopped, nothing left to drive
         self._update_targets()
         if self.gpu_link is not None:
             self.gpu_link.update(now)

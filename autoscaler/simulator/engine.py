@@ -30,6 +30,7 @@ from autoscaler.simulator.fleet import Fleet, ServiceModel
 from autoscaler.simulator.forecast import LoadForecaster, PredictorForecaster
 from autoscaler.simulator.trace import Trace
 from autoscaler.spec import GPUAutoscalerSpec, parse_spec
+from predictor.models.catalog import known_models
 
 Policy = Literal["static", "hpa", "predictive"]
 POLICIES: tuple[str, ...] = ("static", "hpa", "predictive")
@@ -71,6 +72,12 @@ class SimulationConfig:
             raise ValueError("need 1 <= min_replicas <= max_replicas")
         if self.queue_target is not None and self.queue_target <= 0:
             raise ValueError("queue_target must be > 0 waiting requests per replica, or None")
+        known = known_models(self.forecast_seasons)
+        unknown = [m for m in self.forecast_models if m not in known]
+        if unknown:
+            raise ValueError(
+                f"unknown forecast model {unknown[0]!r}; choose from: {', '.join(known)}"
+            )
 
     @property
     def target_rate_per_replica(self) -> float:

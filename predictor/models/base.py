@@ -3,9 +3,10 @@
 A model is fitted once on a series (a full, possibly slow refit) and then fed one new point at a
 time with :meth:`ForecastModel.update`, which only advances its state. Every update also scores
 the forecasts the model issued before that point, so each model carries its own out-of-sample
-errors per horizon; :meth:`ForecastModel.predict` turns them into the upper bound (see
-:mod:`predictor.intervals`). ``fit`` replays the tail of the series through ``update`` for
-exactly that purpose, from the state the model had before it.
+errors per horizon, with the level each forecast was made at; :meth:`ForecastModel.predict` turns
+them into the upper bound, scaled to the current level as the model's own calibration errors
+say fits best (see :mod:`predictor.intervals`). ``fit`` replays the tail of the series through
+``update`` for exactly that purpose, from the state the model had before it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.intervals import ResidualWindow
+from predictor.intervals import LevelScaling, ResidualWindow
 
 
 class InsufficientHistory(ValueError):
@@ -108,6 +109,8 @@ class ForecastModel(ABC):
         self.history = History(self.history_capacity())
         self.nonnegative = True
         self.points_seen = 0
+        self.interval_floor = 1.0
+        self._scalings: dict[float, LevelScaling] = {}  # per quantile, chosen after a fit
         self._pending: deque[np.ndarray] = deque(maxlen=max_horizon)
         self._path: np.ndarray | None = None
 
@@ -155,6 +158,8 @@ class ForecastModel(ABC):
         caller replays the rest (``fit`` does it; an ensemble does it for its members)."""
         self.nonnegative = bool(np.all(y >= 0))
         self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
+        self.interval_floor = LevelScaling.floor_for(y[:state_at])
+        self._scalings = {}
         self.history = History(self.history_capacity())
         self.history.extend(y[:state_at])
         self.points_seen = state_at
@@ -171,7 +176,7 @@ class ForecastModel(ABC):
             raise ValueError(f"{self.name}: update() needs a finite value, got {value}")
         self._pending.appendleft(self._path)
         for age, path in enumerate(self._pending):
-            self.residuals.add(age + 1, value - path[age])
+            self.residuals.add(age + 1, value - path[age], path[age])
         self.history.append(value)
         self.points_seen += 1
         self._advance(value)
@@ -188,8 +193,28 @@ class ForecastModel(ABC):
         if not 0 < quantile < 1:
             raise ValueError(f"quantile must be in (0, 1), got {quantile}")
         point = np.array([self._path[h - 1] for h in hs])
-        margin = np.array([max(0.0, self.residuals.quantile(h, quantile)) for h in hs])
+        scaling = self.interval_scaling(quantile)
+        margin = np.array(
+            [
+                max(0.0, self.residuals.margin(h, quantile, p, scaling))
+                for h, p in zip(hs, point, strict=True)
+            ]
+        )
         return Prediction(horizons=hs, point=point, upper=point + margin, quantile=quantile)
+
+    def interval_scaling(self, quantile: float = 0.9) -> LevelScaling:
+        """How the margin at ``quantile`` scales with the level: chosen once per fit, on the
+        errors held when first asked (right after the fit: the calibration tail's)."""
+        scaling = self._scalings.get(quantile)
+        if scaling is None:
+            scaling = self.residuals.best_scaling(quantile, self.interval_floor)
+            self._scalings[quantile] = scaling
+        return scaling
+
+    def parts(self) -> dict[str, ForecastModel]:
+        """Models this one runs inside itself, by name, each usable on its own after this one's
+        fit and updates (an ensemble's members): a backtest scores them in the same pass."""
+        return {}
 
     def latest_path(self) -> np.ndarray:
         """Point forecasts for 1..max_horizon from the current state (no copy of the state)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from predictor.models.base import ForecastModel
@@ -20,6 +21,9 @@ MAX_ETS_PERIOD = 200
 MAX_SEQUENCE_WINDOW = 48
 
 ModelFactory = Callable[[], ForecastModel]
+LEARNED = ("seasonal_level", "seasonal_blend", "ets_log", "gru", "ensemble")
+
+log = logging.getLogger(__name__)
 
 
 def season_name(seconds: float) -> str:
@@ -42,6 +46,17 @@ def usable_seasons(
     return out
 
 
+def is_baseline(name: str) -> bool:
+    """The last value and the seasonal copies: always computed, whatever ``models`` says."""
+    return name == "naive" or name.startswith("seasonal_naive_")
+
+
+def known_models(seasons_seconds: Sequence[float]) -> list[str]:
+    """Every model name the catalog can offer for these seasons, given enough history."""
+    seasonal = [f"seasonal_naive_{season_name(s)}" for s in sorted(seasons_seconds)]
+    return ["naive", *seasonal, *LEARNED]
+
+
 def candidate_factories(
     step_seconds: float,
     seasons_seconds: Sequence[float],
@@ -52,6 +67,9 @@ def candidate_factories(
     """Factories for every model that can run on ``n_points`` of history, by model name.
 
     Baselines (naive and the seasonal copies) are always in; ``include`` restricts the rest.
+    A name in ``include`` that no history could make available is a ValueError; one that only
+    needs more history (a seasonal model before two cycles of its season) is logged and left
+    out until then, so the baselines carry the forecast meanwhile.
     """
     seasons = usable_seasons(step_seconds, seasons_seconds, n_points)
     periods = [p for _, p in seasons]
@@ -92,10 +110,21 @@ def candidate_factories(
     every = dict(factories)
     factories["ensemble"] = ensemble
     if include:
-        unknown = sorted(set(include) - set(factories) - set(BASELINES))
+        known = known_models(seasons_seconds)
+        unknown = sorted(set(include) - set(known))
         if unknown:
-            raise ValueError(
-                f"unknown model {unknown[0]!r}; choose from: {', '.join(sorted(factories))}"
+            raise ValueError(f"unknown model {unknown[0]!r}; choose from: {', '.join(known)}")
+        waiting = [name for name in include if name not in factories]
+        if waiting:
+            shortest = min((round(s / step_seconds) for s in seasons_seconds), default=0)
+            log.info(
+                "requested models not available yet; the baselines forecast until they are",
+                extra={
+                    "models": waiting,
+                    "points": n_points,
+                    "needed_points": 2 * shortest if shortest >= 2 else None,
+                    "reason": "seasonal models need two cycles of the shortest season",
+                },
             )
-        factories = {k: f for k, f in factories.items() if k in BASELINES or k in include}
+        factories = {k: f for k, f in factories.items() if is_baseline(k) or k in include}
     return factories

@@ -30,5 +30,8 @@ class MedianEnsemble(ForecastModel):
         for member in self.members:
             member.update(value)
 
+    def parts(self) -> dict[str, ForecastModel]:
+        return {m.name: m for m in self.members}
+
     def _forecast_path(self) -> np.ndarray:
         return np.median(np.stack([m.latest_path() for m in self.members]), axis=0)

@@ -174,6 +174,29 @@ def test_predictive_with_the_predictor_service_selects_by_backtest():
     assert np.isfinite(forecasts[-10:]).all()
 
 
+def test_a_seasonal_only_predictor_forecasts_with_baselines_until_two_seasons_exist():
+    trace = from_arrivals(poisson(periodic_rate, 3 * 3600, seed=4))
+    cfg = SimulationConfig(
+        service=SERVICE,
+        cold_start=120,
+        forecast_step=60.0,
+        forecast_seasons=(3600.0,),
+        forecast_models=("seasonal_level",),
+        forecast_refit_seconds=1800.0,
+    )
+    result = simulate(trace, cfg, "predictive")
+    forecasts = np.array(result.timeline.forecast)
+    # forecasting from the first fit (20 one-minute points), not only after two hours
+    assert np.isfinite(forecasts[84:]).all()
+    assert result.forecast_models["naive"] > 0
+    assert (
+        result.forecast_models["seasonal_level"] + result.forecast_models["seasonal_naive_3600s"]
+        > 0
+    )
+    with pytest.raises(ValueError, match="unknown forecast model 'arima'"):
+        replace(cfg, forecast_models=("arima",))
+
+
 def test_peak_series_forecasts_the_highest_rate_of_each_step():
     """A rate at 1 with one tick at 5 in every step: the peak series sees 5, the mean ~1.2."""
     rates = {

@@ -11,11 +11,18 @@ from predictor.backtest import (
     pool,
     replay_with_selection,
     rolling_origin,
+    rolling_origin_with_parts,
     smape,
     under_rate,
     wape,
 )
-from predictor.models import NaiveModel, SeasonalNaiveModel, candidate_factories
+from predictor.models import (
+    MedianEnsemble,
+    NaiveModel,
+    SeasonalLevelModel,
+    SeasonalNaiveModel,
+    candidate_factories,
+)
 from predictor.models.base import ForecastModel
 from predictor.selection import choose, select_model, validation_folds
 
@@ -188,3 +195,88 @@ def test_the_ensemble_can_be_chosen_alone_and_has_members_of_every_kind():
         "seasonal_level",
         "seasonal_blend",
     ]
+
+
+def _folds(per_fold: list[float], h: int = 1) -> dict[int, dict[int, float]]:
+    return {k: {h: v} for k, v in enumerate(per_fold)}
+
+
+def test_a_challenger_replaces_the_ensemble_only_when_ahead_by_more_than_a_standard_error():
+    results = {"ensemble": _result("ensemble", {1: 31.0}), "blend": _result("blend", {1: 30.0})}
+    # One point ahead pooled, but the per-window differences (-3, +2, -2, +1) have a standard
+    # error of about 1.2: no evidence, the ensemble stays.
+    noisy = {"ensemble": _folds([30, 30, 34, 30]), "blend": _folds([27, 32, 32, 31])}
+    assert choose(results, [1], noisy).per_horizon == {1: "ensemble"}
+    # The same lead, steady on every window (standard error 0.2): the challenger wins.
+    steady = {"ensemble": _folds([31, 31, 31, 31]), "blend": _folds([30, 30.5, 29.8, 30])}
+    assert choose(results, [1], steady).per_horizon == {1: "blend"}
+    # Without per-window scores the noise is unknown: the lowest WAPE wins.
+    assert choose(results, [1]).per_horizon == {1: "blend"}
+
+
+def test_the_previous_choice_is_the_incumbent_and_a_clear_lead_still_wins():
+    results = {
+        "ensemble": _result("ensemble", {1: 30.0, 2: 40.0}),
+        "blend": _result("blend", {1: 31.0, 2: 30.0}),
+    }
+    folds = {
+        "ensemble": {k: {1: 30.0 + d, 2: 40.0} for k, d in enumerate([1, -1, 1, -1])},
+        "blend": {k: {1: 31.0 - d, 2: 30.0} for k, d in enumerate([1, -1, 1, -1])},
+    }
+    previous = choose(results, [1, 2], folds)
+    assert previous.per_horizon == {1: "ensemble", 2: "blend"}
+    flipped = {
+        "ensemble": _result("ensemble", {1: 31.0, 2: 40.0}),
+        "blend": _result("blend", {1: 30.0, 2: 30.0}),
+    }
+    # blend now leads at h1 by 1 point, within the noise: the previous choice (ensemble) stays;
+    # at h2 blend's ten-point lead is steady: it stays chosen too.
+    again = choose(flipped, [1, 2], folds, previous=previous)
+    assert again.per_horizon == {1: "ensemble", 2: "blend"}
+
+
+class CountingNaive(NaiveModel):
+    fits = 0
+
+    def _fit(self, y, state_at):
+        CountingNaive.fits += 1
+
+
+def test_ensemble_members_are_scored_from_the_ensemble_pass_as_they_would_be_alone():
+    t = np.arange(24 * 12)
+    rng = np.random.default_rng(1)
+    y = 50 + 20 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 3, len(t))
+    members = {
+        "naive": lambda: NaiveModel(3),
+        "seasonal_naive_daily": lambda: SeasonalNaiveModel(24, 3, name="seasonal_naive_daily"),
+        "seasonal_level": lambda: SeasonalLevelModel(24, 6, 3, name="seasonal_level"),
+    }
+    ensemble = lambda: MedianEnsemble([f() for f in members.values()])  # noqa: E731
+    together = rolling_origin_with_parts(ensemble, y, [1, 3], test_start=24 * 8)
+    assert list(together) == ["ensemble", *members]
+    for name, factory in members.items():
+        alone = rolling_origin(factory, y, [1, 3], test_start=24 * 8)
+        for h in (1, 3):
+            np.testing.assert_allclose(together[name].point[h], alone.point[h])
+            np.testing.assert_allclose(together[name].upper[h], alone.upper[h])
+    # select_model fits a member only inside the ensemble, never a second time alone
+    CountingNaive.fits = 0
+    factories = {
+        "naive": lambda: CountingNaive(3),
+        "ensemble": lambda: MedianEnsemble([NaiveModel(3), SeasonalNaiveModel(24, 3)]),
+    }
+    selection = select_model(factories, y, [1, 3])
+    assert CountingNaive.fits == 0 and set(selection.results) == {"naive", "ensemble"}
+    assert selection.results["naive"].wape[1] > 0
+
+
+def test_a_restricted_model_waits_for_its_history_while_the_baselines_forecast(caplog):
+    caplog.set_level("INFO", logger="predictor.models.catalog")
+    early = candidate_factories(3600, [86400], 2, 30, include=["seasonal_level"])
+    assert set(early) == {"naive"}
+    (record,) = [r for r in caplog.records if "not available yet" in r.getMessage()]
+    assert record.models == ["seasonal_level"] and record.needed_points == 48
+    later = candidate_factories(3600, [86400], 2, 48, include=["seasonal_level"])
+    assert set(later) == {"naive", "seasonal_naive_daily", "seasonal_level"}
+    # a custom season's copy is a baseline too, kept whatever the restriction
+    assert "seasonal_naive_1200s" in candidate_factories(60, [1200], 2, 60, include=["ets_log"])

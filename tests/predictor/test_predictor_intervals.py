@@ -1,4 +1,5 @@
-"""The upper bound covers what its quantile promises, on noise of known distributions."""
+"""The upper bound covers what its quantile promises, on noise of known distributions, and its
+width follows the level when the noise does."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ import pytest
 from scipy import stats
 
 from predictor.backtest import rolling_origin
-from predictor.intervals import ResidualWindow
+from predictor.intervals import LevelScaling, ResidualWindow
 from predictor.models import ETSModel, NaiveModel
+from predictor.models.base import ForecastModel
 
 
-def test_window_quantile_matches_the_known_distribution():
+def test_window_margin_matches_the_known_distribution():
     rng = np.random.default_rng(0)
     window = ResidualWindow(max_horizon=1, size=4000)
     for e in rng.normal(0, 2, 4000):
         window.add(1, e)
-    assert window.quantile(1, 0.9) == pytest.approx(2 * stats.norm.ppf(0.9), rel=0.06)
+    assert window.margin(1, 0.9) == pytest.approx(2 * stats.norm.ppf(0.9), rel=0.06)
 
 
 def test_window_forgets_old_errors_and_borrows_from_shorter_horizons():
@@ -24,8 +26,72 @@ def test_window_forgets_old_errors_and_borrows_from_shorter_horizons():
     for e in [100, 100, 1, 2, 3]:
         window.add(1, e)
     assert list(window.errors(1)) == [1, 2, 3]
-    assert window.quantile(3, 0.5) == window.quantile(1, 0.5)
-    assert ResidualWindow(2).quantile(2, 0.9) == 0.0
+    assert window.margin(3, 0.5) == window.margin(1, 0.5)
+    assert ResidualWindow(2).margin(2, 0.9) == 0.0
+
+
+def test_a_relative_margin_is_the_quantile_of_error_over_level_times_the_new_level():
+    window = ResidualWindow(max_horizon=1, size=10)
+    for level in (10.0, 20.0, 40.0, 80.0):
+        window.add(1, 0.5 * level, level)  # always half the level
+    relative = LevelScaling(power=1.0, floor=1.0)
+    assert window.margin(1, 0.5, point=200.0, scaling=relative) == pytest.approx(100.0)
+    # below the floor the floor is the scale
+    assert window.margin(1, 0.5, point=0.0, scaling=relative) == pytest.approx(0.5)
+    # absolute: the plain conformal quantile (rank ceil(5 * 0.5) = 3 of 4 errors: 20, not scaled)
+    assert window.margin(1, 0.5, point=200.0) == pytest.approx(20.0)
+
+
+class KnownLevel(ForecastModel):
+    """Forecasts the true level of a series whose level alternates 10 and 100 every 12 steps,
+    so its errors are exactly the noise."""
+
+    name = "known_level"
+
+    @property
+    def min_points(self) -> int:
+        return 1
+
+    def _fit(self, y: np.ndarray, state_at: int) -> None:
+        return None
+
+    def _forecast_path(self) -> np.ndarray:
+        t = self.points_seen + np.arange(self.max_horizon)
+        return level_at(t)
+
+
+def level_at(t: np.ndarray) -> np.ndarray:
+    return np.where(t % 24 < 12, 10.0, 100.0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "power", "busy_to_quiet_width"),
+    [("multiplicative", 1.0, 10.0), ("poisson", 0.5, np.sqrt(10.0)), ("additive", 0.0, 1.0)],
+)
+def test_the_margin_scales_with_the_level_as_the_noise_does(kind, power, busy_to_quiet_width):
+    rng = np.random.default_rng(3)
+    t = np.arange(5000)
+    level = level_at(t)
+    noise = rng.gamma(2.0, 0.25, len(t)) - 0.5  # skewed, mean 0
+    y = {
+        "multiplicative": level * (1 + noise),
+        "poisson": rng.poisson(level).astype(float),
+        "additive": level + 20 * noise,
+    }[kind]
+    # fitted once on 2,500 points: the last 500 are the calibration tail the power is chosen on
+    result = rolling_origin(lambda: KnownLevel(2), y, [1, 2], test_start=2500, quantile=0.9)
+    model = KnownLevel(2)
+    model.fit(y[:2500])
+    assert model.interval_scaling(0.9).power == power
+    quiet = result.point[1] == 10.0
+    width = result.upper[1] - result.point[1]
+    assert width[~quiet].mean() / width[quiet].mean() == pytest.approx(
+        busy_to_quiet_width, rel=0.02
+    )
+    # covered about 90 % overall, and on quiet and busy steps alike
+    covered = result.actual[1] <= result.upper[1]
+    for subset in (slice(None), quiet, ~quiet):
+        assert 85 <= 100 * covered[subset].mean() <= 95
 
 
 @pytest.mark.parametrize(

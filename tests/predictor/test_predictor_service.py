@@ -145,3 +145,16 @@ def test_config_reads_targets_and_rejects_bad_ones():
         build_config(PredictorConfig, {})
     with pytest.raises(ConfigError, match="used twice"):
         build_config(PredictorConfig, {"targets": [{"name": "a"}, {"name": "a"}]})
+
+
+def test_a_seasonal_only_target_forecasts_with_baselines_until_two_seasons_exist():
+    now = [0.0]
+    service = PredictorService([target(models=("seasonal_level",))], clock=lambda: now[0])
+    push(service, range(30))  # a season is 20 bins: two need 40
+    assert service.refit("load")
+    assert service.forecast("load", 0).model == "naive"
+    push(service, range(30, 200))
+    assert service.refit("load")
+    assert service.forecast("load", 0).model in {"seasonal_level", "seasonal_naive_1200s"}
+    with pytest.raises(ConfigError, match=r"models: unknown model 'arima'; choose from: naive"):
+        build_config(PredictorConfig, {"targets": [{"name": "a", "models": ["arima"]}]})
