@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 COMPONENTS = {
+    "up": ("autoglm.up.cli", "the whole loop on this machine: GPUs, workers, forecasts, scaling"),
     "exporter": ("exporter.cli", "NVML-backed, dcgm-exporter-compatible Prometheus exporter"),
     "batcher": ("batcher.cli", "dynamic batching runtime for torch models (KServe v2)"),
     "predictor": ("predictor.cli", "forecasts with prediction intervals, selected by backtest"),

@@ -1,29 +1,37 @@
-"""Batching runtime benchmark: open-loop Poisson rate sweep over loopback HTTP.
+"""Batching runtime benchmark: the policies in simulated time, then an open-loop HTTP sweep.
 
-Compares, side by side in one run, against the same torch CPU model (``bench_factory``: a deep
-MLP whose batch cost is clearly sublinear):
+Both sections compare, side by side in one run, three ways to serve the same model:
 
-1. no batching          -- the runtime with ``--policy fixed-delay --max-batch-size 1``;
-2. fixed-delay baseline -- Triton-style: a fixed max queue delay and a preferred batch size,
-                            the minimal baseline policy in ``batcher.policy.FixedDelayPolicy``;
-3. this runtime          -- ``--policy adaptive`` (deadline-aware dispatch, online cap).
+1. no batching          -- ``--policy fixed-delay --max-batch-size 1``;
+2. fixed-delay baseline -- Triton-style: a fixed max queue delay and a preferred batch size (the
+                            largest), ``batcher.policy.FixedDelayPolicy``;
+3. this runtime          -- ``--policy adaptive`` (keep-up/deadline dispatch, cost-model cap).
 
-It also measures the offline peak, max over b of b / t(b), by calling the model directly in this
-process. For each policy it reports throughput and p50/p99 latency per offered rate, and the
-highest rate sustained with p99 within the SLO (and under 1% errors), as ratios to the offline
-peak and to no batching.
+For each it sweeps offered Poisson rates (fractions of the offline peak, max over b of b / t(b))
+and reports throughput and p50/p99 latency per rate, and the highest rate sustained with p99
+within the SLO and under 1% errors, as ratios to the offline peak and to no batching.
 
-Fairness and limits: every server is a separate process running the model on ONE torch thread
-(``--torch-threads 1``), so the model gets one core and the HTTP server and load generator share
-what is left of the machine; the load generator is this process (aiohttp, open loop, latency
-measured from the scheduled send time so a lagging client cannot hide queueing). On CPUs the
-BLAS picks slow kernels for some small row counts (here often 3..15 rows cost more than 16), so
-the batching policies pad to the sizes that are cheapest from the offline measurement (the same
-buckets for both); padding is the runtime's own mechanism for bounded shapes. Shared machines are
-noisy: rerun before drawing fine conclusions.
+Section 1, simulated: the engine itself against :class:`~batcher.models.simulated.SimulatedModel`
+with a known t(b), on a virtual clock (:mod:`batcher.simulation`): exact, deterministic and
+independent of this machine's load, so it shows the policy maths alone. Scenarios: a linear
+device shaped like the HTTP model; a CPU-like device whose cost is not monotone in the batch size
+(8 rows cost more than 16), with 20% seeded jitter; and a tight SLO with a large maximum batch,
+where the SLO, not the maximum, must bound the batch. Every batcher is warmed up as the server
+does it (timing at start-up, padding to the buckets that picks).
 
-    python bench/batcher.py                  # default run, about 5 minutes on 2 cores
+Section 2, HTTP: each policy is a separate ``autoglm-batcher`` process running the torch CPU model
+``bench_factory`` (a deep MLP whose batch cost is clearly sublinear) on ONE torch thread, so the
+model holds one core and the server's event loop and this load generator share the other. The
+offline peak comes from the server's own start-up warm-up (same process, same thread settings as
+it serves with), logged as ``warm-up timed the model``. The load generator is one asyncio process
+with one connection pool, open loop (latency counted from the scheduled send time, so a lagging
+client cannot hide queueing), bounded per point in requests and in time (a request unanswered
+after ``--request-timeout`` counts as failed). The machine is shared: the load average is
+recorded before and after each sweep; on a loaded machine the HTTP figures say little.
+
+    python bench/batcher.py                  # both sections
     python bench/batcher.py --quick          # a smoke run
+    python bench/batcher.py --only sim       # the simulated section alone (about a minute)
 """
 
 from __future__ import annotations
@@ -34,11 +42,11 @@ import json
 import math
 import os
 import queue
-import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,66 +58,197 @@ ROOT = Path(__file__).resolve().parents[1]
 # ``batcher`` package; import from the repository root instead.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
+
+from prometheus_client import CollectorRegistry  # noqa: E402
+
+from batcher.engine import Batcher  # noqa: E402
+from batcher.metrics import BatcherMetrics  # noqa: E402
+from batcher.models.simulated import SimulatedModel  # noqa: E402
+from batcher.policy import FixedDelayPolicy  # noqa: E402
+from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E402
+
 MODEL = "batcher.models.demo:bench_factory"
-SIZES = (1, 2, 4, 8, 12, 16, 24, 32)
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
 RATE_FRACTIONS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+POLICIES = ("no-batching", "fixed-delay", "adaptive")
+
+# A CPU-like device: per-size seconds as measured on this kind of machine's BLAS (3..15 rows take
+# a slow kernel), the line t = 80 ms + 2.2 ms per row above 16.
+CPU_LIKE = {1: 0.050, 2: 0.060, **{b: 0.150 + 0.004 * b for b in range(3, 16)}}
+CPU_LIKE.update({b: 0.080 + 0.0022 * (b - 16) for b in range(16, 129)})
 
 
-@dataclass
-class Point:
-    rate: float
-    sent: int
-    ok: int
-    errors: int
-    throughput: float
-    p50: float
-    p99: float
-    sustained: bool
+@dataclass(frozen=True)
+class Scenario:
+    """A simulated device and the SLO it is served under."""
+
+    name: str
+    label: str
+    device: Callable[[], SimulatedModel]
+    slo: float
+    max_batch: int
+    fixed_delay: float
+
+    @property
+    def peak(self) -> tuple[float, int]:
+        """Offline peak items/s and the size giving it (exact: the device's own t(b))."""
+        device = self.device()
+        best = max(range(1, self.max_batch + 1), key=lambda b: b / device.seconds_for(b))
+        return best / device.seconds_for(best), best
+
+
+SCENARIOS = (
+    Scenario(
+        "linear",
+        "t(b) = 30 ms + 2.5 ms*b, SLO 0.6 s, max batch 32 (the HTTP model's shape)",
+        lambda: SimulatedModel(0.030, 0.0025),
+        0.6,
+        32,
+        0.06,
+    ),
+    Scenario(
+        "cpu-like",
+        "non-monotone t(b) (8 rows cost more than 16) x 20% jitter, SLO 0.6 s, max batch 32",
+        lambda: SimulatedModel(0.0, 0.0, costs=CPU_LIKE, jitter=0.2, seed=3),
+        0.6,
+        32,
+        0.06,
+    ),
+    Scenario(
+        "tight-slo",
+        "t(b) = 30 ms + 2.5 ms*b, SLO 0.25 s, max batch 128: the SLO must bound the batch",
+        lambda: SimulatedModel(0.030, 0.0025),
+        0.25,
+        128,
+        0.06,
+    ),
+)
 
 
 @dataclass
 class PolicyResult:
     name: str
     label: str
-    points: list[Point] = field(default_factory=list)
+    points: list[LoadPoint] = field(default_factory=list)
     best_rate: float = 0.0
 
 
-def measure_offline(sizes: tuple[int, ...], repeats: int) -> dict[int, float]:
-    """Median seconds per batch size, calling the model directly on one thread."""
-    import torch
+def sim_batcher(policy: str, scenario: Scenario) -> Callable[[], tuple[Batcher, SimulatedModel]]:
+    """A factory of fresh (batcher, device) pairs for one policy."""
 
-    from batcher.models.demo import bench_factory
+    def make() -> tuple[Batcher, SimulatedModel]:
+        device = scenario.device()
+        size = 1 if policy == "no-batching" else scenario.max_batch
+        settings: dict = {}
+        if policy == "no-batching":
+            settings = {"policy": FixedDelayPolicy(0.0, 1), "adaptive_cap": False}
+        elif policy == "fixed-delay":
+            settings = {
+                "policy": FixedDelayPolicy(scenario.fixed_delay, size),
+                "adaptive_cap": False,
+            }
+        metrics = BatcherMetrics(CollectorRegistry(), "sim", scenario.slo, size)
+        batcher = Batcher(
+            device,
+            max_batch_size=size,
+            slo_seconds=scenario.slo,
+            max_queue=4096,
+            default_timeout_seconds=10 * scenario.slo,
+            metrics=metrics,
+            **settings,
+        )
+        return batcher, device
 
-    torch.set_num_threads(1)
-    model = bench_factory().eval()
-    times = {}
-    with torch.inference_mode():
-        for b in sizes:
-            x = torch.randn(b, 64)
-            model(x)
-            samples = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                model(x)
-                samples.append(time.perf_counter() - start)
-            times[b] = statistics.median(samples)
-    return times
+    return make
 
 
-def cheapest_buckets(times: dict[int, float]) -> list[int]:
-    """Sizes worth padding to: those cheaper than every larger measured size, plus 1.
+def sweep_rates(
+    result: PolicyResult, rates: list[float], slo: float, run: Callable[[float], LoadPoint]
+) -> PolicyResult:
+    """Run rates in order until two misses in a row (one alone may be noise)."""
+    misses = 0
+    for rate in rates:
+        point = run(rate)
+        result.points.append(point)
+        ok = point.sustained(slo)
+        print(
+            f"  {result.name:<12} rate {rate:7.1f}/s  thr {point.throughput:7.1f}/s  "
+            f"p50 {point.p50 * 1000:7.1f} ms  p99 {point.p99 * 1000:7.1f} ms  "
+            f"batch {point.mean_batch:5.1f}  err {point.errors:4d}  {'ok' if ok else 'MISS'}",
+            flush=True,
+        )
+        if ok:
+            result.best_rate = max(result.best_rate, rate)
+            misses = 0
+        else:
+            misses += 1
+            if misses == 2:
+                break
+    return result
 
-    Size 1 always stays a bucket so a lone request is never padded on a noisy measurement.
-    """
-    sizes = sorted(times)
-    cheaper = [b for i, b in enumerate(sizes) if all(times[b] < times[c] for c in sizes[i + 1 :])]
-    return sorted({1, *cheaper})
+
+def summary_table(results: list[PolicyResult], peak: float, slo: float) -> dict:
+    """Print the best rates with ratios and the goals; return them for the JSON."""
+    no_batching = results[0].best_rate or math.nan
+    print(f"  {'policy':<12} {'best rate/s':>11} {'vs peak':>8} {'vs no-batch':>11}")
+    rows = []
+    for r in results:
+        rows.append(
+            {
+                "policy": r.name,
+                "best_rate": r.best_rate,
+                "vs_offline_peak": r.best_rate / peak,
+                "vs_no_batching": r.best_rate / no_batching,
+            }
+        )
+        print(
+            f"  {r.name:<12} {r.best_rate:11.1f} {r.best_rate / peak:8.2f} "
+            f"{r.best_rate / no_batching:11.2f}"
+        )
+    adaptive, fixed = results[2].best_rate, results[1].best_rate
+    goals = {
+        "adaptive >= 0.85 offline peak": adaptive >= 0.85 * peak,
+        "adaptive >= 3x no batching": adaptive >= 3 * no_batching,
+        "adaptive ahead of fixed-delay": adaptive > fixed,
+    }
+    for goal, met in goals.items():
+        print(f"  goal {goal}: {'met' if met else 'NOT met'}")
+    return {"slo_seconds": slo, "offline_peak": peak, "summary": rows, "goals": goals}
+
+
+def simulated_section(args: argparse.Namespace) -> list[dict]:
+    print("== 1. simulated device, virtual time (policy maths, independent of this machine)")
+    out = []
+    for scenario in SCENARIOS:
+        peak, peak_b = scenario.peak
+        print(f"{scenario.name}: {scenario.label}; offline peak {peak:.1f}/s at b={peak_b}")
+        rates = sorted({round(f * peak, 1) for f in RATE_FRACTIONS})
+        results = []
+        for policy in POLICIES:
+            make = sim_batcher(policy, scenario)
+
+            def run(rate: float, make=make) -> LoadPoint:
+                count = max(args.sim_requests // 4, min(args.sim_requests, int(rate * 20)))
+                return simulate_point(make, rate, count, seed=int(rate * 100))
+
+            results.append(sweep_rates(PolicyResult(policy, policy), rates, scenario.slo, run))
+        table = summary_table(results, peak, scenario.slo)
+        out.append(
+            {
+                "scenario": scenario.name,
+                "label": scenario.label,
+                "offline_peak_batch": peak_b,
+                **table,
+                "policies": [
+                    {**asdict(r), "points": [asdict(p) for p in r.points]} for r in results
+                ],
+            }
+        )
+    return out
 
 
 class Server:
-    """One ``autoglm-batcher`` process on 127.0.0.1 with a free port."""
+    """One ``autoglm-batcher`` process on 127.0.0.1 with a free port, the model on one thread."""
 
     def __init__(self, args: list[str]) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -124,6 +263,8 @@ class Server:
                 "127.0.0.1:0",
                 "--torch-threads",
                 "1",
+                "--log-format",
+                "json",
                 *args,
             ],
             cwd=ROOT,
@@ -133,6 +274,8 @@ class Server:
             text=True,
         )
         self.lines: queue.Queue[dict] = queue.Queue()
+        self.warmup: dict[int, float] = {}
+        self.buckets: list[int] | None = None
         threading.Thread(target=self._read, daemon=True).start()
         self.port = self._wait_port()
 
@@ -145,7 +288,7 @@ class Server:
                 self.lines.put({"msg": line.strip()})
 
     def _wait_port(self) -> int:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
                 record = self.lines.get(timeout=1)
@@ -153,17 +296,49 @@ class Server:
                 if self.proc.poll() is not None:
                     break
                 continue
+            if record.get("msg") == "warm-up timed the model":
+                self.warmup = {int(b): t for b, t in record["seconds_by_size"].items()}
+                self.buckets = record["pad_buckets"]
             if record.get("msg") == "serving":
                 return int(record["port"])
         raise RuntimeError("batcher did not start")
 
+    @property
+    def peak(self) -> tuple[float, int]:
+        """Offline peak from the server's own warm-up: max over b of b / t(b)."""
+        best = max(self.warmup, key=lambda b: b / self.warmup[b])
+        return best / self.warmup[best], best
+
+    def batch_totals(self) -> tuple[float, float]:
+        """(items, batches) executed so far, from the server's own metrics."""
+        text = aiohttp_get(f"http://127.0.0.1:{self.port}/metrics")
+        totals = {"sum": 0.0, "count": 0.0}
+        for line in text.splitlines():
+            for kind in totals:
+                if line.startswith(f"autoglm_batcher_batch_size_items_{kind}{{"):
+                    totals[kind] = float(line.rsplit(" ", 1)[1])
+        return totals["sum"], totals["count"]
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=60)
+            self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def aiohttp_get(url: str) -> str:
+    async def get() -> str:
+        async with aiohttp.ClientSession() as session, session.get(url) as reply:
+            return await reply.text()
+
+    return asyncio.run(get())
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg gives them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def request_body(seed: int) -> bytes:
@@ -173,15 +348,17 @@ def request_body(seed: int) -> bytes:
     ).encode()
 
 
-async def open_loop(url: str, rate: float, count: int, seed: int) -> tuple[list[float], int, float]:
-    """Send ``count`` requests at Poisson times; return OK latencies, errors and elapsed time."""
+async def open_loop(
+    url: str, rate: float, count: int, seed: int, request_timeout: float
+) -> tuple[list[float], int, float]:
+    """Send ``count`` requests at Poisson times; return OK latencies, failures, elapsed time."""
     rng = np.random.default_rng(seed)
     offsets = np.cumsum(rng.exponential(1.0 / rate, size=count))
     bodies = [request_body(i) for i in range(16)]
     latencies: list[float] = []
     errors = 0
     connector = aiohttp.TCPConnector(limit=CONNECTIONS)
-    timeout = aiohttp.ClientTimeout(total=60)
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -208,46 +385,98 @@ async def open_loop(url: str, rate: float, count: int, seed: int) -> tuple[list[
     return latencies, errors, elapsed
 
 
-def run_point(port: int, rate: float, duration: float, max_requests: int, slo: float) -> Point:
-    count = max(20, min(max_requests, int(rate * duration)))
-    url = f"http://127.0.0.1:{port}/v2/models/demo/infer"
-    latencies, errors, elapsed = asyncio.run(open_loop(url, rate, count, seed=int(rate * 1000)))
-    # Each request's latency counts; a failed request counts as infinitely late for p99.
-    padded = sorted(latencies) + [math.inf] * errors
-    p50 = float(np.percentile(padded, 50)) if padded else math.inf
-    p99 = float(np.percentile(padded, 99)) if padded else math.inf
-    throughput = len(latencies) / elapsed if elapsed > 0 else 0.0
-    sustained = p99 <= slo and errors <= 0.01 * count
-    return Point(rate, count, len(latencies), errors, throughput, p50, p99, sustained)
-
-
-def sweep(
-    result: PolicyResult, server_args: list[str], rates: list[float], args: argparse.Namespace
+def http_sweep(
+    result: PolicyResult, server: Server, rates: list[float], args: argparse.Namespace
 ) -> PolicyResult:
-    server = Server(["--slo-seconds", str(args.slo), "--model-name", "demo", *server_args])
-    try:
-        warm = min(rates[0], 10.0)
-        run_point(server.port, warm, 3.0, 60, args.slo)  # warm-up: caches, cost model
-        misses = 0
-        for rate in rates:
-            point = run_point(server.port, rate, args.duration, args.max_requests, args.slo)
-            result.points.append(point)
-            print(
-                f"  {result.name:<12} rate {rate:7.1f}/s  thr {point.throughput:7.1f}/s  "
-                f"p50 {point.p50 * 1000:7.1f} ms  p99 {point.p99 * 1000:7.1f} ms  "
-                f"err {point.errors:4d}  {'ok' if point.sustained else 'MISS'}",
-                flush=True,
-            )
-            if point.sustained:
-                result.best_rate = max(result.best_rate, rate)
-                misses = 0
-            else:
-                misses += 1
-                if misses == 2:
-                    break  # two misses in a row: past the knee (one alone may be noise)
-    finally:
-        server.stop()
-    return result
+    url = f"http://127.0.0.1:{server.port}/v2/models/demo/infer"
+    asyncio.run(open_loop(url, min(rates[0], 10.0), 20, 0, args.request_timeout))  # connections
+
+    def run(rate: float) -> LoadPoint:
+        count = max(20, min(args.max_requests, int(rate * args.duration)))
+        items, batches = server.batch_totals()
+        latencies, errors, elapsed = asyncio.run(
+            open_loop(url, rate, count, int(rate * 1000), args.request_timeout)
+        )
+        items_after, batches_after = server.batch_totals()
+        served = batches_after - batches
+        mean_batch = (items_after - items) / served if served else 0.0
+        return summarize(rate, latencies, errors, elapsed, mean_batch)
+
+    return sweep_rates(result, rates, args.slo, run)
+
+
+def http_section(args: argparse.Namespace) -> dict:
+    print("== 2. HTTP, torch CPU model, one torch thread per server (this machine, now)")
+    common = [
+        "--slo-seconds",
+        str(args.slo),
+        "--model-name",
+        "demo",
+        "--default-timeout-seconds",
+        str(args.request_timeout),
+        "--warmup-repeats",
+        str(args.warmup_repeats),
+    ]
+    mb = ["--max-batch-size", str(args.max_batch_size)]
+    plans = {
+        "no-batching": ["--policy", "fixed-delay", "--max-batch-size", "1"],
+        "fixed-delay": [
+            "--policy",
+            "fixed-delay",
+            "--max-queue-delay-seconds",
+            str(args.fixed_delay),
+            *mb,
+        ],
+        "adaptive": ["--policy", "adaptive", *mb],
+    }
+    labels = {
+        "no-batching": "fixed-delay policy, max batch 1, no delay",
+        "fixed-delay": f"Triton-style: max_queue_delay {args.fixed_delay * 1000:.0f} ms, "
+        f"preferred size {args.max_batch_size}, padding from the warm-up",
+        "adaptive": "this runtime: keep-up/deadline dispatch, cost-model cap, padding from warm-up",
+    }
+    results: dict[str, PolicyResult] = {}
+    peaks: dict[str, dict] = {}
+    loads: dict[str, list[str]] = {}
+    rates: list[float] = []
+    for name in ("adaptive", "fixed-delay", "no-batching"):  # adaptive first: it sets the rates
+        print(f"{name}: {labels[name]}", flush=True)
+        before = loadavg()
+        server = Server([*common, *plans[name]])
+        try:
+            if name != "no-batching":
+                peak, peak_b = server.peak
+                peaks[name] = {
+                    "seconds_by_size": server.warmup,
+                    "peak": peak,
+                    "peak_batch": peak_b,
+                    "pad_buckets": server.buckets,
+                }
+                print(
+                    "  warm-up in the server: "
+                    + "  ".join(f"t({b})={t * 1000:.1f}ms" for b, t in server.warmup.items())
+                    + f"; peak {peak:.1f}/s at b={peak_b}; pad buckets {server.buckets}"
+                )
+            if not rates:
+                rates = sorted({round(f * peaks[name]["peak"], 1) for f in RATE_FRACTIONS})
+            results[name] = http_sweep(PolicyResult(name, labels[name]), server, rates, args)
+        finally:
+            server.stop()
+        loads[name] = [before, loadavg()]
+        print(f"  load average before/after: {loads[name][0]} / {loads[name][1]}")
+    peak = max(p["peak"] for p in peaks.values())
+    print(f"SLO p99 <= {args.slo * 1000:.0f} ms; offline peak {peak:.1f}/s (best warm-up)")
+    ordered = [results[n] for n in POLICIES]
+    table = summary_table(ordered, peak, args.slo)
+    return {
+        "model": MODEL,
+        "torch_threads": 1,
+        "max_batch_size": args.max_batch_size,
+        "warmups": peaks,
+        "load_average": loads,
+        **table,
+        "policies": [{**asdict(r), "points": [asdict(p) for p in r.points]} for r in ordered],
+    }
 
 
 def _finite(value: object) -> object:
@@ -264,113 +493,29 @@ def _finite(value: object) -> object:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", default=str(ROOT / "bench/results/batcher.json"))
-    parser.add_argument("--slo", type=float, default=0.6, help="p99 latency SLO, seconds")
+    parser.add_argument("--only", choices=("sim", "http"), help="run one section")
+    parser.add_argument("--slo", type=float, default=0.6, help="HTTP: p99 latency SLO, seconds")
     parser.add_argument("--max-batch-size", type=int, default=32)
-    parser.add_argument(
-        "--fixed-delay",
-        type=float,
-        default=0.06,
-        help="fixed-delay baseline: max queue delay, seconds",
-    )
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per rate point")
-    parser.add_argument("--max-requests", type=int, default=1500, help="cap per rate point")
+    parser.add_argument("--fixed-delay", type=float, default=0.06, help="baseline's max delay, s")
+    parser.add_argument("--duration", type=float, default=8.0, help="HTTP: seconds per rate")
+    parser.add_argument("--max-requests", type=int, default=2000, help="HTTP: cap per rate")
+    parser.add_argument("--request-timeout", type=float, default=5.0, help="HTTP: per request")
+    parser.add_argument("--warmup-repeats", type=int, default=7, help="HTTP: server warm-up")
+    parser.add_argument("--sim-requests", type=int, default=6000, help="sim: cap per rate")
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     args = parser.parse_args(argv)
     if args.quick:
-        args.duration, args.max_requests = 2.0, 300
+        args.duration, args.max_requests, args.sim_requests = 3.0, 400, 1500
 
-    sizes = tuple(b for b in SIZES if b <= args.max_batch_size)
-    print(f"offline: timing the model at batch sizes {list(sizes)} on one thread ...", flush=True)
-    times = measure_offline(sizes, repeats=3 if args.quick else 7)
-    peak_b = max(times, key=lambda b: b / times[b])
-    peak = peak_b / times[peak_b]
-    buckets = cheapest_buckets(times)
-    print("  " + "  ".join(f"t({b})={times[b] * 1000:.1f}ms" for b in sizes))
-    print(f"  offline peak {peak:.1f} items/s at b={peak_b}; padding buckets {buckets}")
-
-    rates = sorted({round(f * peak, 1) for f in RATE_FRACTIONS})
-    pad = ["--padding", "on"] + [arg for b in buckets for arg in ("--pad-buckets", str(b))]
-    mb = ["--max-batch-size", str(args.max_batch_size)]
-    plans = [
-        (
-            PolicyResult("no-batching", "fixed-delay policy, max batch 1, no delay"),
-            ["--policy", "fixed-delay", "--max-batch-size", "1"],
-        ),
-        (
-            PolicyResult(
-                "fixed-delay",
-                f"Triton-style baseline: max_queue_delay "
-                f"{args.fixed_delay * 1000:.0f} ms, preferred size {args.max_batch_size}",
-            ),
-            [
-                "--policy",
-                "fixed-delay",
-                "--max-queue-delay-seconds",
-                str(args.fixed_delay),
-                *mb,
-                *pad,
-            ],
-        ),
-        (
-            PolicyResult("adaptive", "this runtime: deadline-aware dispatch, online cap"),
-            ["--policy", "adaptive", *mb, *pad],
-        ),
-    ]
-    results = []
-    for result, server_args in plans:
-        print(f"{result.name}: {result.label}", flush=True)
-        results.append(sweep(result, server_args, rates, args))
-
-    no_batching = results[0].best_rate or math.nan
-    print()
-    print(f"SLO p99 <= {args.slo * 1000:.0f} ms; offline peak {peak:.1f} items/s (b={peak_b})")
-    print(f"{'policy':<12} {'best rate/s':>11} {'vs peak':>8} {'vs no-batch':>11}")
-    summary = []
-    for r in results:
-        vs_peak = r.best_rate / peak
-        vs_none = r.best_rate / no_batching
-        summary.append(
-            {
-                "policy": r.name,
-                "best_rate": r.best_rate,
-                "vs_offline_peak": vs_peak,
-                "vs_no_batching": vs_none,
-            }
-        )
-        print(f"{r.name:<12} {r.best_rate:11.1f} {vs_peak:8.2f} {vs_none:11.2f}")
-    adaptive, fixed = results[2].best_rate, results[1].best_rate
-    goals = {
-        "adaptive >= 0.85 offline peak": adaptive >= 0.85 * peak,
-        "adaptive >= 3x no batching": adaptive >= 3 * no_batching,
-        "adaptive ahead of fixed-delay": adaptive > fixed,
-    }
-    for goal, met in goals.items():
-        print(f"  goal {goal}: {'met' if met else 'NOT met'}")
-
+    report: dict = {"load_average_at_start": loadavg()}
+    print(f"load average at start: {report['load_average_at_start']}")
+    if args.only in (None, "sim"):
+        report["simulated"] = simulated_section(args)
+    if args.only in (None, "http"):
+        report["http"] = http_section(args)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            _finite(
-                {
-                    "model": MODEL,
-                    "torch_threads": 1,
-                    "slo_seconds": args.slo,
-                    "max_batch_size": args.max_batch_size,
-                    "offline_seconds_per_batch": {str(b): t for b, t in times.items()},
-                    "offline_peak_items_per_second": peak,
-                    "offline_peak_batch": peak_b,
-                    "padding_buckets": buckets,
-                    "policies": [
-                        {**asdict(r), "points": [asdict(p) for p in r.points]} for r in results
-                    ],
-                    "summary": summary,
-                    "goals": goals,
-                }
-            ),
-            indent=2,
-        )
-    )
+    out.write_text(json.dumps(_finite(report), indent=2))
     print(f"wrote {out}")
     return 0
 

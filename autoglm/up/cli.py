@@ -70,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return LogView()
 
     stack = Stack(cfg, make_view)
+    if tui:
+        print(
+            f"{PROG}: starting the exporter, predictor, autoscaler and {cfg.min_workers} batcher "
+            f"worker(s); the live view appears once a worker has loaded its model "
+            f"(logs: {report_dir / LOG_FILE})"
+        )
     error, code = "", 0
     try:
         try:

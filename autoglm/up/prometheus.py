@@ -24,7 +24,6 @@ from pathlib import Path
 import requests
 import yaml
 
-import autoglm
 from autoglm.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -35,15 +34,15 @@ WORKERS_JOB = "autoglm-batcher"
 
 
 def find_rules() -> Path:
-    """The project's rules file: packaged next to ``autoglm`` or in the source checkout."""
-    root = Path(autoglm.__file__).resolve().parent.parent
-    for candidate in (root / "alerts" / "rules.yaml", Path(autoglm.__file__).parent / "rules.yaml"):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(
-        "--prometheus: cannot find alerts/rules.yaml next to the autoglm package; "
-        "install from a checkout (pip install -e .) or run from the repository"
-    )
+    """The project's rules file, shipped as package data of ``alerts``."""
+    from alerts import RULES_FILE
+
+    if not RULES_FILE.is_file():
+        raise ConfigError(
+            f"--prometheus: the rules file {RULES_FILE} is missing from this installation; "
+            "reinstall the package (pip install -e . from a checkout)"
+        )
+    return RULES_FILE
 
 
 def find_binary() -> str:

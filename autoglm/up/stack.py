@@ -190,7 +190,8 @@ def open_gpus(cfg: UpConfig) -> tuple[Any, Any, str]:
         try:
             source = NVMLSource.open()
         except NoDriverError as exc:
-            reason = str(exc).split(";")[0]
+            log.info("no NVIDIA driver", extra={"error": str(exc)})
+            reason = "no NVIDIA GPU found"
         else:
             return (
                 source,
@@ -208,8 +209,8 @@ def open_gpus(cfg: UpConfig) -> tuple[Any, Any, str]:
         gpus=cfg.max_workers, model=GPU_MODEL, seed=0, profile=load_profile("constant:0")
     )
     notice = (
-        f"no GPU in use ({reason}): simulating {cfg.max_workers} {GPU_MODEL} GPUs, one per "
-        "worker slot; each follows its worker's real batches"
+        f"{reason}: simulating {cfg.max_workers} {GPU_MODEL} GPUs, one per worker slot; "
+        "each follows its worker's real batches"
     )
     return simulated, simulated, notice
 

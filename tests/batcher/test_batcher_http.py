@@ -281,8 +281,9 @@ def test_unknown_model_gets_404(serve) -> None:
 
 def test_full_queue_is_refused_with_429_and_accepted_work_completes(serve) -> None:
     model = EchoModel()
-    model.release.clear()  # the first batch holds the device until released
     server = serve(model, max_batch_size=1, max_queue=1)
+    model.entered.clear()  # set by the start-up warm-up
+    model.release.clear()  # the first batch holds the device until released
     url = f"{server.url}/v2/models/echo/infer"
     replies: dict[str, requests.Response] = {}
 

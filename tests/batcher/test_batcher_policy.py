@@ -16,6 +16,7 @@ from batcher.policy import (
     Pending,
     admission_refusal,
     arrival_rate,
+    broken_by_execution,
     dispatch_deadline,
     fitting_prefix,
     next_start_for_utilization,
@@ -38,24 +39,35 @@ class TestDeadlinePolicy:
         state = DispatchState(waiting(0.0, 0.0, 0.0, 0.0), now=0.0, cap=4, arrival_rate=1e6)
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 4
 
-    def test_partial_batch_waits_until_the_last_safe_moment(self) -> None:
-        # deadline 0.8 s after the first arrival, 3 items take 0.013 s: start by 0.787.
+    def test_partial_batch_that_keeps_up_with_arrivals_starts_at_once(self) -> None:
+        # 3 items in 13 ms serve 230 items/s: more than the 100/s arriving, so no waiting.
         state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.3, cap=8, arrival_rate=100.0)
-        decision = self.policy.decide(state, linear(0.01, 0.001))
-        assert decision.take == 0
-        assert decision.wake_at == pytest.approx(0.8 - 0.013)
-
-    def test_partial_batch_starts_once_the_last_safe_moment_has_come(self) -> None:
-        state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.787, cap=8, arrival_rate=100.0)
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 3
 
-    def test_no_waiting_for_a_batch_that_cannot_fill_in_time(self) -> None:
-        # 10 requests/s and 0.49 s of slack: about 5 more expected, the cap of 8 is out of reach.
-        state = DispatchState(waiting(0.0, 0.2), now=0.3, cap=8, arrival_rate=10.0)
-        assert self.policy.decide(state, linear(0.01, 0.001)).take == 2
-        # at 20 requests/s about 10 more are expected: worth waiting for the full batch.
-        state = DispatchState(waiting(0.0, 0.2), now=0.3, cap=8, arrival_rate=20.0)
-        assert self.policy.decide(state, linear(0.01, 0.001)).take == 0
+    def test_partial_batch_under_load_waits_to_fill_until_the_last_safe_moment(self) -> None:
+        # 3 items in 13 ms serve 230/s but 1000/s arrive: the load needs fuller batches. The
+        # batch would dispatch at the cap (8 items, 18 ms), so it must start by 0.8 - 0.018.
+        state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.3, cap=8, arrival_rate=1000.0)
+        decision = self.policy.decide(state, linear(0.01, 0.001))
+        assert decision.take == 0
+        assert decision.wake_at == pytest.approx(0.8 - 0.018)
+
+    def test_partial_batch_starts_once_the_last_safe_moment_has_come(self) -> None:
+        state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.782, cap=8, arrival_rate=1000.0)
+        assert self.policy.decide(state, linear(0.01, 0.001)).take == 3
+
+    def test_keeping_up_is_judged_on_the_expected_time_not_the_margin(self) -> None:
+        # With the noise margin one item takes 40 ms (25/s); expected, 10 ms (100/s).
+        state = DispatchState(waiting(0.0), now=0.0, cap=8, arrival_rate=50.0)
+        assert self.policy.decide(state, linear(0.04, 0.0)).take == 0
+        assert self.policy.decide(state, linear(0.04, 0.0), linear(0.01, 0.0)).take == 1
+
+    def test_waiting_uses_the_time_of_the_size_it_would_run(self) -> None:
+        # Padding: 2 items run as 16; the deadline math must use t(16), not t(2).
+        padded = {2: 0.3, 16: 0.3}
+        state = DispatchState(waiting(0.0, 0.0), now=0.0, cap=16, arrival_rate=1e6)
+        decision = self.policy.decide(state, lambda n: padded.get(n, 0.3))
+        assert decision.wake_at == pytest.approx(0.8 - 0.3)
 
     def test_batch_is_the_prefix_that_fits_the_cap(self) -> None:
         queue = [Pending(3, 0.0, 0.8), Pending(3, 0.0, 0.8), Pending(3, 0.0, 0.8)]
@@ -64,7 +76,7 @@ class TestDeadlinePolicy:
 
     def test_earliest_deadline_in_the_batch_governs(self) -> None:
         queue = [Pending(1, 0.5, 1.3), Pending(1, 0.0, 0.2)]  # second has a short timeout
-        state = DispatchState(queue, now=0.1, cap=8, arrival_rate=1e6)
+        state = DispatchState(queue, now=0.1, cap=8, arrival_rate=1e6)  # far more than 40/s
         decision = self.policy.decide(state, linear(0.05, 0.0))
         assert decision.wake_at == pytest.approx(0.15)
 
@@ -96,92 +108,63 @@ class TestFixedDelayPolicy:
         assert policy.decide(state, linear(0, 0)).take == 3
 
 
+def finished(cap: AdaptiveCap, size: int, **kwargs) -> None:
+    """Report one batch to ``cap``: by default planned 0.1 s, ran 0.1 s, waits 0.1 s, SLO 1 s."""
+    kwargs.setdefault("started", 0.0)
+    kwargs.setdefault("waits", [0.1])
+    kwargs.setdefault("compute_seconds", 0.1)
+    kwargs.setdefault("planned_seconds", 0.1)
+    kwargs.setdefault("slo_seconds", 1.0)
+    kwargs.setdefault("cost_bound", 64)
+    cap.on_batch(size, **kwargs)
+
+
 class TestAdaptiveCap:
-    def test_backs_off_when_a_batch_runs_past_the_slo(self) -> None:
+    def test_backs_off_when_a_batch_overruns_its_plan_and_misses_the_slo(self) -> None:
         cap = AdaptiveCap(64)
-        cap.on_batch(
-            64,
-            started=0.0,
-            compute_seconds=0.6,
-            worst_latency=1.2,
-            slo_seconds=1.0,
-            backlog=False,
-            cost_bound=64,
-        )
+        # waited 0.5 s, planned 0.3 s (would finish at 0.8), ran 0.6 s (finished at 1.1)
+        finished(cap, 64, waits=[0.5], planned_seconds=0.3, compute_seconds=0.6)
         assert cap.value == 48
+
+    def test_overload_misses_never_shrink_the_cap(self) -> None:
+        cap = AdaptiveCap(64, initial=16)
+        # waited 2 s behind a backlog: late whatever the batch did; the batch ran as planned
+        finished(cap, 16, waits=[2.0, 1.5], planned_seconds=0.3, compute_seconds=0.35)
+        assert cap.value == 18  # limited by the cap: grows, to drain the backlog faster
+
+    def test_a_slow_batch_that_breaks_nothing_does_not_back_off(self) -> None:
+        cap = AdaptiveCap(64)
+        finished(cap, 64, waits=[0.1], planned_seconds=0.2, compute_seconds=0.5)
+        assert cap.value == 64
 
     def test_backs_off_once_per_batch_generation(self) -> None:
         cap = AdaptiveCap(64)
         for _ in range(3):  # three batches that started before the first back-off
-            cap.on_batch(
-                64,
-                started=0.0,
-                compute_seconds=0.6,
-                worst_latency=1.2,
-                slo_seconds=1.0,
-                backlog=False,
-                cost_bound=64,
-            )
+            finished(cap, 64, waits=[0.5], planned_seconds=0.3, compute_seconds=0.6)
         assert cap.value == 48
-        cap.on_batch(
-            48,
-            started=1.0,
-            compute_seconds=0.6,
-            worst_latency=1.2,
-            slo_seconds=1.0,
-            backlog=False,
-            cost_bound=64,
-        )
+        finished(cap, 48, started=1.0, waits=[0.5], planned_seconds=0.3, compute_seconds=0.6)
         assert cap.value == 36
 
-    def test_grows_on_slack_only_when_the_cap_was_the_limit(self) -> None:
+    def test_grows_only_when_the_cap_was_the_limit(self) -> None:
         cap = AdaptiveCap(64, initial=16)
-        cap.on_batch(
-            5,
-            started=0.0,
-            compute_seconds=0.1,
-            worst_latency=0.2,
-            slo_seconds=1.0,
-            backlog=False,
-            cost_bound=64,
-        )
+        finished(cap, 5)
         assert cap.value == 16
-        cap.on_batch(
-            16,
-            started=0.0,
-            compute_seconds=0.1,
-            worst_latency=0.2,
-            slo_seconds=1.0,
-            backlog=False,
-            cost_bound=64,
-        )
+        finished(cap, 16)
         assert cap.value == 18
 
-    def test_waiting_behind_a_backlog_grows_instead_of_shrinking(self) -> None:
-        cap = AdaptiveCap(64, initial=16)
-        cap.on_batch(
-            16,
-            started=0.0,
-            compute_seconds=0.1,
-            worst_latency=1.5,
-            slo_seconds=1.0,
-            backlog=True,
-            cost_bound=64,
-        )
-        assert cap.value == 18
+    def test_with_buckets_the_cap_is_a_bucket_and_a_full_bucket_counts_as_limited(self) -> None:
+        cap = AdaptiveCap(64, initial=24)
+        assert cap.effective(64, allowed=(1, 16, 32, 64)) == 16
+        finished(cap, 16, allowed=(1, 16, 32, 64))
+        assert cap.value == 27
+        assert cap.effective(64, allowed=(1, 16, 32, 64)) == 16
+        assert cap.effective(64, allowed=(16, 32)) == 16
+        assert AdaptiveCap(8).effective(64, allowed=(16, 32)) == 16  # smallest bucket at least
 
     def test_never_exceeds_the_maximum_or_the_cost_bound(self) -> None:
         cap = AdaptiveCap(20, initial=19)
         for _ in range(10):
-            cap.on_batch(
-                cap.value,
-                started=0.0,
-                compute_seconds=0.1,
-                worst_latency=0.1,
-                slo_seconds=1.0,
-                backlog=False,
-                cost_bound=64,
-            )
+            finished(cap, cap.value)
         assert cap.value == 20
         assert cap.effective(cost_bound=7) == 7
 
@@ -190,18 +173,18 @@ class TestAdaptiveCap:
         cap.on_oom(64)
         assert cap.value == 32 and cap.ceiling == 48
         for _ in range(50):
-            cap.on_batch(
-                cap.effective(64),
-                started=0.0,
-                compute_seconds=0.1,
-                worst_latency=0.1,
-                slo_seconds=1.0,
-                backlog=False,
-                cost_bound=64,
-            )
+            finished(cap, cap.effective(64))
         assert cap.effective(64) == 48
         cap.on_memory_released()
         assert cap.ceiling == 64
+
+
+def test_broken_by_execution_separates_overruns_from_backlog() -> None:
+    # planned 0.2, ran 0.5, SLO 1: a request that waited in (0.5, 0.8] was broken by the overrun
+    assert broken_by_execution([0.6], 0.5, 0.2, 1.0)
+    assert not broken_by_execution([0.4], 0.5, 0.2, 1.0)  # finished in time anyway
+    assert not broken_by_execution([0.9], 0.5, 0.2, 1.0)  # late even had the plan held
+    assert broken_by_execution([0.9, 0.6, 0.1], 0.5, 0.2, 1.0)
 
 
 class TestAdmission:
@@ -293,19 +276,32 @@ class TestCostModel:
             model.observe(b, 0.010 + 0.002 * b)
         assert model.fixed_seconds == pytest.approx(0.010)
         assert model.per_item_seconds == pytest.approx(0.002)
-        assert model.mean(64) == pytest.approx(0.010 + 0.002 * 64)
-        # The margin still remembers the first, badly predicted batches; it fades with more.
-        assert model.estimate(64) > model.mean(64)
-        for b in (1, 2, 4, 8, 16, 32) * 30:
-            model.observe(b, 0.010 + 0.002 * b)
-        assert model.estimate(64) == pytest.approx(0.010 + 0.002 * 64, rel=1e-4)
+        assert model.mean(64) == pytest.approx(0.010 + 0.002 * 64)  # unseen: the line
+        assert model.estimate(64) == pytest.approx(model.mean(64))  # no noise, no margin
 
-    def test_noise_makes_the_estimate_conservative(self) -> None:
+    def test_measured_sizes_override_the_line(self) -> None:
+        # A CPU-like device: 8 rows cost more than 16.
+        costs = {1: 0.05, 2: 0.06, 4: 0.15, 8: 0.18, 16: 0.08, 32: 0.115}
         model = CostModel()
+        for b, t in costs.items():
+            model.observe(b, t)
+        assert model.measured() == pytest.approx(costs)
+        assert model.mean(8) == 0.18 and model.mean(16) == 0.08
+        # As buckets, 32 serves most per second (278/s) and fits a 0.2 s budget.
+        assert model.best_size(0.2, 32, allowed=(1, 2, 16, 32)) == 32
+        assert model.best_size(0.1, 32, allowed=(1, 2, 16, 32)) == 16
+
+    def test_noise_is_spread_around_each_sizes_own_mean(self) -> None:
+        model = CostModel()
+        for _ in range(200):
+            for b, t in ((1, 0.05), (4, 0.15), (16, 0.08)):  # far from any line: no noise
+                model.observe(b, t)
+        assert model.relative_noise == 0.0
         for i in range(200):
-            b = 1 + i % 16
-            model.observe(b, 0.010 + 0.002 * b + (0.003 if i % 2 else -0.003))
-        assert model.estimate(8) > model.mean(8) + 0.005
+            model.observe(16, 0.08 * (1.1 if i % 2 else 0.9))
+        assert model.relative_noise == pytest.approx(0.1, rel=0.2)
+        assert model.estimate(16) > model.mean(16) * 1.25  # three deviations of ~10%
+        assert model.estimate(16, stddevs=1.0) < model.estimate(16)
 
     def test_one_size_known_scales_proportionally(self) -> None:
         model = CostModel()
@@ -317,18 +313,42 @@ class TestCostModel:
         model = CostModel()
         assert not model.known and model.estimate(10) == 0.0
         assert model.largest_within(0.1, 32) == 32
+        assert model.best_size(0.1, 32, allowed=(1, 8, 32)) == 32
 
     def test_largest_within_the_budget(self) -> None:
         model = CostModel()
         for b in (1, 8, 16) * 40:
             model.observe(b, 0.005 + 0.002 * b)
         assert model.largest_within(BATCH_BUDGET_FRACTION * 0.1, 64) == 17
+        assert model.best_size(BATCH_BUDGET_FRACTION * 0.1, 64) == 17
 
-    def test_forgets_sizes_no_longer_executed(self) -> None:
+    def test_stale_slow_entries_give_way_after_a_speed_up(self) -> None:
+        model = CostModel()
+        for b in (8, 16, 32) * 10:
+            model.observe(b, 3 * (0.005 + 0.002 * b))  # slow device
+        for _ in range(FORGET_AFTER + 1):
+            for b in (2, 4):
+                model.observe(b, 0.005 + 0.002 * b)  # fast again, small batches only
+        # 32 was last measured slow; the line through the recent sizes says fast: trust that.
+        assert model.mean(32) == pytest.approx(0.005 + 0.002 * 32)
+
+    def test_stale_fast_entries_are_kept_when_the_recent_line_extrapolates_worse(self) -> None:
+        model = CostModel()
+        for b in (1, 2, 4, 8, 16, 32) * 5:
+            model.observe(b, 0.03 + 0.0025 * b)
+        for i in range(FORGET_AFTER + 1):
+            model.observe(1, 0.0325)
+            model.observe(2, 0.0325 + 0.01)  # a noisy quiet period: steep line through 1 and 2
+        assert model.mean(32) == pytest.approx(0.03 + 0.0025 * 32)
+
+    def test_one_recent_size_keeps_the_lines_shape(self) -> None:
         model = CostModel()
         for b in (8, 16, 24) * 10:
-            model.observe(b, 0.005 + 0.002 * b)  # fast device
+            model.observe(b, 0.005 + 0.002 * b)
         for _ in range(FORGET_AFTER + 1):
-            model.observe(2, 3 * (0.005 + 0.002 * 2))  # three times slower, small batches
-        assert model.mean(8) == pytest.approx(3 * 0.009 * 4)  # proportional from size 2 alone
-        assert model.estimate(8) >= model.mean(8)
+            model.observe(2, 3 * (0.005 + 0.002 * 2))  # three times slower, size 2 only
+        # The prior passes through what is measured now and keeps a fixed part, so a large
+        # batch is predicted far below proportional scaling from size 2 (16 x 27 ms).
+        assert model.fixed_seconds + 2 * model.per_item_seconds == pytest.approx(0.027)
+        assert model.fixed_seconds > 0 and model.per_item_seconds > 0
+        assert model.mean(32) < 0.5 * 16 * 0.027

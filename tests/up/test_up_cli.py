@@ -30,7 +30,8 @@ def up_command(report_dir: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "autoglm.up.cli",
+        "autoglm.cli",
+        "up",
         "--no-tui",
         "--port-base",
         "0",
@@ -113,7 +114,7 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     assert summary["gpu_seconds"] > 60  # at least one worker the whole time
     assert f"{summary['scale_ups']} up, {summary['scale_downs']} down" in out
     # the simulated-GPU notice is printed once
-    assert run.stderr.count("simulating 3 NVIDIA") == 1
+    assert run.stderr.count("simulating 3 NVIDIA") == 1  # logged once, not printed again
 
     pids = worker_pids(run.stderr)
     assert len(pids) >= 2
@@ -178,7 +179,8 @@ def test_a_taken_port_gets_one_line_and_exit_2(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "autoglm.up.cli",
+                "autoglm.cli",
+                "up",
                 "--no-tui",
                 "--port-base",
                 str(base),
