@@ -291,7 +291,11 @@ class Batcher:
             )
         loop = asyncio.get_running_loop()
         now = loop.time()
-        ahead = sum(r.size for r in self._queue if r.level <= level)
+        ahead = (
+            self._queued_items
+            if self.priority_levels == 1
+            else sum(r.size for r in self._queue if r.level <= level)
+        )
         cap = self.cap
         reason = admission_refusal(
             queued_items=self._queued_items,
@@ -466,7 +470,8 @@ class Batcher:
                 continue
             since_last = now - self._last_arrival if self._last_arrival is not None else math.inf
             state = DispatchState(
-                queue=[r.pending() for r in self._queue],
+                # every request holds at least one item: no batch reaches past cap + 1 of them
+                queue=[r.pending() for r in self._queue[: cap + 1]],
                 now=now,
                 cap=cap,
                 earliest_start=self._earliest_start,
@@ -538,7 +543,7 @@ class Batcher:
         for request, result in zip(batch, outcome.results, strict=True):
             self._succeed(request, result, ended)
         if self.adaptive:
-            self.cap_state.on_batch(
+            backed_off = self.cap_state.on_batch(
                 size=items,
                 started=started,
                 waits=[started - r.arrival for r in batch],
@@ -548,6 +553,16 @@ class Batcher:
                 cost_bound=self._target,
                 allowed=self._allowed,
             )
+            if backed_off:
+                log.info(
+                    "batch ran longer than planned and missed the SLO; cap backed off",
+                    extra={
+                        "items": items,
+                        "planned_seconds": round(planned, 6),
+                        "seconds": round(ended - started, 6),
+                        "cap": self.cap,
+                    },
+                )
             self.metrics.cap.set(self.cap)
 
     def _account_busy(self, started: float, ended: float, outcome: Outcome) -> None:

@@ -38,6 +38,7 @@ from typing import Protocol
 
 TARGET_FRACTION = 0.8
 BATCH_BUDGET_FRACTION = 0.4
+KEEP_UP_HEADROOM = 2.0  # a partial batch starts at once if it serves this many times the arrivals
 CAP_MARGIN_STDDEVS = 1.0  # noise allowed for when sizing the cap (deadlines use the full margin)
 BACKOFF_FACTOR = 0.75
 GROWTH_FRACTION = 0.125
@@ -120,7 +121,7 @@ class DeadlinePolicy:
         if full:
             return Decision(count)
         seconds = (expected or cost)(items)
-        if seconds <= 0 or items / seconds >= state.arrival_rate:
+        if seconds <= 0 or items / seconds >= KEEP_UP_HEADROOM * state.arrival_rate:
             return Decision(count)
         latest_start = min(p.deadline for p in state.queue[:count]) - max(
             cost(items), cost(state.cap)
@@ -258,13 +259,14 @@ class AdaptiveCap:
         slo_seconds: float,
         cost_bound: int,
         allowed: Sequence[int] | None = None,
-    ) -> None:
+    ) -> bool:
         """Adapt to one finished batch of ``size`` items that started at ``started``.
 
         ``waits`` are its requests' times in the queue; it ran ``compute_seconds`` where the cost
         model planned ``planned_seconds``; ``cost_bound`` and ``allowed`` are as for
         :meth:`effective`. Backs off when the batch's own execution broke the SLO, else grows
-        when the cap was what limited the batch (the cost model bounds the growth).
+        when the cap was what limited the batch (the cost model bounds the growth). Returns
+        whether it backed off.
         """
         if broken_by_execution(waits, compute_seconds, planned_seconds, slo_seconds):
             # Only one back-off per batch started after the previous one: the batches already
@@ -272,9 +274,11 @@ class AdaptiveCap:
             if started > self._last_backoff:
                 self.value = max(1, int(min(self.value, size) * BACKOFF_FACTOR))
                 self._last_backoff = started
-            return
+                return True
+            return False
         if size >= self.effective(cost_bound, allowed):
             self._grow(cost_bound)
+        return False
 
     def on_oom(self, size: int) -> None:
         """A batch of ``size`` items ran out of memory: halve, and stay below that size."""

@@ -1,6 +1,10 @@
 """Static peak provisioning vs reactive HPA vs predictive, replayed on two public traces.
 
-    python bench/autoscaler.py [--json FILE] [--plot FILE.png] [--tenants 8]
+    python bench/autoscaler.py [--json FILE] [--plot FILE.png] [--tenants 8] [--cold-start 120]
+
+The section with a 10-minute warm-up, where a forecast has more to win, is the same script with
+``--cold-start 600 --json bench/results/autoscaler-cold600.json --plot
+bench/results/autoscaler-cold600.png``.
 
 Every policy runs the real decision core every 15 s on the same fleet model, the same metric
 (the request rate over the last minute, an External AverageValue target of 0.7 of a replica's
