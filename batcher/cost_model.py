@@ -123,7 +123,9 @@ class CostModel:
         margin = self._margin if stddevs is None else stddevs
         return self.mean(size) * (1.0 + margin * self.relative_noise)
 
-    def largest_within(self, budget_seconds: float, limit: int, stddevs: float | None = None) -> int:
+    def largest_within(
+        self, budget_seconds: float, limit: int, stddevs: float | None = None
+    ) -> int:
         """Largest size up to ``limit`` whose estimate fits ``budget_seconds`` (at least 1).
 
         A binary search: it assumes time grows with size, true of the prior and of any table

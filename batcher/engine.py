@@ -23,8 +23,8 @@ import contextlib
 import itertools
 import logging
 import math
-from collections import deque
 import statistics
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -291,6 +291,7 @@ class Batcher:
             )
         loop = asyncio.get_running_loop()
         now = loop.time()
+        self._note_arrival(now, size)  # demand, refused or not: it sizes batches under overload
         ahead = (
             self._queued_items
             if self.priority_levels == 1
@@ -320,7 +321,6 @@ class Batcher:
             seq=next(self._seq),
             future=loop.create_future(),
         )
-        self._note_arrival(now, size)
         self._enqueue(request)
         request.timer = loop.call_at(request.expiry, self._expire, request)
         try:
@@ -359,15 +359,28 @@ class Batcher:
         self._allowed = None if len(allowed) == self.max_batch_size else allowed
         self._retarget()
 
-    def _retarget(self) -> None:
-        self._target = self.cost.best_size(
-            BATCH_BUDGET_FRACTION * self.slo_seconds,
-            self.max_batch_size,
-            self._allowed,
-            stddevs=CAP_MARGIN_STDDEVS,
+    def _retarget(self, now: float = -math.inf) -> None:
+        """Choose the cap's target: the most efficient size within the SLO's batch budget.
+
+        Under overload (that size serves fewer items per second than arrive) the budget gives
+        way to throughput: smaller batches would only grow the backlog and make everyone late.
+        """
+        budget = BATCH_BUDGET_FRACTION * self.slo_seconds
+        target = self.cost.best_size(
+            budget, self.max_batch_size, self._allowed, stddevs=CAP_MARGIN_STDDEVS
         )
+        seconds = self._expected_cost_of(target)
+        if seconds > 0 and target / seconds < self._items_rate(now):
+            target = self.cost.best_size(math.inf, self.max_batch_size, self._allowed, stddevs=0)
+        self._target = target
         self.metrics.cost_fixed.set(self.cost.fixed_seconds)
         self.metrics.cost_per_item.set(self.cost.per_item_seconds)
+
+    def _items_rate(self, now: float) -> float:
+        """Items per second arriving recently (0 before two arrivals)."""
+        if self._last_arrival is None or math.isinf(self._mean_gap):
+            return 0.0
+        return self._mean_size * arrival_rate(self._mean_gap, now - self._last_arrival)
 
     def _cost_of(self, items: int) -> float:
         """Conservative time of a batch of ``items`` as it would run (padded)."""
@@ -465,17 +478,16 @@ class Batcher:
             cap = self.cap
             self.metrics.cap.set(cap)
             if self._closing:
-                count, _, _ = fitting_prefix([r.pending() for r in self._queue], cap)
+                count, _, _ = fitting_prefix([r.pending() for r in self._queue[: cap + 1]], cap)
                 await self._execute(self._pop_front(count))
                 continue
-            since_last = now - self._last_arrival if self._last_arrival is not None else math.inf
             state = DispatchState(
                 # every request holds at least one item: no batch reaches past cap + 1 of them
                 queue=[r.pending() for r in self._queue[: cap + 1]],
                 now=now,
                 cap=cap,
                 earliest_start=self._earliest_start,
-                arrival_rate=self._mean_size * arrival_rate(self._mean_gap, since_last),
+                arrival_rate=self._items_rate(now),
             )
             decision = self.policy.decide(state, self._cost_of, self._expected_cost_of)
             if decision.take:
@@ -527,7 +539,7 @@ class Batcher:
             return
         if outcome.seconds > 0:
             self.cost.observe(executed, outcome.seconds)
-            self._retarget()
+            self._retarget(ended)
         self.metrics.batch_size.observe(items)
         self.metrics.compute_latency.observe(outcome.seconds)
         for request in batch:

@@ -6,26 +6,30 @@ time of a batch of ``n`` items as it would run (after padding to a bucket).
 
 Dispatch (adaptive): a batch is the longest prefix of the queue, in dispatch order, that fits the
 cap. It starts at once when it is full. A partial batch also starts at once when it serves items
-at least as fast as they arrive (``n / t(n) >= arrival rate``, with the expected time t, no
-margin): the device keeps up, so waiting
-would only add latency (light load: no waiting). Otherwise the load needs larger batches, and the
-batch waits to fill, up to the latest moment at which its earliest deadline can still be met by a
-full batch (the size it would then dispatch); the decision is re-made on every arrival. Under
-load the queue thus yields full batches at the cap, the throughput-optimal size.
+comfortably faster than they arrive (``n / t(n) >= KEEP_UP_HEADROOM * arrival rate``, with the
+expected time t, no margin): the device keeps up with room to spare, so waiting would only add
+latency (light load: no waiting), and the spare time is left to whatever shares the machine (on a
+CPU, the HTTP server itself). Otherwise the load needs larger batches, and the batch waits to
+fill, at most as long as a full batch takes (``t(cap)`` after its oldest request arrived) and
+never past the latest moment at which its earliest deadline can still be met by a full batch (the
+size it would then dispatch); the decision is re-made on every arrival. Under load the queue thus
+yields full batches at the cap, the throughput-optimal size.
 
 Deadline: a request's dispatch deadline is ``arrival + TARGET_FRACTION * slo`` (or its own
 timeout, when earlier). The remaining fraction absorbs what the engine does not see: request
 parsing, response encoding, the network.
 
 Cap: the largest batch allowed. The target is the size with the most items per second among
-those whose conservative time fits ``BATCH_BUDGET_FRACTION`` of the SLO (a request may wait for
-the batch in flight and then run in the next one: two batches must fit), chosen by the cost
-model. :class:`AdaptiveCap` holds a limit on top of it:
-* backed off multiplicatively only when a batch's own execution breaks the SLO: it missed and ran
-  past its budget. Misses from waiting behind a backlog (overload) never shrink the cap: a smaller
-  batch drains a backlog more slowly, the usual AIMD death spiral;
-* grown additively while batches finish with slack and were limited by the cap, and when
-  requests miss only because of a backlog;
+those whose time (one noise deviation above the mean) fits ``BATCH_BUDGET_FRACTION`` of the SLO:
+a request may wait for the batch in flight and then run in its own, so two batches must fit. The
+engine lets the budget give way to throughput under overload (when that size serves fewer items
+per second than arrive), since smaller batches would only grow the backlog. :class:`AdaptiveCap`
+holds a limit on top of the target:
+* backed off multiplicatively only when a batch's own execution breaks the SLO: it ran clearly
+  longer than planned and a request that would have made it in time missed. Misses from waiting
+  behind a backlog (overload) never shrink the cap: a smaller batch drains a backlog more slowly,
+  the usual AIMD death spiral;
+* grown additively, up to the target, while batches are limited by it;
 * halved on out-of-memory, with a ceiling below the size that failed until memory is released.
 """
 
@@ -37,8 +41,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 TARGET_FRACTION = 0.8
-BATCH_BUDGET_FRACTION = 0.4
-KEEP_UP_HEADROOM = 2.0  # a partial batch starts at once if it serves this many times the arrivals
+BATCH_BUDGET_FRACTION = 0.5
+OVERRUN_TOLERANCE = 0.05  # a batch this much over its planned time ran longer than planned
+KEEP_UP_HEADROOM = 1.5  # a partial batch starts at once if it serves this many times the arrivals
 CAP_MARGIN_STDDEVS = 1.0  # noise allowed for when sizing the cap (deadlines use the full margin)
 BACKOFF_FACTOR = 0.75
 GROWTH_FRACTION = 0.125
@@ -123,12 +128,15 @@ class DeadlinePolicy:
         seconds = (expected or cost)(items)
         if seconds <= 0 or items / seconds >= KEEP_UP_HEADROOM * state.arrival_rate:
             return Decision(count)
-        latest_start = min(p.deadline for p in state.queue[:count]) - max(
-            cost(items), cost(state.cap)
-        )
-        if latest_start <= state.now:
+        batch = state.queue[:count]
+        latest_start = min(p.deadline for p in batch) - max(cost(items), cost(state.cap))
+        # Waiting longer than a full batch takes never pays: the batch would have run and the
+        # next one formed meanwhile. This is the delay Triton users tune by hand, set online.
+        worth_waiting = min(p.arrival for p in batch) + (expected or cost)(state.cap)
+        wake_at = min(latest_start, worth_waiting)
+        if wake_at <= state.now:
             return Decision(count)
-        return Decision(0, latest_start)
+        return Decision(0, wake_at)
 
 
 @dataclass(frozen=True)
@@ -211,6 +219,8 @@ def broken_by_execution(
     missed because it ran longer. A request that had already waited too long to make it (a
     backlog: overload) does not count: shrinking batches would only drain the backlog slower.
     """
+    if compute_seconds <= (1 + OVERRUN_TOLERANCE) * planned_seconds:
+        return False  # as planned, give or take timer granularity
     return any(w + planned_seconds <= slo_seconds < w + compute_seconds for w in waits)
 
 
@@ -290,5 +300,7 @@ class AdaptiveCap:
         self.ceiling = self.maximum
 
     def _grow(self, cost_bound: int) -> None:
-        step = max(1, int(self.value * GROWTH_FRACTION))
-        self.value = min(self.maximum, self.ceiling, max(cost_bound, 1), self.value + step)
+        """Step towards the cost model's size; never past it, and never down to it."""
+        limit = min(self.maximum, self.ceiling, max(cost_bound, 1))
+        if self.value < limit:
+            self.value = min(limit, self.value + max(1, int(self.value * GROWTH_FRACTION)))

@@ -83,9 +83,7 @@ def summarize(
     p50 = float(np.percentile(padded, 50, method="higher")) if padded else math.inf
     p99 = float(np.percentile(padded, 99, method="higher")) if padded else math.inf
     throughput = len(latencies) / elapsed if elapsed > 0 else 0.0
-    return LoadPoint(
-        rate, len(padded), len(latencies), errors, throughput, p50, p99, mean_batch
-    )
+    return LoadPoint(rate, len(padded), len(latencies), errors, throughput, p50, p99, mean_batch)
 
 
 async def poisson_load(batcher: Batcher, rate: float, count: int, seed: int) -> tuple[list, int]:

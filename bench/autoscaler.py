@@ -1,6 +1,7 @@
 """Static peak provisioning vs reactive HPA vs predictive, replayed on two public traces.
 
     python bench/autoscaler.py [--json FILE] [--plot FILE.png] [--tenants 8] [--cold-start 120]
+        [--frontier-targets 0.5,0.6,0.7,0.8] [--frontier-hpa-targets 0.25,0.3,...,0.8]
 
 The section with a 10-minute warm-up, where a forecast has more to win, is the same script with
 ``--cold-start 600 --json bench/results/autoscaler-cold600.json --plot
@@ -34,6 +35,16 @@ the highest over the next cold start plus one tick; scale-down window of that sa
 policy's window, to show what the shorter window alone does). ``hpa@0.6`` is a control at a
 different target: the HPA given about the headroom the predictive policy pays for, to tell a
 better-placed forecast from plain extra capacity. The goals are judged at the common target.
+
+The frontier section (Alibaba, at the run's cold start) asks the same question over a range:
+the HPA at targets 0.25-0.8 traces its breach-minutes-versus-GPU-hours curve, and the predictive
+policy with the mean and with the peak forecast series at 0.5-0.8 is placed against it. A point
+below the curve (fewer breach minutes than the HPA at the same GPU-hours, interpolated between
+the HPA points around it) places capacity better; a point on or above it only adds capacity;
+one beyond the HPA points' GPU-hours is reported as outside. Forecasts depend on the load only,
+so each series is forecast once and shared by its targets, and headline runs are reused: the
+section costs about 100 s. It prints a table, adds ``frontier`` and ``frontier_verdicts`` to the
+JSON and writes ``<plot>-frontier.png``. ``--frontier-targets ""`` skips it.
 """
 
 from __future__ import annotations
@@ -51,8 +62,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # The script's own folder holds bench/predictor.py, which would shadow the predictor package.
 sys.path[0] = str(ROOT)
 
-from autoscaler.simulator.engine import SimulationConfig, simulate  # noqa: E402
+from autoscaler.simulator.engine import (  # noqa: E402
+    SimulationConfig,
+    predictor_forecaster,
+    simulate,
+)
 from autoscaler.simulator.fleet import ServiceModel  # noqa: E402
+from autoscaler.simulator.forecast import LoadForecaster, SharedForecaster  # noqa: E402
+from autoscaler.simulator.frontier import FrontierPoint, compare, plot_frontiers  # noqa: E402
 from autoscaler.simulator.report import plot, summarise, write_json  # noqa: E402
 from autoscaler.simulator.trace import load_trace, superpose  # noqa: E402
 
@@ -119,7 +136,13 @@ def azure_setup(cold_start: float) -> tuple:
     return trace, config, note
 
 
-def run_trace(name: str, trace, config: SimulationConfig, note: str) -> tuple[list, list]:
+def run_trace(
+    name: str,
+    trace,
+    config: SimulationConfig,
+    note: str,
+    forecaster: LoadForecaster | None = None,
+) -> tuple[list, list]:
     warmup = config.warmup_seconds  # the predictive policy's scale-down window and horizon
     runs = [
         ("static", "static", config),
@@ -132,7 +155,7 @@ def run_trace(name: str, trace, config: SimulationConfig, note: str) -> tuple[li
     rows, results = [], []
     for label, policy, cfg in runs:
         started = time.perf_counter()
-        result = simulate(trace, cfg, policy)
+        result = simulate(trace, cfg, policy, forecaster)
         row = summarise(result)
         row.update(trace=name, label=label, wall_seconds=time.perf_counter() - started, setup=note)
         rows.append(row)
@@ -154,6 +177,100 @@ def run_trace(name: str, trace, config: SimulationConfig, note: str) -> tuple[li
         ),
     }
     return rows, results
+
+
+def run_frontier(
+    trace,
+    config: SimulationConfig,
+    targets: list[float],
+    forecasters: dict[str, SharedForecaster],
+    known: dict[tuple[str, float], dict],
+    hpa_targets: list[float] | None = None,
+) -> list[dict]:
+    """HPA and predictive (each forecast series) at several targets, placed on HPA's frontier.
+
+    ``hpa_targets`` (default: ``targets``) may reach further, as HPA runs are cheap and a
+    candidate point beyond the HPA points' GPU-hours cannot be judged.
+
+    ``known`` holds rows already run in the headline table, keyed by (variant, target), which
+    are reused rather than run again; the forecasters are shared across targets (the forecast
+    depends on the load only), so each series costs one forecast pass.
+    """
+    warmup = config.warmup_seconds
+    variants = [("hpa", "hpa", config.forecast_series, None, hpa_targets or targets)] + [
+        (f"predictive-{series}", "predictive", series, down_window(warmup), targets)
+        for series in forecasters
+    ]
+    rows = []
+    for label, policy, series, behavior, variant_targets in variants:
+        for target in variant_targets:
+            row = known.get((label, target))
+            reused = row is not None
+            started = time.perf_counter()
+            if row is None:
+                cfg = replace(
+                    config, target_utilization=target, behavior=behavior, forecast_series=series
+                )
+                row = summarise(simulate(trace, cfg, policy, forecasters.get(series)))
+            rows.append(
+                {
+                    "label": label,
+                    "target_utilization": target,
+                    "gpu_hours": row["gpu_hours"],
+                    "breach_minutes": row["breach_minutes"],
+                    "slo_minutes": row["slo_minutes"],
+                    "mean_utilization": row["mean_utilization"],
+                    "reused_from_headline": reused,
+                    "wall_seconds": 0.0 if reused else time.perf_counter() - started,
+                }
+            )
+    reference = [frontier_point(r) for r in rows if r["label"] == "hpa"]
+    for r in rows:
+        if r["label"] != "hpa":
+            placed = compare(reference, frontier_point(r))
+            r.update(
+                vs_hpa_frontier=placed.verdict,
+                hpa_breaches_at_same_gpu_hours=placed.reference_breaches,
+                hpa_gpu_hours_at_same_breaches=placed.reference_gpu_hours,
+            )
+    return rows
+
+
+def frontier_point(row: dict) -> FrontierPoint:
+    return FrontierPoint(
+        row["label"], row["target_utilization"], row["gpu_hours"], row["breach_minutes"]
+    )
+
+
+def frontier_verdicts(rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per predictive variant: how many of its points lie below, on/above or outside HPA's."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if "vs_hpa_frontier" in r:
+            tally = counts.setdefault(r["label"], {"below": 0, "on_or_above": 0, "outside": 0})
+            tally[r["vs_hpa_frontier"]] += 1
+    return counts
+
+
+def print_frontier(rows: list[dict]) -> None:
+    head = (
+        f"{'variant':<17} {'target':>6} {'breach':>6} {'GPU-h':>8} {'util':>6} "
+        f"{'hpa breach@GPU-h':>16} {'hpa GPU-h@breach':>16} {'vs HPA frontier':>15} "
+        f"{'wall s':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        at_cost = r.get("hpa_breaches_at_same_gpu_hours")
+        at_quality = r.get("hpa_gpu_hours_at_same_breaches")
+        wall = "reused" if r["reused_from_headline"] else f"{r['wall_seconds']:.1f}"
+        print(
+            f"{r['label']:<17} {r['target_utilization']:>6.2f} {r['breach_minutes']:>6d} "
+            f"{r['gpu_hours']:>8.1f} {r['mean_utilization']:>6.3f} "
+            f"{'-' if at_cost is None else f'{at_cost:.0f}':>16} "
+            f"{'-' if at_quality is None else f'{at_quality:.0f}':>16} "
+            f"{r.get('vs_hpa_frontier', 'reference'):>15} {wall:>6}"
+        )
 
 
 def print_table(rows: list[dict]) -> None:
@@ -185,9 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cold-start", type=float, default=120.0, help="seconds before a new replica serves"
     )
+    parser.add_argument(
+        "--frontier-targets",
+        default="0.5,0.6,0.7,0.8",
+        help="predictive targets of the Alibaba frontier section, comma-separated (empty: skip)",
+    )
+    parser.add_argument(
+        "--frontier-hpa-targets",
+        default="0.25,0.3,0.4,0.5,0.6,0.7,0.8",
+        help="HPA targets tracing the reference frontier (wider: the peak series costs more)",
+    )
     args = parser.parse_args(argv)
+    targets = [float(x) for x in args.frontier_targets.split(",") if x.strip()]
+    hpa_targets = [float(x) for x in args.frontier_hpa_targets.split(",") if x.strip()]
     rows: list[dict] = []
     plots = {}
+    frontier: list[dict] = []
     for name, (trace, config, note) in (
         ("alibaba", alibaba_setup(args.tenants, args.cold_start)),
         ("azure", azure_setup(args.cold_start)),
@@ -198,15 +328,42 @@ def main(argv: list[str] | None = None) -> int:
             f"per replica; cold start {config.cold_start:g} s",
             flush=True,
         )
-        trace_rows, results = run_trace(name, trace, config, note)
+        forecasters = {
+            series: SharedForecaster(predictor_forecaster(replace(config, forecast_series=series)))
+            for series in ("mean", "peak")
+        }
+        trace_rows, results = run_trace(
+            name, trace, config, note, forecasters[config.forecast_series]
+        )
         rows += trace_rows
         plots[name] = results
+        if name == "alibaba" and targets and len(hpa_targets) >= 2:
+            headline_variant = {
+                "hpa": "hpa",
+                "hpa@0.6": "hpa",
+                "predictive": f"predictive-{config.forecast_series}",
+            }
+            known = {
+                (headline_variant[r["label"]], r["target_utilization"]): r
+                for r in trace_rows
+                if r["label"] in headline_variant
+            }
+            frontier = run_frontier(trace, config, targets, forecasters, known, hpa_targets)
     print()
     print_table(rows)
     for r in rows:
         if "goals" in r:
             print(f"{r['trace']} predictive goals: " + json.dumps(r["goals"]))
-    write_json(args.json, {"rows": rows})
+    verdicts = frontier_verdicts(frontier)
+    if frontier:
+        print(f"\nalibaba frontier, cold start {args.cold_start:g} s (HPA is the reference):")
+        print_frontier(frontier)
+        for variant, tally in verdicts.items():
+            print(f"{variant} vs HPA frontier: " + json.dumps(tally))
+    write_json(
+        args.json,
+        {"rows": rows, "frontier": frontier, "frontier_verdicts": verdicts},
+    )
     plot_path = Path(args.plot)
     for name, results in plots.items():
         target = (
@@ -215,7 +372,16 @@ def main(argv: list[str] | None = None) -> int:
             else plot_path.with_name(plot_path.stem + f"-{name}" + plot_path.suffix)
         )
         plot(results, target, title=f"{name}: static vs hpa vs predictive")
-    print(f"wrote {args.json} and {plot_path} (+ {plot_path.stem}-azure{plot_path.suffix})")
+    written = f"{plot_path.stem}-azure{plot_path.suffix}"
+    if frontier:
+        frontier_path = plot_path.with_name(plot_path.stem + "-frontier" + plot_path.suffix)
+        plot_frontiers(
+            {f"alibaba, cold start {args.cold_start:g} s": [frontier_point(r) for r in frontier]},
+            frontier_path,
+            title="SLO breach minutes vs GPU-hours (labels: utilization target)",
+        )
+        written += f", {frontier_path.name}"
+    print(f"wrote {args.json} and {plot_path} (+ {written})")
     return 0
 
 

@@ -179,6 +179,19 @@ def warm_start_replicas(trace: Trace, config: SimulationConfig) -> int:
     return min(config.max_replicas, max(config.min_replicas, needed))
 
 
+def predictor_forecaster(config: SimulationConfig) -> PredictorForecaster:
+    """The predictor service as the predictive policy consumes it, set up from ``config``."""
+    return PredictorForecaster(
+        config.forecast_step,
+        config.warmup_seconds,
+        quantile=config.forecast_quantile,
+        seasons_seconds=config.forecast_seasons,
+        models=config.forecast_models,
+        refit_seconds=config.forecast_refit_seconds,
+        series=config.forecast_series,
+    )
+
+
 def simulate(
     trace: Trace,
     config: SimulationConfig,
@@ -200,15 +213,7 @@ def simulate(
     if policy != "predictive":
         forecaster = None
     elif forecaster is None:
-        forecaster = PredictorForecaster(
-            config.forecast_step,
-            config.warmup_seconds,
-            quantile=config.forecast_quantile,
-            seasons_seconds=config.forecast_seasons,
-            models=config.forecast_models,
-            refit_seconds=config.forecast_refit_seconds,
-            series=config.forecast_series,
-        )
+        forecaster = predictor_forecaster(config)
     fleet = Fleet(trace.arrivals, trace.work, config.service, config.cold_start, initial)
     state = ScalingState()
     timeline = Timeline()

@@ -134,3 +134,48 @@ class PredictorForecaster:
         if model is not None:
             self.name = model
         return best
+
+
+class SharedForecaster:
+    """One forecaster's answers, shared by runs that replay the same load.
+
+    The forecaster sees only the measured request rate, which comes from the trace and not from
+    the autoscaler's actions, so runs of one trace that differ only in target or behavior are
+    shown the same forecasts. Computing them once makes a sweep over targets cost one forecast
+    pass instead of one per run. Each run replays from the start: a tick already seen is answered
+    from the record (its rate must be the one recorded, or the runs do not share a load), and a
+    tick past the record is passed on to the wrapped forecaster, which carries on from there.
+    """
+
+    def __init__(self, inner: LoadForecaster) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._rates: dict[float, float] = {}
+        self._last: float = -math.inf
+        self._uppers: dict[tuple[float, float], tuple[float | None, str]] = {}
+
+    def observe(self, t: float, rate: float) -> None:
+        if t in self._rates:
+            if not math.isclose(self._rates[t], rate, rel_tol=1e-12, abs_tol=1e-12):
+                raise ValueError(
+                    f"rate {rate} at t={t} differs from the recorded {self._rates[t]}: a shared "
+                    "forecaster serves only runs of the same trace, tick and metric window"
+                )
+            return
+        if t < self._last:
+            raise ValueError(
+                f"t={t} was never observed and precedes t={self._last}: runs sharing a "
+                "forecaster must use the same tick"
+            )
+        self.inner.observe(t, rate)
+        self._rates[t] = rate
+        self._last = t
+
+    def upper(self, now: float, horizon_seconds: float) -> float | None:
+        key = (now, horizon_seconds)
+        if key not in self._uppers:
+            if now != self._last:
+                raise ValueError(f"no recorded forecast at t={now}; observe t first")
+            self._uppers[key] = (self.inner.upper(now, horizon_seconds), self.inner.name)
+        value, self.name = self._uppers[key]
+        return value

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from autoscaler.simulator.cli import simulate_main
-from autoscaler.simulator.engine import SimulationConfig, peak_replicas, simulate
+from autoscaler.simulator.engine import (
+    SimulationConfig,
+    peak_replicas,
+    predictor_forecaster,
+    simulate,
+)
 from autoscaler.simulator.fleet import Fleet, ServiceModel
-from autoscaler.simulator.forecast import PredictorForecaster
+from autoscaler.simulator.forecast import PredictorForecaster, SharedForecaster
+from autoscaler.simulator.frontier import FrontierPoint, compare, plot_frontiers
 from autoscaler.simulator.report import summarise
 from autoscaler.simulator.trace import TraceError, from_arrivals, load_trace, superpose
 
@@ -323,3 +332,126 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "slo_minutes" in capsys.readouterr().out
     assert simulate_main(["--trace", str(tmp_path / "missing.csv")]) == 2
+
+
+def small_forecast_config(**changes) -> SimulationConfig:
+    base = SimulationConfig(
+        service=SERVICE,
+        cold_start=120,
+        forecast_step=60.0,
+        forecast_seasons=(),
+        forecast_models=("ets_log",),
+        forecast_refit_seconds=1800.0,
+    )
+    return replace(base, **changes)
+
+
+def test_a_shared_forecaster_gives_every_target_the_forecasts_a_fresh_one_would():
+    trace = from_arrivals(poisson(periodic_rate, 2 * 3600, seed=11))
+    base = small_forecast_config()
+    shared = SharedForecaster(predictor_forecaster(base))
+    for target in (0.5, 0.8, 0.6):  # not in time order of anything: each run replays from 0
+        cfg = replace(base, target_utilization=target)
+        alone = simulate(trace, cfg, "predictive")
+        reused = simulate(trace, cfg, "predictive", shared)
+        np.testing.assert_array_equal(alone.timeline.forecast, reused.timeline.forecast)
+        assert alone.timeline.replicas == reused.timeline.replicas
+        assert alone.forecast_models == reused.forecast_models
+        assert summarise(alone)["breach_minutes"] == summarise(reused)["breach_minutes"]
+    # the wrapped predictor saw the load once: as many refits as one standalone pass
+    standalone = predictor_forecaster(base)
+    simulate(trace, base, "predictive", standalone)
+    assert shared.inner.refits == standalone.refits
+
+
+def test_a_shared_forecaster_refuses_a_different_load():
+    base = small_forecast_config()
+    shared = SharedForecaster(predictor_forecaster(base))
+    simulate(from_arrivals(poisson(lambda t: 3.0, 1200, seed=1)), base, "predictive", shared)
+    with pytest.raises(ValueError, match="same trace"):
+        simulate(from_arrivals(poisson(lambda t: 3.0, 1200, seed=2)), base, "predictive", shared)
+    with pytest.raises(ValueError, match="same tick"):
+        simulate(
+            from_arrivals(poisson(lambda t: 3.0, 1200, seed=1)),
+            replace(base, tick=10.0),
+            "predictive",
+            shared,
+        )
+
+
+HPA_CURVE = [
+    FrontierPoint("hpa", 0.8, 100.0, 400),
+    FrontierPoint("hpa", 0.7, 120.0, 200),
+    FrontierPoint("hpa", 0.6, 140.0, 100),
+]
+
+
+def test_frontier_interpolates_between_the_reference_points_around_a_candidate():
+    below = compare(HPA_CURVE, FrontierPoint("p", 0.7, 110.0, 250))
+    assert below.verdict == "below"
+    assert below.reference_breaches == pytest.approx(300.0)  # halfway from 400 to 200
+    assert below.reference_gpu_hours == pytest.approx(115.0)  # HPA pays 115 for 250 breaches
+    above = compare(HPA_CURVE, FrontierPoint("p", 0.7, 130.0, 150))
+    assert above.verdict == "on_or_above"  # exactly on the line is not better
+    assert above.reference_breaches == pytest.approx(150.0)
+    costlier = compare(HPA_CURVE, FrontierPoint("p", 0.5, 200.0, 10))
+    assert costlier.verdict == "outside"
+    assert costlier.reference_breaches is None and costlier.reference_gpu_hours is None
+    # order of the reference points does not matter
+    assert compare(HPA_CURVE[::-1], FrontierPoint("p", 0.7, 110.0, 250)) == below
+
+
+def test_frontier_reads_no_equal_quality_cost_where_the_reference_is_not_monotone():
+    bumpy = [*HPA_CURVE, FrontierPoint("hpa", 0.5, 160.0, 120)]
+    placed = compare(bumpy, FrontierPoint("p", 0.6, 150.0, 90))
+    assert placed.verdict == "below"
+    assert placed.reference_breaches == pytest.approx(110.0)
+    assert placed.reference_gpu_hours is None
+    with pytest.raises(ValueError, match="two reference points"):
+        compare(HPA_CURVE[:1], FrontierPoint("p", 0.6, 150.0, 90))
+
+
+def test_frontier_plot_is_written(tmp_path):
+    path = tmp_path / "frontier.png"
+    plot_frontiers({"a": [*HPA_CURVE, FrontierPoint("p", 0.7, 110.0, 250)]}, path, "t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(120)
+def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
+    spec = importlib.util.spec_from_file_location(
+        "bench_autoscaler", Path(__file__).resolve().parents[2] / "bench" / "autoscaler.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    trace = from_arrivals(poisson(periodic_rate, 2 * 3600, seed=12))
+    config = small_forecast_config()
+    forecasters = {
+        series: SharedForecaster(predictor_forecaster(replace(config, forecast_series=series)))
+        for series in ("mean", "peak")
+    }
+    headline = summarise(simulate(trace, replace(config, target_utilization=0.6), "hpa"))
+    known = {("hpa", 0.6): {**headline, "breach_minutes": 12345}}  # marked, to see it reused
+    rows = bench.run_frontier(trace, config, [0.6, 0.8], forecasters, known, [0.5, 0.6, 0.8])
+    assert [(r["label"], r["target_utilization"]) for r in rows] == [
+        ("hpa", 0.5),
+        ("hpa", 0.6),
+        ("hpa", 0.8),
+        *((label, t) for label in ("predictive-mean", "predictive-peak") for t in (0.6, 0.8)),
+    ]
+    reused = [r for r in rows if r["reused_from_headline"]]
+    assert [(r["label"], r["breach_minutes"]) for r in reused] == [("hpa", 12345)]
+    # a fresh run at 0.8 spends fewer GPU-hours than one at 0.5
+    hpa = {r["target_utilization"]: r for r in rows if r["label"] == "hpa"}
+    assert hpa[0.8]["gpu_hours"] < hpa[0.5]["gpu_hours"]
+    for r in rows:
+        if r["label"] == "hpa":
+            assert "vs_hpa_frontier" not in r
+        else:
+            assert r["vs_hpa_frontier"] in ("below", "on_or_above", "outside")
+            inside = hpa[0.8]["gpu_hours"] <= r["gpu_hours"] <= hpa[0.5]["gpu_hours"]
+            assert (r["hpa_breaches_at_same_gpu_hours"] is not None) == inside
+    tally = bench.frontier_verdicts(rows)
+    assert set(tally) == {"predictive-mean", "predictive-peak"}
+    assert all(sum(t.values()) == 2 for t in tally.values())

@@ -40,21 +40,28 @@ class TestDeadlinePolicy:
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 4
 
     def test_partial_batch_that_keeps_up_with_arrivals_starts_at_once(self) -> None:
-        # 3 items in 13 ms serve 230 items/s: more than the 100/s arriving, so no waiting.
+        # 3 items in 13 ms serve 230 items/s: more than 1.5 x the 100/s arriving: no waiting.
         state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.3, cap=8, arrival_rate=100.0)
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 3
 
     def test_partial_batch_under_load_waits_to_fill_until_the_last_safe_moment(self) -> None:
-        # 3 items in 13 ms serve 230/s but 1000/s arrive: the load needs fuller batches. The
-        # batch would dispatch at the cap (8 items, 18 ms), so it must start by 0.8 - 0.018.
-        state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.3, cap=8, arrival_rate=1000.0)
-        decision = self.policy.decide(state, linear(0.01, 0.001))
+        # A slow device: 3 items in 0.53 s serve 6/s but 1000/s arrive, so the batch waits to
+        # fill. It would run at the cap (8 items, 0.58 s), so it must start by 0.8 - 0.58.
+        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.15, cap=8, arrival_rate=1000.0)
+        decision = self.policy.decide(state, linear(0.5, 0.01))
         assert decision.take == 0
-        assert decision.wake_at == pytest.approx(0.8 - 0.018)
+        assert decision.wake_at == pytest.approx(0.8 - 0.58)
 
     def test_partial_batch_starts_once_the_last_safe_moment_has_come(self) -> None:
-        state = DispatchState(waiting(0.0, 0.1, 0.2), now=0.782, cap=8, arrival_rate=1000.0)
-        assert self.policy.decide(state, linear(0.01, 0.001)).take == 3
+        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.221, cap=8, arrival_rate=1000.0)
+        assert self.policy.decide(state, linear(0.5, 0.01)).take == 3
+
+    def test_never_waits_longer_than_a_full_batch_takes(self) -> None:
+        # t(8) = 18 ms: waiting past 18 ms after the oldest arrival would not pay.
+        state = DispatchState(waiting(0.0, 0.001), now=0.005, cap=8, arrival_rate=1000.0)
+        assert self.policy.decide(state, linear(0.01, 0.001)).wake_at == pytest.approx(0.018)
+        state = DispatchState(waiting(0.0, 0.001), now=0.0181, cap=8, arrival_rate=1000.0)
+        assert self.policy.decide(state, linear(0.01, 0.001)).take == 2
 
     def test_keeping_up_is_judged_on_the_expected_time_not_the_margin(self) -> None:
         # With the noise margin one item takes 40 ms (25/s); expected, 10 ms (100/s).
@@ -63,11 +70,12 @@ class TestDeadlinePolicy:
         assert self.policy.decide(state, linear(0.04, 0.0), linear(0.01, 0.0)).take == 1
 
     def test_waiting_uses_the_time_of_the_size_it_would_run(self) -> None:
-        # Padding: 2 items run as 16; the deadline math must use t(16), not t(2).
-        padded = {2: 0.3, 16: 0.3}
+        # Padding: 2 items would run alone in 0.1 s, but the batch waits to fill the cap of 16,
+        # which takes 0.5 s: the deadline math must use t(16).
+        padded = {2: 0.1, 16: 0.5}
         state = DispatchState(waiting(0.0, 0.0), now=0.0, cap=16, arrival_rate=1e6)
-        decision = self.policy.decide(state, lambda n: padded.get(n, 0.3))
-        assert decision.wake_at == pytest.approx(0.8 - 0.3)
+        decision = self.policy.decide(state, lambda n: padded[n])
+        assert decision.wake_at == pytest.approx(0.8 - 0.5)
 
     def test_batch_is_the_prefix_that_fits_the_cap(self) -> None:
         queue = [Pending(3, 0.0, 0.8), Pending(3, 0.0, 0.8), Pending(3, 0.0, 0.8)]
@@ -75,10 +83,10 @@ class TestDeadlinePolicy:
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 2
 
     def test_earliest_deadline_in_the_batch_governs(self) -> None:
-        queue = [Pending(1, 0.5, 1.3), Pending(1, 0.0, 0.2)]  # second has a short timeout
-        state = DispatchState(queue, now=0.1, cap=8, arrival_rate=1e6)  # far more than 40/s
-        decision = self.policy.decide(state, linear(0.05, 0.0))
-        assert decision.wake_at == pytest.approx(0.15)
+        queue = [Pending(1, 0.0, 1.3), Pending(1, 0.0, 0.4)]  # second has a short timeout
+        state = DispatchState(queue, now=0.0, cap=8, arrival_rate=1e6)
+        decision = self.policy.decide(state, linear(0.3, 0.0))
+        assert decision.wake_at == pytest.approx(0.1)
 
     def test_utilization_cap_delays_the_start(self) -> None:
         state = DispatchState(
@@ -319,8 +327,8 @@ class TestCostModel:
         model = CostModel()
         for b in (1, 8, 16) * 40:
             model.observe(b, 0.005 + 0.002 * b)
-        assert model.largest_within(BATCH_BUDGET_FRACTION * 0.1, 64) == 17
-        assert model.best_size(BATCH_BUDGET_FRACTION * 0.1, 64) == 17
+        assert model.largest_within(BATCH_BUDGET_FRACTION * 0.1, 64) == 22  # 5 + 2*22 <= 50 ms
+        assert model.best_size(BATCH_BUDGET_FRACTION * 0.1, 64) == 22
 
     def test_stale_slow_entries_give_way_after_a_speed_up(self) -> None:
         model = CostModel()
@@ -336,7 +344,7 @@ class TestCostModel:
         model = CostModel()
         for b in (1, 2, 4, 8, 16, 32) * 5:
             model.observe(b, 0.03 + 0.0025 * b)
-        for i in range(FORGET_AFTER + 1):
+        for _ in range(FORGET_AFTER + 1):
             model.observe(1, 0.0325)
             model.observe(2, 0.0325 + 0.01)  # a noisy quiet period: steep line through 1 and 2
         assert model.mean(32) == pytest.approx(0.03 + 0.0025 * 32)

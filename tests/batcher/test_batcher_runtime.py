@@ -229,6 +229,7 @@ class TestConfig:
             ({"utilization_cap": 1.5}, "--utilization-cap"),
             ({"default_priority": 3, "priority_levels": 2}, "--default-priority"),
             ({"pad_buckets": [64], "max_batch_size": 32}, "--pad-buckets 64"),
+            ({"warmup_repeats": -1}, "--warmup-repeats must be >= 0"),
             ({"listen": "nowhere"}, "HOST:PORT"),
         ],
     )
