@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models.dashboard import (
-    DashboardCursorSync,
     DynamicConfigValue,
     VariableSort,
 )
 
 from dashboards import variables
+from dashboards.base import new_dashboard
 from dashboards.panels import (
     Column,
     Query,
@@ -253,36 +253,30 @@ def _health_row(d: db.Dashboard) -> db.Dashboard:
 
 
 def dashboard() -> db.Dashboard:
-    d = (
-        db.Dashboard("Predictor")
-        .uid(UID)
-        .description(
+    d = new_dashboard(
+        "Predictor",
+        UID,
+        (
             "Forecasts against what happened, with the upper bound the autoscaler consumes; "
             "forecast error, coverage, the chosen models, and the predictor's health. Generated "
             "by dashboards/predictor.py."
-        )
-        .tags(["autoglm", "predictor"])
-        .editable()
-        .tooltip(DashboardCursorSync.CROSSHAIR)
-        .refresh("30s")
-        .time("now-6h", "now")
-        .timezone("browser")
-        .variables(
-            [
-                variables.datasource(),
-                variables.single_value_variable(
-                    "target", "target", "autoglm_forecast_observed", "Target", example="requests"
-                ),
-                variables.single_value_variable(
-                    "horizon",
-                    "horizon_seconds",
-                    'autoglm_forecast_value{target=~"$target"}',
-                    "Horizon (s)",
-                    example="300",
-                    sort=VariableSort.NUMERICAL_ASC,
-                ),
-            ]
-        )
+        ),
+        ["predictor"],
+    ).variables(
+        [
+            variables.datasource(),
+            variables.single_value_variable(
+                "target", "target", "autoglm_forecast_observed", "Target", example="requests"
+            ),
+            variables.single_value_variable(
+                "horizon",
+                "horizon_seconds",
+                'autoglm_forecast_value{target=~"$target"}',
+                "Horizon (s)",
+                example="300",
+                sort=VariableSort.NUMERICAL_ASC,
+            ),
+        ]
     )
     for add in (_forecast_row, _models_row):
         d = add(d)
