@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 
 ALERT_WAIT_S = 90.0  # a `for: 1m` alert, evaluated every second, plus delivery
 PANEL_WAIT_S = 100.0  # GPU-hour panels integrate in 1-minute steps: wait past one boundary
-OVERLOAD_CLIENTS = 8  # closed-loop clients against a queue of 4 items: about 15% refused
+OVERLOAD_CLIENTS = 16  # closed-loop clients against 4 queued + 4 running items: many refused
 # A rate over 1m above 5% for 1m, evaluated every second, plus delivery.
 REJECTION_WAIT_S = 150.0
 # Batcher panels that read only the CUDA caching allocator's statistics: absent on a CPU
