@@ -17,6 +17,8 @@ import yaml
 
 from dashboards.runbooks import RUNBOOK_BASE_URL, runbook_url
 
+pytestmark = pytest.mark.live  # runs the real promtool/prometheus binaries
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "rules.yaml"
 TEST_FILES = sorted((ROOT / "alerts" / "tests").glob("*.yaml"))

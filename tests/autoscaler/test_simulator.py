@@ -43,8 +43,8 @@ def test_fleet_serves_every_request_exactly_once_in_fifo_batches():
     assert not np.isnan(fleet.finished).any()
     assert np.all(fleet.started >= arrivals) and np.all(fleet.finished > fleet.started)
     # a batch takes c + a*b: every service time is one of the four batch sizes' times
-    durations = np.round(fleet.finished - fleet.started, 9)
-    assert set(durations) <= {1.0, 1.5, 2.0, 2.5}
+    service_times = np.round(fleet.finished - fleet.started, 9)
+    assert set(service_times) <= {1.0, 1.5, 2.0, 2.5}
     batches = set(zip(fleet.started, fleet.finished, strict=True))
     assert fleet.busy_seconds == pytest.approx(sum(f - s for s, f in batches))
 

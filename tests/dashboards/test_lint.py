@@ -198,6 +198,7 @@ def test_panels_have_descriptions_and_units(filename: str) -> None:
                 assert target.get("legendFormat"), f"{panel['title']}: series need legends"
 
 
+@pytest.mark.live
 def test_every_query_parses_in_promtool(tmp_path: Path) -> None:
     concrete = [
         make_concrete(q.expr, example_values(d))
@@ -221,6 +222,7 @@ def test_every_query_parses_in_promtool(tmp_path: Path) -> None:
     assert f"SUCCESS: {len(rules)} rules found" in result.stdout
 
 
+@pytest.mark.live
 def test_the_parse_check_catches_a_broken_query(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     broken = make_concrete('sum(rate(DCGM_FI_DEV_GPU_UTIL{gpu=~"$gpu"}[$__rate_interval])')

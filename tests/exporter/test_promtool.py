@@ -14,6 +14,8 @@ from exporter.service import ExporterService
 from exporter.sources import SimulatedSource, load_profile, parse_fault
 from tests.exporter.processes import wait_until
 
+pytestmark = pytest.mark.live  # runs the real promtool/prometheus binaries
+
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 

@@ -17,6 +17,8 @@ from predictor.config import TargetConfig
 from predictor.service import PredictorService
 from tests.live import Prometheus, free_port
 
+pytestmark = pytest.mark.live  # runs the real promtool/prometheus binaries
+
 STEP = 300
 POINTS = 576  # two days of 5-minute points
 
