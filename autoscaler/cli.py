@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 from autoglm.config import ConfigError, add_config_arguments, config_or_exit
 from autoglm.httpserver import HTTPServer, Response, registry_route
 from autoglm.logs import setup_logging
+from autoglm.signals import stop_on_signals
 from autoglm.webconfig import WebConfig
 from autoscaler.config import AutoscalerConfig
 from autoscaler.controller.forecasts import PrometheusForecasts
@@ -160,29 +159,27 @@ def _run(cfg: AutoscalerConfig) -> int:
         open_paths=("/healthz",),
     )
     server.start()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    log.info(
-        "autoscaler started",
-        extra={
-            "mode": cfg.mode,
-            "dry_run": cfg.dry_run,
-            "listen": server.url,
-            "identity": identity,
-        },
-    )
-    loop.start()
-    try:
-        stop.wait()
-    finally:
-        loop.stop()
-        if group is not None:
-            group.close()
-        server.stop()
-        client.close()
-        if api_client is not None:
-            api_client.close()
+    with stop_on_signals() as stop:
+        log.info(
+            "autoscaler started",
+            extra={
+                "mode": cfg.mode,
+                "dry_run": cfg.dry_run,
+                "listen": server.url,
+                "identity": identity,
+            },
+        )
+        loop.start()
+        try:
+            stop.wait()
+        finally:
+            loop.stop()
+            if group is not None:
+                group.close()
+            server.stop()
+            client.close()
+            if api_client is not None:
+                api_client.close()
     return 0
 
 

@@ -7,9 +7,7 @@ the GPUs cannot be read (no NVIDIA driver) -- never a silent fallback to made-up
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -17,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError, OneLineErrorParser, add_config_arguments, config_or_exit
 from autoglm.logs import setup_logging
+from autoglm.signals import stop_on_signals
 from autoglm.webconfig import WebConfig
 from exporter.config import ExporterConfig, default_hostname
 from exporter.model import GPUSource
@@ -137,25 +136,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "kubernetes": pods is not None,
         },
     )
-    _wait_for_signal()
+    with stop_on_signals() as stop:
+        stop.wait()
     log.info("stopping")
     service.stop()
     if pods is not None:
         pods.stop()
     source.close()
     return 0
-
-
-def _wait_for_signal() -> None:
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal received", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    stop.wait()
 
 
 if __name__ == "__main__":

@@ -13,9 +13,7 @@ import argparse
 import json
 import logging
 import math
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import pandas as pd
 
 from autoglm.config import ConfigError, add_config_arguments, config_or_exit
 from autoglm.logs import setup_logging
+from autoglm.signals import stop_on_signals
 from predictor.backtest import BacktestResult, rolling_origin
 from predictor.config import PredictorConfig, parse_duration
 from predictor.models import candidate_factories
@@ -80,10 +79,8 @@ def serve_main(argv: Sequence[str]) -> int:
         return 2
     service.start(config.refit_seconds, config.update_seconds)
     log.info("serving", extra={"url": server.url, "targets": len(config.target_configs)})
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
+    with stop_on_signals() as stop:
+        stop.wait()
     service.stop()
     source.close()
     server.stop()

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from autoglm.config import ConfigError, load_config
 from autoglm.logs import setup_logging
+from autoglm.signals import stop_on_signals
 from autoglm.up.config import UpConfig
 from autoglm.up.report import summary_lines, write_report
 from autoglm.up.stack import Stack, Stopped
@@ -57,11 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging("up", cfg.log_level, cfg.log_format)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
-    stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-
     def make_view(notices: list[str]) -> View:
         if tui:
             return TerminalView(
@@ -78,22 +72,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     error, code = "", 0
     try:
-        try:
-            stack.start(stop)
-        except ConfigError as exc:
-            error, code = f"{PROG}: error: {exc}", EXIT_USAGE
-        except Stopped:
-            error = f"{PROG}: stopped before the load started"
-        except Exception as exc:
-            log.exception("start failed")
-            error, code = f"{PROG}: error: could not start the stack: {exc}", EXIT_FAILED
-        if not error:
-            stack.run(stop)
-            log.info("stopping", extra={"reason": "signal" if stop.is_set() else "duration"})
+        # The handlers stay until close() is done, so a second Ctrl-C cannot cut the cleanup.
+        with stop_on_signals() as stop:
+            try:
+                try:
+                    stack.start(stop)
+                except ConfigError as exc:
+                    error, code = f"{PROG}: error: {exc}", EXIT_USAGE
+                except Stopped:
+                    error = f"{PROG}: stopped before the load started"
+                except Exception as exc:
+                    log.exception("start failed")
+                    error, code = f"{PROG}: error: could not start the stack: {exc}", EXIT_FAILED
+                if not error:
+                    stack.run(stop)
+                    log.info(
+                        "stopping", extra={"reason": "signal" if stop.is_set() else "duration"}
+                    )
+            finally:
+                stack.close()
     finally:
-        stack.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if saved_stderr is not None:
             os.dup2(saved_stderr, 2)
             os.close(saved_stderr)

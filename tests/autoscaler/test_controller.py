@@ -7,8 +7,6 @@ scale subresource, write status and Events.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from prometheus_client import generate_latest
 
@@ -24,6 +22,7 @@ from autoscaler.metrics import AutoscalerMetrics
 from predictor.api import Forecast
 from tests.autoscaler.fake_kube import FakeKubeServer
 from tests.autoscaler.fake_prometheus import FakePrometheus
+from tests.live import free_port
 
 NS = "ml"
 UTIL = 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ml"})'
@@ -250,14 +249,8 @@ def test_dry_run_never_writes_the_scale():
         h.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_prometheus_down_never_scales_down_and_is_reported():
-    h = Harness(prom_url=f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    h = Harness(prom_url=f"http://127.0.0.1:{free_port()}")  # nothing listens there
     try:
         h.deployment("llm", 4, [10.0] * 4)
         h.fake.add_custom(
