@@ -439,3 +439,44 @@ def test_values_schema_is_json_and_values_yaml_satisfies_it():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) <= set(schema["properties"])
     assert Path(CHART / "values.schema.json").read_text().endswith("\n")
+
+
+# --- disruption budgets ----------------------------------------------------------------------
+
+
+def test_components_with_several_replicas_get_a_disruption_budget_selecting_their_pods():
+    objects = render(
+        sets=[
+            "autoscaler.replicas=2",
+            "batcher.enabled=true",
+            "batcher.replicas=3",
+            "batcher.podDisruptionBudget.maxUnavailable=50%",
+        ]
+    )
+    budgets = {o["metadata"]["name"]: o for o in of_kind(objects, "PodDisruptionBudget")}
+    assert sorted(budgets) == [
+        f"{RELEASE}-open-autoglm-autoscaler",
+        f"{RELEASE}-open-autoglm-batcher",
+    ]
+    for component, unavailable in (("autoscaler", 1), ("batcher", "50%")):
+        budget = budgets[f"{RELEASE}-open-autoglm-{component}"]
+        deployment = one(objects, "Deployment", f"-{component}")
+        assert budget["spec"]["maxUnavailable"] == unavailable
+        assert (
+            budget["spec"]["selector"]["matchLabels"]
+            == deployment["spec"]["selector"]["matchLabels"]
+        )
+
+
+def test_single_replicas_and_disabled_budgets_get_none():
+    """A budget over one pod would block every node drain."""
+    assert not of_kind(render(sets=["batcher.enabled=true"]), "PodDisruptionBudget")
+    disabled = render(
+        sets=["autoscaler.replicas=2", "autoscaler.podDisruptionBudget.enabled=false"]
+    )
+    assert not of_kind(disabled, "PodDisruptionBudget")
+
+
+def test_disruption_budget_must_allow_at_least_one_pod_down():
+    stderr = render_failure("--set", "autoscaler.podDisruptionBudget.maxUnavailable=0")
+    assert "maxUnavailable" in stderr

@@ -271,3 +271,28 @@ the operator from renaming it to exported_namespace, which the rules and dashboa
 {{- define "autoglm.autoscaler.watchNamespace" -}}
 {{- default .Release.Namespace .Values.autoscaler.watchNamespace }}
 {{- end }}
+
+{{/*
+A PodDisruptionBudget for a component that runs more than one replica, so a node drain never
+takes them all at once. None for a single replica: a budget of one would block every drain.
+Usage: include "autoglm.podDisruptionBudget" (list $ "autoscaler" .Values.autoscaler)
+*/}}
+{{- define "autoglm.podDisruptionBudget" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $values := index . 2 }}
+{{- if and $values.enabled $values.podDisruptionBudget.enabled (gt (int $values.replicas) 1) }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "autoglm.componentName" (list $root $component) }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "autoglm.labels" (list $root $component) | nindent 4 }}
+spec:
+  maxUnavailable: {{ $values.podDisruptionBudget.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "autoglm.selectorLabels" (list $root $component) | nindent 6 }}
+{{- end }}
+{{- end }}
