@@ -170,7 +170,10 @@ class HTTPServer:
             self._routes.setdefault(path, {})[method] = handler
             if method == "GET":
                 self._routes[path].setdefault("HEAD", handler)
-        self.metrics = _ServerMetrics(registry or CollectorRegistry(), self._routes)
+        registry = registry or CollectorRegistry()
+        self.metrics = _ServerMetrics(registry, self._routes)
+        if self.web_config.watched:
+            registry.register(self.web_config)
         self._server: _ThreadingServer | None = None
         self._thread: threading.Thread | None = None
         self._bound_port = 0

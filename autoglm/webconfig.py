@@ -16,7 +16,15 @@ Differences from exporter-toolkit, by necessity of Python's ``ssl``:
 * ``RequireAnyClientCert`` verifies the certificate against ``client_ca_file`` (stricter).
 * ``curve_preferences`` and ``rate_limit`` are refused; ``http2`` is accepted but the server
   speaks HTTP/1.1.
-* The file is read at start; restart the process to pick up a new certificate.
+
+Renewed certificates are picked up without a restart, as exporter-toolkit does: cert-manager and
+friends rewrite the certificate every few weeks, and an exporter serving an expired one silently
+loses its scrapes. A config loaded from a file watches that file and the certificate, key and CA
+files it names (checked at most once per :data:`RELOAD_CHECK_SECONDS`, on a TLS handshake or an
+auth check), and swaps in the new certificate, users and headers when they change. A changed
+file that does not validate, or that changes what only a restart can change (turning TLS on or
+off, TLS versions, ciphers, client authentication), is refused with a logged error and the
+previous settings stay in force: a typo during a rotation never opens or closes the door.
 """
 
 from __future__ import annotations
@@ -25,18 +33,22 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
 import ssl
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import bcrypt
 import yaml
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from autoglm.config import ConfigError
 
@@ -105,6 +117,10 @@ _BCRYPT_MAX_PASSWORD = 72
 # Compared against when the user is unknown so that a wrong user costs as much as a wrong password.
 _DUMMY_HASH = b"$2b$10$UxQpLUjTjHKM16nUO0bnmu8OEzHDXo1pTIbiilGQZVqo4MWQp.qOm"  # of a random secret
 _AUTH_CACHE_SIZE = 1024
+# How often, at most, the watched files are looked at (a few stat calls).
+RELOAD_CHECK_SECONDS = 1.0
+
+log = logging.getLogger("autoglm.webconfig")
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,18 @@ class TLSSettings:
     context: ssl.SSLContext
     client_auth_type: str = "NoClientCert"
     client_allowed_sans: tuple[str, ...] = ()
+    # What a reload may not change on a running server: the block without cert and key.
+    restart_only: tuple[tuple[str, str], ...] = ()
+    files: tuple[Path, ...] = ()  # certificate, key and client CA files, to watch
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """One validated state of the file; replaced whole on reload, so readers never see a mix."""
+
+    tls: TLSSettings | None = None
+    users: Mapping[str, bytes] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class WebConfig:
@@ -125,20 +153,33 @@ class WebConfig:
         users: Mapping[str, bytes] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        self._tls = tls
-        self._users = dict(users or {})
-        self.headers: dict[str, str] = dict(headers or {})
+        self._settings = _Settings(tls, dict(users or {}), dict(headers or {}))
+        self._front_context = tls.context if tls else None
         # Positive results only, keyed by a keyed hash of the Authorization header: a scrape every
         # second must not cost a bcrypt each time, and nothing secret is kept in memory in clear.
         self._cache_key = secrets.token_bytes(32)
         self._authorized_cache: dict[bytes, bool] = {}
+        # Set by watch(): the file this config came from and what its files looked like.
+        self._path: Path | None = None
+        self._stamp: tuple[object, ...] = ()
+        self._next_check = 0.0
+        self._clock: Callable[[], float] = time.monotonic
+        self._reload_lock = threading.Lock()
+        self.reloads = 0
+        self.reload_failures = 0
+        self.last_reload_successful = True
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None) -> WebConfig:
-        """Read and validate ``path``; ``None`` means plain HTTP without auth."""
+        """Read and validate ``path`` and watch it; ``None`` means plain HTTP without auth."""
         if path is None or str(path) == "":
             return cls()
-        p = Path(path)
+        config = cls._read(Path(path))
+        config.watch(Path(path))
+        return config
+
+    @classmethod
+    def _read(cls, p: Path) -> WebConfig:
         try:
             text = p.read_text()
         except OSError as exc:
@@ -183,29 +224,142 @@ class WebConfig:
             )
         return cls(tls=tls, users=users, headers=headers)
 
+    # --- reloading ------------------------------------------------------------------------
+
+    def watch(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        """Reload from ``path`` when it or the files it names change (see the module doc)."""
+        self._path = path
+        self._clock = clock
+        self._stamp = self._files_stamp(self._settings)
+        self._next_check = clock() + RELOAD_CHECK_SECONDS
+        if self._front_context is not None:
+            # Servers hold this context for good; each handshake switches to the current one.
+            self._front_context.sni_callback = self._on_handshake
+
+    @property
+    def watched(self) -> bool:
+        """Whether this config follows its file (it came from :meth:`load`)."""
+        return self._path is not None
+
+    def reload_if_changed(self) -> bool:
+        """Re-read the file if it or its certificate files changed; whether new settings apply.
+
+        Cheap enough for every request: between checks it only reads the clock.
+        """
+        if self._path is None or self._clock() < self._next_check:
+            return False
+        if not self._reload_lock.acquire(blocking=False):
+            return False  # another thread is checking right now
+        try:
+            self._next_check = self._clock() + RELOAD_CHECK_SECONDS
+            stamp = self._files_stamp(self._settings)
+            if stamp == self._stamp:
+                return False
+            self._stamp = stamp
+            return self._reload(self._path)
+        finally:
+            self._reload_lock.release()
+
+    def _reload(self, path: Path) -> bool:
+        try:
+            fresh = self._read(path)._settings
+            problem = _restart_only_change(self._settings.tls, fresh.tls)
+        except ConfigError as exc:
+            problem = str(exc)
+        if problem:
+            self.reload_failures += 1
+            self.last_reload_successful = False
+            log.error(
+                "web config not reloaded; keeping the previous settings",
+                extra={"path": str(path), "error": problem},
+            )
+            return False
+        self._settings = fresh
+        self._authorized_cache = {}
+        self.reloads += 1
+        self.last_reload_successful = True
+        log.info(
+            "web config reloaded",
+            extra={"path": str(path), "tls": fresh.tls is not None, "users": len(fresh.users)},
+        )
+        return True
+
+    def _files_stamp(self, settings: _Settings) -> tuple[object, ...]:
+        """What the watched files look like now: a Secret update changes inode or mtime."""
+        assert self._path is not None
+        files = (self._path, *(settings.tls.files if settings.tls else ()))
+        stamp: list[object] = []
+        for f in files:
+            try:
+                st = f.stat()
+                stamp.append((str(f), st.st_ino, st.st_mtime_ns, st.st_size))
+            except OSError:
+                stamp.append((str(f), None))
+        return tuple(stamp)
+
+    def _on_handshake(self, connection: Any, _server_name: str | None, context: Any) -> None:
+        """SNI callback, run on every handshake (also without SNI): present the current cert."""
+        try:
+            self.reload_if_changed()
+            current = self._settings.tls
+            if current is not None and current.context is not context:
+                connection.context = current.context
+        except Exception:  # an exception here would fail the handshake with an opaque alert
+            log.exception("web config check during a TLS handshake failed")
+
+    def collect(self) -> Iterator[Metric]:
+        """Reload outcomes as metrics (register the config with a registry to export them)."""
+        reloads = CounterMetricFamily(
+            "autoglm_web_config_reloads",
+            "Web config reloads after its file or certificate files changed, by result.",
+            labels=["result"],
+        )
+        reloads.add_metric(["success"], self.reloads)
+        reloads.add_metric(["failure"], self.reload_failures)
+        yield reloads
+        yield GaugeMetricFamily(
+            "autoglm_web_config_last_reload_successful",
+            "1 if the last change to the web config was applied, 0 if it was refused and the "
+            "previous settings are still in force.",
+            value=float(self.last_reload_successful),
+        )
+
+    # --- what servers ask -----------------------------------------------------------------
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Response headers set by ``http_server_config.headers``."""
+        return self._settings.headers
+
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The server-side TLS context, or ``None`` for plain HTTP."""
-        return self._tls.context if self._tls else None
+        """The server-side TLS context, or ``None`` for plain HTTP.
+
+        Always the context the server started with; its handshakes switch to a reloaded one.
+        """
+        return self._front_context
 
     @property
     def auth_required(self) -> bool:
         """Whether requests need basic-auth credentials."""
-        return bool(self._users)
+        return bool(self._settings.users)
 
     def authorized(self, authorization_header: str | None) -> bool:
         """Check an ``Authorization`` header; always ``True`` when no users are configured."""
-        if not self._users:
+        self.reload_if_changed()
+        users = self._settings.users
+        if not users:
             return True
         if not authorization_header:
             return False
+        cache = self._authorized_cache
         fingerprint = hmac.digest(self._cache_key, authorization_header.encode(), hashlib.sha256)
-        if self._authorized_cache.get(fingerprint):
+        if cache.get(fingerprint):
             return True
         credentials = _parse_basic(authorization_header)
         if credentials is None:
             return False
         user, password = credentials
-        stored = self._users.get(user)
+        stored = users.get(user)
         hashed = stored if stored is not None else _DUMMY_HASH
         try:
             matches = bcrypt.checkpw(password[:_BCRYPT_MAX_PASSWORD], hashed)
@@ -213,22 +367,40 @@ class WebConfig:
             matches = False
         ok = matches and stored is not None
         if ok:
-            if len(self._authorized_cache) >= _AUTH_CACHE_SIZE:
-                self._authorized_cache.clear()
-            self._authorized_cache[fingerprint] = True
+            if len(cache) >= _AUTH_CACHE_SIZE:
+                cache.clear()
+            cache[fingerprint] = True
         return ok
 
     def client_certificate_allowed(self, peer_certificate: Mapping[str, Any] | None) -> bool:
         """Check ``client_allowed_sans`` against a verified peer (``SSLSocket.getpeercert()``)."""
-        if self._tls is None or not self._tls.client_allowed_sans:
+        tls = self._settings.tls
+        if tls is None or not tls.client_allowed_sans:
             return True
         if not peer_certificate:
             return False
         names = {value for _kind, value in peer_certificate.get("subjectAltName", ())}
         return any(
             any(hmac.compare_digest(allowed.encode(), name.encode()) for name in names)
-            for allowed in self._tls.client_allowed_sans
+            for allowed in tls.client_allowed_sans
         )
+
+
+def _restart_only_change(old: TLSSettings | None, new: TLSSettings | None) -> str | None:
+    """Why ``new`` cannot replace ``old`` on a running server, or None if it can."""
+    if (old is None) != (new is None):
+        return (
+            "turning TLS on or off needs a restart (a running server keeps its plain or TLS "
+            "listener); restart the component to apply it"
+        )
+    if old is not None and new is not None and old.restart_only != new.restart_only:
+        changed = sorted({k for k, _ in set(old.restart_only) ^ set(new.restart_only)})
+        return (
+            "tls_server_config." + ", tls_server_config.".join(changed) + " changed: only "
+            "the certificate, key, users and headers are reloaded; restart the component to "
+            "apply the rest"
+        )
+    return None
 
 
 def _parse_basic(header: str) -> tuple[str, bytes] | None:
@@ -406,7 +578,14 @@ def _load_tls(section: dict[str, Any], base: Path, where: str) -> TLSSettings:
     else:
         context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
 
-    return TLSSettings(context=context, client_auth_type=auth_type, client_allowed_sans=tuple(sans))
+    reloadable = {"cert", "key", "cert_file", "key_file", "client_allowed_sans"}
+    return TLSSettings(
+        context=context,
+        client_auth_type=auth_type,
+        client_allowed_sans=tuple(sans),
+        restart_only=tuple(sorted((k, repr(v)) for k, v in section.items() if k not in reloadable)),
+        files=tuple(_resolve(base, name) for name in (cert_file, key_file, client_ca_file) if name),
+    )
 
 
 def _load_certificate(

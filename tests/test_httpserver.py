@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import http.client
@@ -17,6 +18,7 @@ import bcrypt
 import pytest
 import requests
 import yaml
+from cryptography import x509
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -389,3 +391,78 @@ def test_client_certificate_optional(tmp_path: Path, pki: dict[str, object]) -> 
         assert mtls_get(srv.url + "/x", pki, "scraper").status_code == 200
         with pytest.raises(requests.exceptions.RequestException):
             mtls_get(srv.url + "/x", pki, "stranger")
+
+
+# --- certificate rotation without a restart --------------------------------------------------
+
+
+def presented_serial(url: str, ca: Path) -> int:
+    """Serial number of the certificate the server shows a new connection."""
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def rotating_config(tmp_path: Path, first: CertFiles) -> tuple[WebConfig, Path, Path]:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(first.cert.read_bytes())
+    key.write_bytes(first.key.read_bytes())
+    config = web_config(
+        tmp_path, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
+    )
+    return config, cert, key
+
+
+def serial_of(files: CertFiles) -> int:
+    return x509.load_pem_x509_certificate(files.cert.read_bytes()).serial_number
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("autoglm.webconfig.RELOAD_CHECK_SECONDS", 0.0)
+    ca = ScratchCA(tmp_path)
+    first, renewed = ca.server("first"), ca.server("renewed")
+    config, cert, key = rotating_config(tmp_path, first)
+    registry = CollectorRegistry()
+    with HTTPServer(
+        "127.0.0.1:0", {"/metrics": registry_route(registry)}, config, registry=registry
+    ) as srv:
+        assert presented_serial(srv.url, ca.cert_file) == serial_of(first)
+        cert.write_bytes(renewed.cert.read_bytes())
+        key.write_bytes(renewed.key.read_bytes())
+        assert presented_serial(srv.url, ca.cert_file) == serial_of(renewed)
+        text = requests.get(srv.url + "/metrics", verify=str(ca.cert_file), timeout=10).text
+        assert 'autoglm_web_config_reloads_total{result="success"} 1.0' in text
+        assert "autoglm_web_config_last_reload_successful 1.0" in text
+
+
+def test_asyncio_servers_holding_the_first_context_serve_the_renewed_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp (the batcher) is given the context once at start, as asyncio servers are."""
+    monkeypatch.setattr("autoglm.webconfig.RELOAD_CHECK_SECONDS", 0.0)
+    ca = ScratchCA(tmp_path)
+    first, renewed = ca.server("first"), ca.server("renewed")
+    config, cert, key = rotating_config(tmp_path, first)
+
+    async def rotate_and_look() -> list[int]:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            asyncio.Protocol, "127.0.0.1", 0, ssl=config.ssl_context()
+        )
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        seen = [await asyncio.to_thread(presented_serial, url, ca.cert_file)]
+        cert.write_bytes(renewed.cert.read_bytes())
+        key.write_bytes(renewed.key.read_bytes())
+        seen.append(await asyncio.to_thread(presented_serial, url, ca.cert_file))
+        server.close()
+        await server.wait_closed()
+        return seen
+
+    assert asyncio.run(rotate_and_look()) == [serial_of(first), serial_of(renewed)]

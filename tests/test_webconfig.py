@@ -357,3 +357,166 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     broken.write_text("tls_server_config: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         WebConfig.load(broken)
+
+
+# --- reloading ---------------------------------------------------------------------------------
+
+
+class Clock:
+    """A hand-moved monotonic clock, so reload checks happen exactly when a test says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self) -> None:
+        self.now += webconfig.RELOAD_CHECK_SECONDS
+
+
+def watched(path: Path) -> tuple[WebConfig, Clock]:
+    config = WebConfig.load(path)
+    clock = Clock()
+    config.watch(path, clock)
+    return config, clock
+
+
+def rewrite(path: Path, data: object) -> None:
+    """Write new content the way a Secret volume update looks: a new inode."""
+    fresh = path.with_suffix(".new")
+    fresh.write_text(yaml.safe_dump(data))
+    fresh.replace(path)
+
+
+def test_changed_users_apply_after_the_next_check_and_old_passwords_stop_working(
+    tmp_path: Path,
+) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    assert config.authorized(basic("alice", "a"))
+    rewrite(path, {"basic_auth_users": {"bob": htpasswd_style_hash("b")}})
+    assert config.authorized(basic("alice", "a")), "checked only once per interval"
+    clock.tick()
+    assert not config.authorized(basic("alice", "a")), "the cached success must not survive"
+    assert config.authorized(basic("bob", "b"))
+    assert (config.reloads, config.reload_failures) == (1, 0)
+
+
+def test_unchanged_files_are_not_re_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    monkeypatch.setattr(WebConfig, "_read", None)  # any re-read would fail
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.reloads == 0
+
+
+def test_an_invalid_change_keeps_the_previous_settings_and_is_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    rewrite(path, {"basic_auth_users": {"alice": "plain-text-password"}})
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.authorized(basic("alice", "a"))
+    assert (config.reloads, config.reload_failures, config.last_reload_successful) == (0, 1, False)
+    assert "not a bcrypt hash" in caplog.records[-1].error
+    # Fixed later: applied, and the gauge says so again.
+    rewrite(path, {"basic_auth_users": {"alice": htpasswd_style_hash("new")}})
+    clock.tick()
+    assert config.reload_if_changed()
+    assert config.last_reload_successful
+    assert config.authorized(basic("alice", "new"))
+
+
+def test_a_deleted_file_keeps_the_previous_settings(tmp_path: Path) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    path.unlink()
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.auth_required and config.reload_failures == 1
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"tls_server_config": None}, "turning TLS on or off needs a restart"),
+        ({"min_version": "TLS13"}, "tls_server_config.min_version changed"),
+        (
+            {"client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": "ca"},
+            "tls_server_config.client_auth_type, tls_server_config.client_ca_file changed",
+        ),
+    ],
+)
+def test_tls_changes_other_than_the_certificate_need_a_restart(
+    tmp_path: Path,
+    pki: dict[str, Path],
+    change: dict,
+    message: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tls = {"cert_file": str(pki["cert"]), "key_file": str(pki["key"])}
+    path = write_config(tmp_path, {"tls_server_config": tls})
+    config, clock = watched(path)
+    before = config.ssl_context()
+    if "tls_server_config" in change:
+        rewrite(path, change)
+    else:
+        ca = {"client_ca_file": str(pki["ca"])} if "client_ca_file" in change else {}
+        rewrite(path, {"tls_server_config": {**tls, **change, **ca}})
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.reload_failures == 1
+    assert config.ssl_context() is before
+    assert message in caplog.records[-1].error
+    families = {m.name: m for m in config.collect()}
+    assert families["autoglm_web_config_last_reload_successful"].samples[0].value == 0
+
+
+def test_a_renewed_certificate_is_watched_through_the_files_the_config_names(
+    tmp_path: Path, pki: dict[str, Path]
+) -> None:
+    """cert-manager rewrites tls.crt/tls.key; the web config itself does not change."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(pki["cert"].read_bytes())
+    key.write_bytes(pki["key"].read_bytes())
+    path = write_config(
+        tmp_path, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
+    )
+    config, clock = watched(path)
+    renewed = ScratchCA(tmp_path, "renewing CA").server("renewed")
+    cert.write_bytes(renewed.cert.read_bytes())
+    key.write_bytes(renewed.key.read_bytes())
+    clock.tick()
+    assert config.reload_if_changed()
+    families = {m.name: m for m in config.collect()}
+    assert {
+        s.labels["result"]: s.value for s in families["autoglm_web_config_reloads"].samples
+    } == {
+        "success": 1,
+        "failure": 0,
+    }
+
+
+def test_a_certificate_and_key_that_do_not_match_mid_rotation_are_refused(
+    tmp_path: Path, pki: dict[str, Path]
+) -> None:
+    """The certificate written before its key: refuse, and take the pair once both are there."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(pki["cert"].read_bytes())
+    key.write_bytes(pki["key"].read_bytes())
+    path = write_config(
+        tmp_path, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
+    )
+    config, clock = watched(path)
+    renewed = ScratchCA(tmp_path, "renewing CA").server("renewed")
+    cert.write_bytes(renewed.cert.read_bytes())
+    clock.tick()
+    assert not config.reload_if_changed()
+    key.write_bytes(renewed.key.read_bytes())
+    clock.tick()
+    assert config.reload_if_changed()
+    assert (config.reloads, config.reload_failures) == (1, 1)
