@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -18,6 +18,7 @@ from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
 from autoglm.webconfig import WebConfig
 from exporter.config import ExporterConfig, default_hostname
+from exporter.counters import load_counters
 from exporter.model import GPUSource
 from exporter.service import ExporterService
 
@@ -36,17 +37,19 @@ class NoGPUError(Exception):
     """The chosen source cannot read any GPU; the message says what to do instead."""
 
 
-def open_source(cfg: ExporterConfig) -> tuple[GPUSource, SimulatedSource | None]:
+def open_source(
+    cfg: ExporterConfig, fields: Collection[str] | None = None
+) -> tuple[GPUSource, SimulatedSource | None]:
     """The source ``cfg`` asks for, and the same object again when it is the simulated one (whose
     controls the service serves under ``/debug/``). :class:`NoGPUError` when NVML is wanted but
-    absent; ConfigError for a bad profile or fault."""
+    absent; ConfigError for a bad profile or fault. ``fields`` limits what NVML is asked for."""
     from exporter.sources import NoDriverError, NVMLSource
 
     if cfg.source == "simulated":
         simulated = _open_simulated(cfg)
         return simulated, simulated
     try:
-        return NVMLSource.open(), None
+        return NVMLSource.open(fields=fields), None
     except NoDriverError as exc:
         raise NoGPUError(str(exc)) from None
 
@@ -96,7 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     pods: PodResourcesWatcher | None = None
     try:
         web_config = WebConfig.load(cfg.web_config_file)
-        source, simulation = open_source(cfg)
+        counters = load_counters(cfg.collectors)
+        if counters.not_collected:
+            log.warning(
+                "counters file names fields this exporter does not collect; skipped",
+                extra={"fields": list(counters.not_collected)},
+            )
+        source, simulation = open_source(cfg, counters.names)
         registry = CollectorRegistry()  # the watcher's and the HTTP server's own metrics
         pods = _pod_watcher(cfg, registry)
         if pods is not None:
@@ -114,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pods=pods,
             simulation=simulation,
             registry=registry,
+            fields=counters.fields,
         )
         service.start()
     except ConfigError as exc:
@@ -134,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "naming": cfg.naming,
             "listen": f"{service.server.host}:{service.server.port}",
             "kubernetes": pods is not None,
+            "fields": len(counters.fields),
         },
     )
     with stop_on_signals() as stop:

@@ -71,6 +71,13 @@ class ExporterConfig:
             "returns to 0 (the autoglm_gpu_xid_errors_total counter keeps the history)"
         },
     )
+    collectors: str | None = field(
+        default=None,
+        metadata={
+            "help": "dcgm-exporter counters CSV (FIELD, TYPE, HELP per line) choosing the GPU "
+            "fields to export, as dcgm-exporter's -f (default: every field)"
+        },
+    )
     web_config_file: str | None = field(
         default=None,
         metadata={"help": "exporter-toolkit web config file (TLS, basic auth)"},

@@ -203,16 +203,20 @@ def _metric_name(spec: FieldSpec, naming: Naming) -> tuple[str, str, float]:
 
 
 def gpu_families(
-    snapshot: Snapshot, naming: Naming, hostname: str, attribution: Attribution
+    snapshot: Snapshot,
+    naming: Naming,
+    hostname: str,
+    attribution: Attribution,
+    fields: Sequence[FieldSpec] = FIELDS,
 ) -> list[Family]:
-    """The GPU field families plus the Xid history, in catalogue order."""
+    """The families of ``fields`` (in that order) plus the Xid history."""
     names = LABELS[naming]
     families: list[Family] = []
     pairs = {
         d.key: _series_label_pairs(d.info, names, hostname, attribution) for d in snapshot.devices
     }
     series = {key: [label_block(p) for p in per_pod] for key, per_pod in pairs.items()}
-    for spec in FIELDS:
+    for spec in fields:
         name, help_text, scale = _metric_name(spec, naming)
         fam = Family(name, spec.kind, help_text)
         for device in snapshot.devices:
@@ -380,9 +384,10 @@ def render(
     attribution: Attribution | None = None,
     pod_resources: PodResourcesStatus | None = None,
     registries: Sequence[CollectorRegistry] = (),
+    fields: Sequence[FieldSpec] = FIELDS,
 ) -> Exposition:
     """Render ``snapshot`` (with pod labels from ``attribution``) and ``registries`` once."""
-    families = gpu_families(snapshot, naming, hostname, attribution or {})
+    families = gpu_families(snapshot, naming, hostname, attribution or {}, fields)
     families += exporter_families(snapshot, naming, hostname, pod_resources)
     text = _write_text(families) + "".join(generate_text(r).decode() for r in registries)
     openmetrics = _write_openmetrics(families) + "".join(

@@ -24,6 +24,7 @@ from prometheus_client.exposition import gzip_accepted
 from autoglm.httpserver import Handler, HTTPServer, Request, Response
 from autoglm.webconfig import WebConfig
 from exporter.collector import Collector, Snapshot
+from exporter.fields import FIELDS, FieldSpec
 from exporter.model import GPUSource
 from exporter.render import (
     OPENMETRICS_CONTENT_TYPE,
@@ -110,9 +111,11 @@ class ExporterService:
         pods: AttributionSource | None = None,
         simulation: SimulationControls | None = None,
         registry: CollectorRegistry | None = None,
+        fields: Sequence[FieldSpec] = FIELDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._source = source
+        self._fields = tuple(fields)
         self._naming = naming
         self._hostname = hostname
         self._pods = pods
@@ -178,6 +181,7 @@ class ExporterService:
             attribution=attribution,
             pod_resources=self._pods,
             registries=(self.registry,),
+            fields=self._fields,
         )
         if snapshot.last_success is not None:
             self._ready = True

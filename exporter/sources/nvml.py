@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -93,8 +93,10 @@ class NVMLSource:
         devices: list[_Device],
         event_timeout_ms: int,
         clock: Callable[[], float],
+        fields: Collection[str] | None = None,
     ) -> None:
         self._devices = devices
+        self._wanted = frozenset(fields) if fields is not None else None
         self._by_key = {(d.info.index, d.info.mig_instance_id): d for d in devices}
         self._clock = clock
         self._event_timeout_ms = event_timeout_ms
@@ -109,11 +111,15 @@ class NVMLSource:
 
     @classmethod
     def open(
-        cls, event_timeout_ms: int = 500, clock: Callable[[], float] = time.time
+        cls,
+        event_timeout_ms: int = 500,
+        clock: Callable[[], float] = time.time,
+        fields: Collection[str] | None = None,
     ) -> NVMLSource:
         """Initialize NVML, enumerate GPUs and MIG instances, start the Xid event thread.
 
-        Raises ``NoDriverError`` when NVML cannot be initialized.
+        ``fields`` (DCGM names; default all) limits the NVML calls to those that read one of
+        them. Raises ``NoDriverError`` when NVML cannot be initialized.
         """
         try:
             pynvml.nvmlInit()
@@ -123,7 +129,7 @@ class NVMLSource:
                 f"--source simulated (e.g. --source simulated --gpus 8)"
             ) from exc
         try:
-            source = cls(_enumerate(), event_timeout_ms, clock)
+            source = cls(_enumerate(), event_timeout_ms, clock, fields)
             source._start_events()
         except pynvml.NVMLError:
             with contextlib.suppress(pynvml.NVMLError):
@@ -182,10 +188,12 @@ class NVMLSource:
             queries = [(MEMORY_FIELDS, lambda: _memory(h))]  # the rest is the parent GPU's
         else:
             queries = _field_queries(h)
+        wanted = self._wanted
         try:
             for names, query in queries:
-                _read_field(reading, names, query)
-            if dev.gpm:
+                if wanted is None or not wanted.isdisjoint(names):
+                    _read_field(reading, names, query)
+            if dev.gpm and (wanted is None or not wanted.isdisjoint(PROFILING_FIELDS)):
                 self._read_gpm(dev, reading)
         except pynvml.NVMLError_GpuIsLost:
             return lost_reading()

@@ -162,10 +162,14 @@ def test_helm_test_pod_passes_against_the_charts_exporter(tmp_path):
             what="exporter ready",
         )
         result = _test_pod_run(objects, exporter.address)
+        served = requests.get(exporter.url + "/metrics", timeout=10).text
     finally:
         exporter.stop()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "exporter health series present: True" in result.stdout
+    # The values' counters file reached the exporter: its fields only.
+    assert "DCGM_FI_DEV_FB_USED{" in served
+    assert "DCGM_FI_DEV_POWER_USAGE" not in served
     # and the check fails when nothing answers
     failed = _test_pod_run(objects, exporter.address)
     assert failed.returncode != 0
