@@ -1,0 +1,284 @@
+"""On a GPU machine: does the exporter agree with nvidia-smi? One prepared run, table + JSON.
+
+The exporter claims to stand in for dcgm-exporter; its NVML readings are only tested against a
+patched NVML on machines without GPUs. This script is the check on real hardware: it starts the
+exporter on NVML, puts load on every GPU with torch (so utilization, power and clocks move), and
+samples ``nvidia-smi --query-gpu`` and ``/metrics`` side by side. For each field it reports the
+largest difference seen per GPU against a tolerance that allows for the two tools sampling a
+moving value at different instants (and averaging power and utilization over different windows);
+totals, limits and memory clock must agree almost exactly. It also records how long the
+exporter's collections take on real NVML.
+
+    python bench/exporter_gpu.py [--samples 20] [--json bench/results/exporter-gpu.json]
+    python bench/exporter_gpu.py --exporter-url http://127.0.0.1:9400   # one already running
+
+Exit code 0 when every compared field is within its tolerance, 1 otherwise, 2 when no GPU
+could be compared. ``--nvidia-smi`` and ``--no-load`` let the test suite run it without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One field compared: nvidia-smi's query name, the exporter's DCGM name, the tolerance."""
+
+    smi: str
+    dcgm: str
+    absolute: float
+    relative: float = 0.0  # of nvidia-smi's value, added to the absolute allowance
+
+    def allowed(self, reference: float) -> float:
+        return self.absolute + self.relative * abs(reference)
+
+
+CHECKS = (
+    Check("memory.total", "DCGM_FI_DEV_FB_TOTAL", 1),
+    Check("memory.used", "DCGM_FI_DEV_FB_USED", 64, 0.01),
+    Check("temperature.gpu", "DCGM_FI_DEV_GPU_TEMP", 2),
+    Check("temperature.memory", "DCGM_FI_DEV_MEMORY_TEMP", 2),
+    Check("power.draw", "DCGM_FI_DEV_POWER_USAGE", 10, 0.10),
+    Check("power.limit", "DCGM_FI_DEV_POWER_MGMT_LIMIT", 1),
+    Check("clocks.sm", "DCGM_FI_DEV_SM_CLOCK", 30, 0.10),
+    Check("clocks.mem", "DCGM_FI_DEV_MEM_CLOCK", 1, 0.01),
+    Check("utilization.gpu", "DCGM_FI_DEV_GPU_UTIL", 15),
+)
+SMI_FIELDS = ("uuid", *(c.smi for c in CHECKS))
+
+
+def parse_nvidia_smi(text: str) -> dict[str, dict[str, float]]:
+    """``--format=csv,noheader,nounits`` rows of SMI_FIELDS -> {uuid: {field: value}}.
+
+    ``[N/A]`` and ``[Not Supported]`` leave the field out (nothing to compare).
+    """
+    readings: dict[str, dict[str, float]] = {}
+    for line in text.strip().splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(SMI_FIELDS):
+            raise ValueError(f"nvidia-smi row has {len(cells)} cells, expected {len(SMI_FIELDS)}")
+        uuid, values = cells[0], {}
+        for name, cell in zip(SMI_FIELDS[1:], cells[1:], strict=True):
+            try:
+                values[name] = float(cell)
+            except ValueError:
+                continue
+        readings[uuid] = values
+    return readings
+
+
+def parse_exporter(text: str) -> dict[str, dict[str, float]]:
+    """Whole-GPU series of /metrics (dcgm naming) -> {UUID: {DCGM field: value}}."""
+    wanted = {c.dcgm for c in CHECKS}
+    readings: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in wanted:
+            continue
+        for sample in family.samples:
+            if "GPU_I_ID" in sample.labels:  # a MIG instance: nvidia-smi rows are whole GPUs
+                continue
+            readings.setdefault(sample.labels["UUID"], {})[family.name] = sample.value
+    return readings
+
+
+@dataclass
+class FieldResult:
+    field: str
+    gpu: str
+    samples: int = 0
+    worst_difference: float = 0.0
+    allowed_at_worst: float = 0.0
+    within: bool = True
+
+
+def compare(
+    pairs: list[tuple[Mapping[str, Mapping[str, float]], Mapping[str, Mapping[str, float]]]],
+) -> list[FieldResult]:
+    """Worst difference per (field, GPU) over (nvidia-smi, exporter) sample pairs."""
+    results: dict[tuple[str, str], FieldResult] = {}
+    for smi, exported in pairs:
+        for uuid, smi_values in smi.items():
+            ours = exported.get(uuid, {})
+            for check in CHECKS:
+                if check.smi not in smi_values:
+                    continue
+                result = results.setdefault((check.dcgm, uuid), FieldResult(check.dcgm, uuid))
+                reference = smi_values[check.smi]
+                if check.dcgm not in ours:
+                    result.within = False  # nvidia-smi has it, the exporter does not
+                    continue
+                difference = abs(ours[check.dcgm] - reference)
+                result.samples += 1
+                if difference >= result.worst_difference:
+                    result.worst_difference = difference
+                    result.allowed_at_worst = check.allowed(reference)
+                result.within &= difference <= check.allowed(reference)
+    return list(results.values())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def nvml_exporter(interval: float) -> Iterator[str]:
+    """The real exporter on NVML in its own process; yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "exporter.cli", "--source", "nvml", "--no-kubernetes"),
+            *("--listen", f"127.0.0.1:{port}", "--interval", str(interval)),
+        ],
+        cwd=REPO_ROOT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the exporter exited with code {proc.returncode}")
+            try:
+                if requests.get(url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("the exporter did not become ready within 60 s")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@contextmanager
+def gpu_load(enabled: bool) -> Iterator[int]:
+    """Matrix products on every CUDA device until the block ends; yields the device count."""
+    if not enabled:
+        yield 0
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        yield 0
+        return
+    stop = threading.Event()
+
+    def burn(index: int) -> None:
+        with torch.cuda.device(index):
+            a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+            while not stop.is_set():
+                for _ in range(20):
+                    a = (a @ a).clamp_(-1, 1)
+                torch.cuda.synchronize()
+
+    threads = [
+        threading.Thread(target=burn, args=(i,), daemon=True)
+        for i in range(torch.cuda.device_count())
+    ]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(3)  # clocks and power settle
+        yield len(threads)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+
+
+def collection_duration(text: str) -> float | None:
+    """How long the exporter's last collection took, from its own gauge."""
+    for family in text_string_to_metric_families(text):
+        if family.name == "autoglm_exporter_collection_duration_seconds":
+            return family.samples[0].value
+    return None
+
+
+def sample_pairs(
+    url: str, nvidia_smi: str, samples: int, pause: float
+) -> tuple[list[tuple[dict, dict]], list[float]]:
+    """(nvidia-smi, exporter) readings taken back to back, and the collection durations seen."""
+    query = [nvidia_smi, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"]
+    pairs, durations = [], []
+    for _ in range(samples):
+        smi = subprocess.run(query, capture_output=True, text=True, timeout=60, check=True).stdout
+        exported = requests.get(url + "/metrics", timeout=10).text
+        pairs.append((parse_nvidia_smi(smi), parse_exporter(exported)))
+        duration = collection_duration(exported)
+        if duration is not None:
+            durations.append(duration)
+        time.sleep(pause)
+    return pairs, durations
+
+
+def print_table(results: list[FieldResult]) -> None:
+    print(f"{'field':<32} {'gpu':<14} {'samples':>7} {'worst diff':>11} {'allowed':>9}  ok")
+    for r in sorted(results, key=lambda r: (r.field, r.gpu)):
+        print(
+            f"{r.field:<32} {r.gpu[:14]:<14} {r.samples:>7} {r.worst_difference:>11.2f} "
+            f"{r.allowed_at_worst:>9.2f}  {'yes' if r.within else 'NO'}"
+        )
+
+
+def run(args: argparse.Namespace, exporter: Callable[[], Iterator[str]]) -> int:
+    with exporter() as url, gpu_load(not args.no_load) as loaded:
+        pairs, durations = sample_pairs(url, args.nvidia_smi, args.samples, args.pause)
+    results = compare(pairs)
+    print_table(results)
+    slowest = max(durations, default=None)
+    print(f"GPUs under load: {loaded}; slowest collection seen: {slowest} s")
+    report = {
+        "samples": args.samples,
+        "gpus_loaded": loaded,
+        "collection_seconds": durations,
+        "fields": [asdict(r) for r in results],
+        "all_within": bool(results) and all(r.within for r in results),
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    if not results:
+        print("no GPU could be compared (nvidia-smi and the exporter share no UUID)")
+        return 2
+    return 0 if report["all_within"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds between samples")
+    parser.add_argument("--interval", type=float, default=1.0, help="the exporter's --interval")
+    parser.add_argument("--exporter-url", help="compare an exporter already running here")
+    parser.add_argument("--nvidia-smi", default="nvidia-smi", help="the nvidia-smi to run")
+    parser.add_argument("--no-load", action="store_true", help="do not load the GPUs")
+    parser.add_argument("--json", default=str(REPO_ROOT / "bench/results/exporter-gpu.json"))
+    args = parser.parse_args(argv)
+
+    @contextmanager
+    def given() -> Iterator[str]:
+        yield args.exporter_url
+
+    return run(args, given if args.exporter_url else lambda: nvml_exporter(args.interval))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
