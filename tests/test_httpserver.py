@@ -12,6 +12,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import bcrypt
@@ -408,61 +409,70 @@ def presented_serial(url: str, ca: Path) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
-def rotating_config(tmp_path: Path, first: CertFiles) -> tuple[WebConfig, Path, Path]:
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert.write_bytes(first.cert.read_bytes())
-    key.write_bytes(first.key.read_bytes())
-    config = web_config(
-        tmp_path, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
-    )
-    return config, cert, key
+@dataclass
+class Rotation:
+    """A web config naming tls.crt/tls.key that a test renews, as cert-manager does."""
+
+    ca: ScratchCA
+    first: CertFiles
+    renewed: CertFiles
+    config: WebConfig
+    folder: Path
+
+    def renew(self) -> None:
+        (self.folder / "tls.crt").write_bytes(self.renewed.cert.read_bytes())
+        (self.folder / "tls.key").write_bytes(self.renewed.key.read_bytes())
+
+    def serial(self, url: str) -> int:
+        return presented_serial(url, self.ca.cert_file)
+
+    @staticmethod
+    def serial_of(files: CertFiles) -> int:
+        return x509.load_pem_x509_certificate(files.cert.read_bytes()).serial_number
 
 
-def serial_of(files: CertFiles) -> int:
-    return x509.load_pem_x509_certificate(files.cert.read_bytes()).serial_number
-
-
-def test_a_renewed_certificate_is_served_without_a_restart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def rotation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rotation:
     monkeypatch.setattr("autoglm.webconfig.RELOAD_CHECK_SECONDS", 0.0)
     ca = ScratchCA(tmp_path)
     first, renewed = ca.server("first"), ca.server("renewed")
-    config, cert, key = rotating_config(tmp_path, first)
+    (tmp_path / "tls.crt").write_bytes(first.cert.read_bytes())
+    (tmp_path / "tls.key").write_bytes(first.key.read_bytes())
+    config = web_config(
+        tmp_path, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
+    )
+    return Rotation(ca, first, renewed, config, tmp_path)
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(rotation: Rotation) -> None:
     registry = CollectorRegistry()
-    with HTTPServer(
-        "127.0.0.1:0", {"/metrics": registry_route(registry)}, config, registry=registry
-    ) as srv:
-        assert presented_serial(srv.url, ca.cert_file) == serial_of(first)
-        cert.write_bytes(renewed.cert.read_bytes())
-        key.write_bytes(renewed.key.read_bytes())
-        assert presented_serial(srv.url, ca.cert_file) == serial_of(renewed)
-        text = requests.get(srv.url + "/metrics", verify=str(ca.cert_file), timeout=10).text
+    routes = {"/metrics": registry_route(registry)}
+    with HTTPServer("127.0.0.1:0", routes, rotation.config, registry=registry) as srv:
+        assert rotation.serial(srv.url) == rotation.serial_of(rotation.first)
+        rotation.renew()
+        assert rotation.serial(srv.url) == rotation.serial_of(rotation.renewed)
+        ca = str(rotation.ca.cert_file)
+        text = requests.get(srv.url + "/metrics", verify=ca, timeout=10).text
         assert 'autoglm_web_config_reloads_total{result="success"} 1.0' in text
         assert "autoglm_web_config_last_reload_successful 1.0" in text
 
 
 def test_asyncio_servers_holding_the_first_context_serve_the_renewed_certificate(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rotation: Rotation,
 ) -> None:
     """aiohttp (the batcher) is given the context once at start, as asyncio servers are."""
-    monkeypatch.setattr("autoglm.webconfig.RELOAD_CHECK_SECONDS", 0.0)
-    ca = ScratchCA(tmp_path)
-    first, renewed = ca.server("first"), ca.server("renewed")
-    config, cert, key = rotating_config(tmp_path, first)
 
     async def rotate_and_look() -> list[int]:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            asyncio.Protocol, "127.0.0.1", 0, ssl=config.ssl_context()
-        )
+        context = rotation.config.ssl_context()
+        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0, ssl=context)
         url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        seen = [await asyncio.to_thread(presented_serial, url, ca.cert_file)]
-        cert.write_bytes(renewed.cert.read_bytes())
-        key.write_bytes(renewed.key.read_bytes())
-        seen.append(await asyncio.to_thread(presented_serial, url, ca.cert_file))
+        seen = [await asyncio.to_thread(rotation.serial, url)]
+        rotation.renew()
+        seen.append(await asyncio.to_thread(rotation.serial, url))
         server.close()
         await server.wait_closed()
         return seen
 
-    assert asyncio.run(rotate_and_look()) == [serial_of(first), serial_of(renewed)]
+    expected = [rotation.serial_of(rotation.first), rotation.serial_of(rotation.renewed)]
+    assert asyncio.run(rotate_and_look()) == expected

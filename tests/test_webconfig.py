@@ -476,17 +476,23 @@ def test_tls_changes_other_than_the_certificate_need_a_restart(
     assert families["autoglm_web_config_last_reload_successful"].samples[0].value == 0
 
 
+def watched_certificate(folder: Path, pki: dict[str, Path]) -> tuple[WebConfig, Clock, Path, Path]:
+    """A watched config naming tls.crt and tls.key in ``folder``, as a mounted Secret does."""
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    cert.write_bytes(pki["cert"].read_bytes())
+    key.write_bytes(pki["key"].read_bytes())
+    path = write_config(
+        folder, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
+    )
+    config, clock = watched(path)
+    return config, clock, cert, key
+
+
 def test_a_renewed_certificate_is_watched_through_the_files_the_config_names(
     tmp_path: Path, pki: dict[str, Path]
 ) -> None:
     """cert-manager rewrites tls.crt/tls.key; the web config itself does not change."""
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert.write_bytes(pki["cert"].read_bytes())
-    key.write_bytes(pki["key"].read_bytes())
-    path = write_config(
-        tmp_path, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
-    )
-    config, clock = watched(path)
+    config, clock, cert, key = watched_certificate(tmp_path, pki)
     renewed = ScratchCA(tmp_path, "renewing CA").server("renewed")
     cert.write_bytes(renewed.cert.read_bytes())
     key.write_bytes(renewed.key.read_bytes())
@@ -505,13 +511,7 @@ def test_a_certificate_and_key_that_do_not_match_mid_rotation_are_refused(
     tmp_path: Path, pki: dict[str, Path]
 ) -> None:
     """The certificate written before its key: refuse, and take the pair once both are there."""
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert.write_bytes(pki["cert"].read_bytes())
-    key.write_bytes(pki["key"].read_bytes())
-    path = write_config(
-        tmp_path, {"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}}
-    )
-    config, clock = watched(path)
+    config, clock, cert, key = watched_certificate(tmp_path, pki)
     renewed = ScratchCA(tmp_path, "renewing CA").server("renewed")
     cert.write_bytes(renewed.cert.read_bytes())
     clock.tick()
