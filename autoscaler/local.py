@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Protocol
 
 import requests
 
+from autoglm.ports import free_port
 from autoscaler.controller.kube import KubeAPI
 from autoscaler.core.replica_calculator import PodSample
 
@@ -180,9 +180,7 @@ class LocalProcessGroup:
                 port += 1
             return port
         while True:
-            with socket.socket() as sock:
-                sock.bind((self.host, 0))
-                port = sock.getsockname()[1]
+            port = free_port(self.host)
             if port not in used:
                 return port
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,8 @@ from pathlib import Path
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
+from autoglm.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,12 +131,6 @@ def compare(
                     result.allowed_at_worst = check.allowed(reference)
                 result.within &= difference <= check.allowed(reference)
     return list(results.values())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,14 +24,9 @@ from typing import Any
 import requests
 import yaml
 
+from autoglm.ports import free_port  # re-exported: the live tests take it from here
+
 PROMETHEUS_BINARY = "/usr/bin/prometheus"
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LiveProcess:

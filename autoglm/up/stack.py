@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
 from autoglm.httpserver import HTTPServer, Response, registry_route
+from autoglm.ports import free_port
 from autoglm.up import config as ports
 from autoglm.up.config import UpConfig
 from autoglm.up.gpu_link import BUSY_COUNTER, GPULink
@@ -109,12 +110,6 @@ def check_ports(planned: dict[str, int], skip: Sequence[str] = ()) -> None:
                     f"port {port} ({role}) on {HOST} is taken; stop what uses it or move every "
                     f"port with --port-base, e.g. --port-base {planned['exporter'] + 10000}"
                 ) from None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def build_spec(cfg: UpConfig, query: str) -> GPUAutoscalerSpec:
@@ -348,7 +343,7 @@ class Stack:
         loadgen_server = self._serve("loadgen", planned, loadgen_registry)
 
         if cfg.prometheus:
-            port = planned["prometheus"] or free_port()
+            port = planned["prometheus"] or free_port(HOST)
             self.prometheus = PrometheusServer(
                 Path(cfg.report_dir).resolve() / "prometheus",
                 port,
