@@ -21,6 +21,7 @@ bound that still covers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,10 +55,11 @@ class LevelScaling:
 
 
 def conformal_quantile(values: np.ndarray, q: float) -> float:
-    """The finite-sample conformal quantile: rank ceil((n+1)q) of n values keeps coverage >= q."""
+    """The finite-sample conformal quantile: rank ceil((n+1)q) of n values keeps coverage >= q
+    (the largest value when that rank is past n). A partial sort: called on every forecast."""
     n = len(values)
-    level = min(1.0, np.ceil((n + 1) * q) / n)
-    return float(np.quantile(values, level, method="inverted_cdf"))
+    rank = min(n, math.ceil((n + 1) * q))
+    return float(np.partition(values, rank - 1)[rank - 1])
 
 
 def pinball_loss(residual: np.ndarray, q: float) -> float:
@@ -125,6 +127,33 @@ class ResidualWindow:
             return conformal_quantile(self._values[h - 1, :n], q)
         ratios = self._values[h - 1, :n] / scaling.scale(self._levels[h - 1, :n])
         return conformal_quantile(ratios, q) * float(scaling.scale(point))
+
+    def margins(
+        self,
+        horizons: tuple[int, ...],
+        q: float,
+        points: np.ndarray,
+        scaling: LevelScaling = LevelScaling(),
+    ) -> np.ndarray:
+        """:meth:`margin` for several horizons at once (one partial sort over all of them when
+        they hold as many errors, as they do once the window is full): a backtest asks for
+        every horizon at every step."""
+        sources = [self._source(h) for h in horizons]
+        counts = {int(self._count[h - 1]) for h in sources if h is not None}
+        if None in sources or len(counts) != 1:
+            return np.array(
+                [self.margin(h, q, p, scaling) for h, p in zip(horizons, points, strict=True)]
+            )
+        n = counts.pop()
+        rows = np.asarray(sources) - 1
+        values = self._values[rows, :n]
+        if scaling.power != 0.0:
+            values = values / scaling.scale(self._levels[rows, :n])
+        rank = min(n, math.ceil((n + 1) * q))
+        quantiles = np.partition(values, rank - 1, axis=1)[:, rank - 1]
+        if scaling.power == 0.0:
+            return quantiles
+        return quantiles * scaling.scale(np.asarray(points, dtype=float))
 
     def best_scaling(
         self, q: float, floor: float, powers: tuple[float, ...] = POWERS

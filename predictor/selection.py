@@ -21,9 +21,11 @@ horizons. A candidate that fails is left out and its error kept, never fatal; on
 run on the older windows (too little history then) is scored on the windows it can run on,
 provided the most recent is one of them.
 
-An ensemble's members are scored from the ensemble's own pass (they are fitted and updated
-inside it exactly as they would be alone), so the costly members are fitted once per window,
-not twice.
+An ensemble's members (and its other combinations of them) are scored from the ensemble's own
+pass (they are fitted and updated inside it exactly as they would be alone), so the costly
+members are fitted once per window, not twice. Each candidate is one instance, refitted at the
+start of every window as the scheduled refit would refit it: a model that can start from its
+previous fit (the GRU) does so.
 """
 
 from __future__ import annotations
@@ -153,13 +155,6 @@ def validation_folds(n_points: int, max_horizon: int, validation: int, folds: in
     return [start + (validation * i) // folds for i in range(folds)]
 
 
-def _with_parts(factory: Callable[[], ForecastModel]) -> bool:
-    try:
-        return bool(factory().parts())
-    except (ValueError, RuntimeError):
-        return False
-
-
 def select_model(
     factories: Mapping[str, Callable[[], ForecastModel]],
     series: np.ndarray,
@@ -177,17 +172,25 @@ def select_model(
     starts = validation_folds(len(series), max(horizons), v, folds)
     ends = [*starts[1:], len(series)]
     weights = [0.5 ** ((len(starts) - 1 - i) / half_life) for i in range(len(starts))]
-    # Models that hold others run first, so their members are scored from their pass.
-    order = sorted(factories, key=lambda n: not _with_parts(factories[n]))
     scored: dict[str, dict[int, BacktestResult]] = {name: {} for name in factories}
     errors: dict[str, str] = {}
+    # One instance per candidate, refitted at each window's start as the service refits on its
+    # schedule: a model that can start from its previous fit (the GRU) does so.
+    instances: dict[str, ForecastModel] = {}
+    for name, factory in factories.items():
+        try:
+            instances[name] = factory()
+        except (ValueError, RuntimeError) as exc:
+            errors[name] = str(exc)
+    # Models that hold others run first, so their members are scored from their pass.
+    order = sorted(instances, key=lambda n: not instances[n].parts())
     for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
         for name in order:
             if k in scored[name]:
                 continue
             try:
                 results = rolling_origin_with_parts(
-                    factories[name], series[:end], horizons, start, quantile
+                    lambda model=instances[name]: model, series[:end], horizons, start, quantile
                 )
             except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
                 errors[name] = str(exc)

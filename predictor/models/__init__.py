@@ -1,6 +1,7 @@
 """Forecasting models with one protocol: ``fit(series)``, cheap ``update(point)`` and
 ``predict(horizons, quantile)`` returning point forecasts and calibrated upper bounds."""
 
+from predictor.models.autoregressive import AutoregressiveModel
 from predictor.models.base import ForecastModel, InsufficientHistory, Prediction
 from predictor.models.catalog import BASELINES, candidate_factories, usable_seasons
 from predictor.models.ensemble import MedianEnsemble
@@ -12,6 +13,7 @@ from predictor.models.sequence import SequenceModel
 
 __all__ = [
     "BASELINES",
+    "AutoregressiveModel",
     "ETSModel",
     "ForecastModel",
     "InsufficientHistory",

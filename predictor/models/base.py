@@ -194,12 +194,7 @@ class ForecastModel(ABC):
             raise ValueError(f"quantile must be in (0, 1), got {quantile}")
         point = np.array([self._path[h - 1] for h in hs])
         scaling = self.interval_scaling(quantile)
-        margin = np.array(
-            [
-                max(0.0, self.residuals.margin(h, quantile, p, scaling))
-                for h, p in zip(hs, point, strict=True)
-            ]
-        )
+        margin = np.maximum(self.residuals.margins(hs, quantile, point, scaling), 0.0)
         return Prediction(horizons=hs, point=point, upper=point + margin, quantile=quantile)
 
     def interval_scaling(self, quantile: float = 0.9) -> LevelScaling:

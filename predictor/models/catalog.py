@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from predictor.models.autoregressive import RECENT_WINDOWS, AutoregressiveModel
 from predictor.models.base import ForecastModel
 from predictor.models.ensemble import MedianEnsemble
 from predictor.models.ets import ETSModel
@@ -18,10 +19,18 @@ WEEK = 7 * DAY
 SEASON_NAMES = {DAY: "daily", WEEK: "weekly"}
 BASELINES = ("naive", "seasonal_naive_daily", "seasonal_naive_weekly")
 MAX_ETS_PERIOD = 200
-MAX_SEQUENCE_WINDOW = 48
+MAX_SEQUENCE_WINDOW = 24
 
 ModelFactory = Callable[[], ForecastModel]
-LEARNED = ("seasonal_level", "seasonal_blend", "ets_log", "gru", "ensemble")
+LEARNED = (
+    "seasonal_level",
+    "seasonal_blend",
+    "ets_log",
+    "autoregressive",
+    "gru",
+    "ensemble",
+    "ensemble_trimmed",
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +92,9 @@ def candidate_factories(
     if longest is not None:
         name, period = longest
         # Compare the last day (or a seventh of the season) with the same stretch a season ago.
-        window = max(1, min(period, day_period if day_period < period else period // 7 or 1))
+        level_window = max(1, min(period, day_period if day_period < period else period // 7 or 1))
         factories["seasonal_level"] = lambda: SeasonalLevelModel(
-            period, window, max_horizon, name="seasonal_level"
+            period, level_window, max_horizon, name="seasonal_level"
         )
         # The two longest seasons, each with the next shorter one (or a seventh of it) as the
         # window its level is measured over.
@@ -96,19 +105,35 @@ def candidate_factories(
             factories["seasonal_blend"] = lambda: SeasonalBlendModel(blend, max_horizon)
     ets_periods = tuple(p for p in periods if p <= MAX_ETS_PERIOD)
     factories["ets_log"] = lambda: ETSModel(max_horizon, periods=ets_periods, log=True)
-    window = int(min(MAX_SEQUENCE_WINDOW, max(2 * max_horizon, min(periods or [24]))))
-    factories["gru"] = lambda: SequenceModel(max_horizon, window=window, periods=tuple(periods))
+    # Recent means longer than a sixth of the shortest season blur its shape into the level
+    # (and cost coefficients a short history cannot estimate).
+    recent = tuple(w for w in RECENT_WINDOWS if not periods or w <= min(periods) // 6)
+    factories["autoregressive"] = lambda: AutoregressiveModel(
+        max_horizon, periods=tuple(periods), recent_windows=recent
+    )
+    gru_window = int(min(MAX_SEQUENCE_WINDOW, max(2 * max_horizon, min(periods or [24]))))
+    factories["gru"] = lambda: SequenceModel(max_horizon, window=gru_window, periods=tuple(periods))
 
-    def ensemble() -> ForecastModel:
-        # Members of different kinds (smoothing, seasonal copies, learned) whose errors partly
-        # cancel; with a season the naive copy is left out: it is far off beyond the first step.
-        names = ["ets_log", "gru", "seasonal_level", "seasonal_blend"]
-        if longest is None:
-            names = ["ets_log", "gru", "naive"]
-        return MedianEnsemble([every[n]() for n in names if n in every])
-
+    # Members of different kinds (smoothing, seasonal copies, regression, learned) whose
+    # errors partly cancel; with a season the naive copy is left out: it is far off beyond the
+    # first step.
+    members = ["ets_log", "autoregressive", "gru", "seasonal_level", "seasonal_blend"]
+    if longest is None:
+        members = ["ets_log", "autoregressive", "gru", "naive"]
     every = dict(factories)
+    members = [n for n in members if n in every]
+    # Dropping the highest and lowest of four leaves the mean of the middle two: the median.
+    trimmed = {"ensemble_trimmed": "trimmed_mean"} if len(members) >= 5 else {}
+
+    def ensemble(combine: str = "median", name: str = "ensemble") -> ForecastModel:
+        views = trimmed if combine == "median" else {}
+        return MedianEnsemble(
+            [every[n]() for n in members], name=name, combine=combine, views=views
+        )
+
     factories["ensemble"] = ensemble
+    if trimmed:
+        factories["ensemble_trimmed"] = lambda: ensemble("trimmed_mean", "ensemble_trimmed")
     if include:
         known = known_models(seasons_seconds)
         unknown = sorted(set(include) - set(known))

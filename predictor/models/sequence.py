@@ -1,4 +1,4 @@
-"""A small GRU trained on the series itself, on CPU, in about a second.
+"""A small GRU trained on the series itself, on CPU, in a fraction of a second.
 
 It reads the last ``window`` points through a GRU and, next to its final hidden state, the
 values one season before each target step ("anchors") and the last value. A linear head maps
@@ -12,6 +12,12 @@ Short histories made it unstable (a few hundred samples, thousands of weights): 
 ``holdout_fraction`` of the training origins is held out, the weights are kept from whichever
 epoch did best on it, and the untrained start (the seasonal copy) counts as epoch zero, so
 training that does not beat the copy on unseen points is thrown away. Seeds are fixed.
+
+Cost: selection refits every candidate several times, so training stops once the holdout has
+not improved for ``patience`` optimiser steps, and a refit of the same model may start from its
+previous weights (kept only if they beat the copy on the new holdout) and then takes at most
+``warm_steps``. Forecasts, one per update, run the trained weights in numpy: calling torch for
+so small a net costs several times the arithmetic.
 """
 
 from __future__ import annotations
@@ -37,6 +43,28 @@ class _Net(nn.Module):
         return self.head(torch.cat([h[-1], extra], dim=1))
 
 
+def _inference_weights(net: _Net) -> tuple[np.ndarray, ...]:
+    """The GRU's and head's weights as float64 arrays (gates in torch's order: reset, update,
+    candidate). One forecast per update runs them in numpy: a torch call per step costs
+    several times the arithmetic of so small a net."""
+    gru = net.gru
+    return tuple(
+        t.detach().numpy().astype(float)
+        for t in (
+            gru.weight_ih_l0[:, 0],
+            gru.weight_hh_l0,
+            gru.bias_ih_l0,
+            gru.bias_hh_l0,
+            net.head.weight,
+            net.head.bias,
+        )
+    )
+
+
+def _copy(net: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in net.state_dict().items()}
+
+
 class SequenceModel(ForecastModel):
     """GRU over the recent window plus seasonal anchors; see the module docstring."""
 
@@ -53,10 +81,14 @@ class SequenceModel(ForecastModel):
         learning_rate: float = 0.01,
         seed: int = 0,
         holdout_fraction: float = 0.2,
+        patience: int = 24,
+        warm_steps: int = 20,
         **kwargs,
     ) -> None:
         self.window = window
         self.holdout_fraction = holdout_fraction
+        self.patience = patience
+        self.warm_steps = warm_steps
         self.trained = False  # False: training did not beat the seasonal copy on the holdout
         self.all_periods = tuple(sorted(p for p in periods if p >= 2))
         self.periods: tuple[int, ...] = ()
@@ -67,6 +99,7 @@ class SequenceModel(ForecastModel):
         self.seed = seed
         self.scale = 1.0
         self.net: _Net | None = None
+        self._weights: tuple[np.ndarray, ...] | None = None
         super().__init__(max_horizon, **kwargs)
 
     @property
@@ -110,6 +143,12 @@ class SequenceModel(ForecastModel):
             for h in range(self.max_horizon):
                 column = anchor + h if self.periods else 0
                 net.head.weight[h, self.hidden + column] = 1.0
+        starts = [(False, _copy(net))]
+        # A refit of the same model may start from its previous weights instead (when the
+        # features still match): a few steps then adapt them to the new points.
+        warm = self.net is not None and self._same_shape(self.net, net)
+        if warm:
+            starts.append((True, _copy(self.net)))
         x_w = torch.tensor(windows, dtype=torch.float32)
         x_e = torch.tensor(extra, dtype=torch.float32)
         t = torch.tensor(targets, dtype=torch.float32)
@@ -122,18 +161,26 @@ class SequenceModel(ForecastModel):
             with torch.no_grad():
                 return float((net(x_w[n_train:], x_e[n_train:]) - t[n_train:]).abs().mean())
 
-        best_loss = holdout_loss()
-        best_state = {k: v.clone() for k, v in net.state_dict().items()}
-        self.trained = False
-        # A few epochs capped at max_steps: the cost stays bounded for long histories.
+        best_loss, best_state, from_previous = np.inf, starts[0][1], False
+        for previous, state in starts:
+            net.load_state_dict(state)
+            loss = holdout_loss()
+            if loss < best_loss:
+                best_loss, best_state, from_previous = loss, state, previous
+        net.load_state_dict(best_state)
+        self.trained = from_previous and self.trained
+        # A few epochs capped at max_steps (fewer from warm weights), stopped once the holdout
+        # has not improved for ``patience`` optimiser steps (counted in steps, not epochs, so a
+        # long series with many batches per epoch gets no more chances than a short one).
         batch = 128
-        steps = 0
+        steps, improved_at = 0, 0
+        max_steps = min(self.max_steps, self.warm_steps) if warm else self.max_steps
         for _ in range(self.epochs):
-            if steps >= self.max_steps:
+            if steps >= max_steps or steps - improved_at >= self.patience:
                 break
             order = torch.randperm(n_train, generator=generator)
             for start in range(0, n_train, batch):
-                if steps >= self.max_steps:
+                if steps >= max_steps:
                     break
                 idx = order[start : start + batch]
                 optimiser.zero_grad()
@@ -143,19 +190,31 @@ class SequenceModel(ForecastModel):
                 steps += 1
             loss = holdout_loss()
             if loss < best_loss:
-                best_loss, self.trained = loss, True
-                best_state = {k: v.clone() for k, v in net.state_dict().items()}
+                best_loss, self.trained, improved_at = loss, True, steps
+                best_state = _copy(net)
         net.load_state_dict(best_state)
         net.eval()
         self.net = net
+        self._weights = _inference_weights(net)
+
+    @staticmethod
+    def _same_shape(old: _Net, new: _Net) -> bool:
+        old_state, new_state = old.state_dict(), new.state_dict()
+        return all(old_state[k].shape == v.shape for k, v in new_state.items())
 
     def _forecast_path(self) -> np.ndarray:
-        assert self.net is not None
+        assert self._weights is not None
         z = self.history.values() / self.scale
         windows, extra = self._features(z, np.array([len(z)]))
-        with torch.no_grad():
-            out = self.net(
-                torch.tensor(windows, dtype=torch.float32),
-                torch.tensor(extra, dtype=torch.float32),
-            )
-        return out.numpy()[0].astype(float) * self.scale
+        w_ih, w_hh, b_ih, b_hh, head_w, head_b = self._weights
+        n = self.hidden
+        if not head_w[:, :n].any():  # the untrained start: the seasonal copy, no recurrence
+            return (head_w[:, n:] @ extra[0] + head_b) * self.scale
+        inputs = np.outer(windows[0], w_ih) + b_ih  # every step's input gates at once
+        h = np.zeros(n)
+        for gi in inputs:
+            gh = w_hh @ h + b_hh
+            reset, update = 1.0 / (1.0 + np.exp(-(gi[: 2 * n] + gh[: 2 * n]))).reshape(2, n)
+            candidate = np.tanh(gi[2 * n :] + reset * gh[2 * n :])
+            h = (1.0 - update) * candidate + update * h
+        return (head_w @ np.concatenate([h, extra[0]]) + head_b) * self.scale

@@ -185,12 +185,40 @@ def test_a_model_that_cannot_run_on_older_windows_is_scored_on_the_recent_ones()
     assert not selection.failures
 
 
+def test_seasonal_level_compares_the_last_day_and_the_gru_keeps_its_own_window():
+    # 15-min steps, weekly season: the level is measured over the last day (96 steps); the
+    # GRU's shorter input window must not leak into it.
+    factories = candidate_factories(900, [86400, 604800], 4, 96 * 15)
+    assert factories["seasonal_level"]().window == 96
+    assert factories["gru"]().window == 24
+
+
+def test_the_trimmed_ensemble_is_scored_from_the_median_ensembles_pass():
+    t = np.arange(24 * 16)
+    y = 50 + 20 * np.sin(2 * np.pi * t / 24) + np.random.default_rng(3).normal(0, 3, len(t))
+    factories = candidate_factories(3600, [86400], 2, len(y))
+    assert "ensemble_trimmed" in factories and "ensemble_trimmed" in factories["ensemble"]().parts()
+    selection = select_model(factories, y, [1, 2])
+    alone = select_model(
+        {"ensemble_trimmed": factories["ensemble_trimmed"], "naive": factories["naive"]}, y, [1, 2]
+    )
+    for h in (1, 2):
+        np.testing.assert_allclose(
+            selection.results["ensemble_trimmed"].wape[h],
+            alone.results["ensemble_trimmed"].wape[h],
+            rtol=1e-6,
+        )
+    # four members or fewer (no season): the trimmed mean is the median, so it is not offered
+    assert "ensemble_trimmed" not in candidate_factories(3600, [], 2, len(y))
+
+
 def test_the_ensemble_can_be_chosen_alone_and_has_members_of_every_kind():
     factories = candidate_factories(3600, [86400], 2, 24 * 10, include=["ensemble"])
     assert set(factories) == {"naive", "seasonal_naive_daily", "ensemble"}
     ensemble = factories["ensemble"]()
     assert [m.name for m in ensemble.members] == [
         "ets_log",
+        "autoregressive",
         "gru",
         "seasonal_level",
         "seasonal_blend",
@@ -268,6 +296,26 @@ def test_ensemble_members_are_scored_from_the_ensemble_pass_as_they_would_be_alo
     selection = select_model(factories, y, [1, 3])
     assert CountingNaive.fits == 0 and set(selection.results) == {"naive", "ensemble"}
     assert selection.results["naive"].wape[1] > 0
+
+
+class CountingSeasonal(SeasonalNaiveModel):
+    made = 0
+
+    def __init__(self, *args, **kwargs):
+        CountingSeasonal.made += 1
+        super().__init__(*args, **kwargs)
+
+
+def test_selection_refits_one_instance_per_candidate_across_its_windows():
+    # A model that can start from its previous fit (the GRU) only gains from it if each
+    # window's refit reuses the instance the previous window fitted.
+    t = np.arange(24 * 12)
+    y = 50 + 20 * np.sin(2 * np.pi * t / 24)
+    CountingSeasonal.made = 0
+    factories = {"naive": lambda: NaiveModel(3), "copy": lambda: CountingSeasonal(24, 3)}
+    selection = select_model(factories, y, [1, 3], folds=4)
+    assert len(selection.fold_wape["copy"]) == 4
+    assert CountingSeasonal.made == 1
 
 
 def test_a_restricted_model_waits_for_its_history_while_the_baselines_forecast(caplog):

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from predictor.backtest import rolling_origin
-from predictor.intervals import LevelScaling, ResidualWindow
+from predictor.intervals import LevelScaling, ResidualWindow, conformal_quantile
 from predictor.models import ETSModel, NaiveModel
 from predictor.models.base import ForecastModel
 
@@ -19,6 +19,29 @@ def test_window_margin_matches_the_known_distribution():
     for e in rng.normal(0, 2, 4000):
         window.add(1, e)
     assert window.margin(1, 0.9) == pytest.approx(2 * stats.norm.ppf(0.9), rel=0.06)
+
+
+@pytest.mark.parametrize("n", [1, 9, 10, 11, 99, 500])
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.95])
+def test_conformal_quantile_is_the_value_of_rank_ceil_n_plus_1_times_q(n, q):
+    values = np.random.default_rng(n).permutation(np.arange(1.0, n + 1))  # rank r has value r
+    assert conformal_quantile(values, q) == min(n, np.ceil((n + 1) * q))
+
+
+@pytest.mark.parametrize("power", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("filled", [3, 40])
+def test_margins_of_several_horizons_at_once_are_each_horizons_margin(power, filled):
+    rng = np.random.default_rng(9)
+    window = ResidualWindow(max_horizon=3, size=30)
+    for i in range(filled):
+        for h in (1, 2, 3):
+            if i >= h - 1:  # longer horizons are scored later: counts differ at first
+                window.add(h, rng.normal(0, h), rng.uniform(1, 50))
+    scaling = LevelScaling(power, floor=2.0)
+    points = np.array([10.0, 0.5, 30.0])
+    together = window.margins((1, 2, 3), 0.8, points, scaling)
+    alone = [window.margin(h, 0.8, p, scaling) for h, p in zip((1, 2, 3), points, strict=True)]
+    np.testing.assert_allclose(together, alone)
 
 
 def test_window_forgets_old_errors_and_borrows_from_shorter_horizons():

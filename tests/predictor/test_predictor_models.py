@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
 from predictor.backtest import rolling_origin
 from predictor.models import (
+    AutoregressiveModel,
     ETSModel,
     InsufficientHistory,
     MedianEnsemble,
@@ -17,6 +19,7 @@ from predictor.models import (
     SeasonalNaiveModel,
     SequenceModel,
 )
+from predictor.models.autoregressive import _ridge_by_loo
 from predictor.models.base import History
 
 PERIOD = 24
@@ -56,6 +59,8 @@ def test_naive_repeats_the_last_value_at_every_horizon():
         lambda: SeasonalBlendModel(((PERIOD, 3), (7 * PERIOD, PERIOD)), 6),
         lambda: ETSModel(6, periods=(PERIOD,), log=False),
         lambda: ETSModel(6, periods=(PERIOD,), log=True),
+        lambda: AutoregressiveModel(6, periods=(PERIOD,)),
+        lambda: AutoregressiveModel(6, periods=(PERIOD,), transform="none"),
     ],
 )
 def test_a_pure_seasonal_series_is_forecast_almost_exactly(factory):
@@ -96,6 +101,80 @@ def test_the_gru_is_reproducible_with_its_fixed_seed():
         model.fit(y)
         points.append(model.predict([1, 2, 3]).point)
     np.testing.assert_array_equal(points[0], points[1])
+
+
+def test_the_gru_forecast_in_numpy_is_the_torch_forward():
+    rng = np.random.default_rng(6)
+    y = seasonal(24 * 10) + rng.normal(0, 5, 240)
+    model = SequenceModel(3, window=24, periods=(PERIOD,), epochs=3, max_steps=30)
+    model.fit(y)
+    z = model.history.values() / model.scale
+    windows, extra = model._features(z, np.array([len(z)]))
+    with torch.no_grad():
+        reference = model.net(
+            torch.tensor(windows, dtype=torch.float32), torch.tensor(extra, dtype=torch.float32)
+        )
+    np.testing.assert_allclose(
+        model.latest_path(), reference.numpy()[0] * model.scale, rtol=1e-4, atol=1e-4
+    )
+
+
+def test_a_gru_refit_starts_from_its_previous_weights():
+    # With no training steps allowed on a refit, the only way to keep what the first fit
+    # learned is to start from its weights: the forecast stays exactly the trained one.
+    t = np.arange(24 * 14)
+    y = 100 + 40 * np.sin(2 * np.pi * t / PERIOD) + 0.3 * t  # a trend the copy misses
+    model = SequenceModel(3, window=24, periods=(PERIOD,), epochs=10, warm_steps=0)
+    model.fit(y)
+    assert model.trained
+    trained = model.latest_path().copy()
+    model.fit(y)
+    assert model.trained
+    np.testing.assert_allclose(model.latest_path(), trained)
+    cold = SequenceModel(3, window=24, periods=(PERIOD,), epochs=10, max_steps=0)
+    cold.fit(y)
+    assert not cold.trained and not np.allclose(cold.latest_path(), trained)
+
+
+def test_autoregression_beats_the_last_value_on_bursty_seasonal_counts():
+    # Poisson counts around a known daily rate: the last count is a noisy guess of the next
+    # one; the regression on recent means and smoothed seasonal copies estimates the rate.
+    rng = np.random.default_rng(4)
+    y = rng.poisson(seasonal(24 * 21) / 5).astype(float)
+    test_start = 24 * 18
+    ar = rolling_origin(lambda: AutoregressiveModel(2, periods=(PERIOD,)), y, [1, 2], test_start)
+    naive = rolling_origin(lambda: NaiveModel(2), y, [1, 2], test_start)
+    for h in (1, 2):
+        assert ar.wape[h] < 0.85 * naive.wape[h]
+
+
+def test_autoregression_follows_a_level_shift_after_its_refit():
+    rng = np.random.default_rng(1)
+    y = np.concatenate([10 + rng.normal(0, 0.3, 300), 30 + rng.normal(0, 0.3, 100)])
+    model = AutoregressiveModel(3)
+    model.fit(y)
+    assert np.all(np.abs(model.predict([1, 2, 3]).point - 30) < 1.5)
+
+
+def test_ridge_penalty_chosen_by_leave_one_out_follows_the_evidence():
+    rng = np.random.default_rng(7)
+    x = np.column_stack([np.ones(200), rng.normal(size=(200, 5))])
+    weights = np.ones(200)
+    truth = np.array([1.0, 2.0, -1.0, 0.5, 0.0, 3.0])
+    exact = _ridge_by_loo(x, x @ truth, weights, (0.01, 1.0, 100.0, 1e4))
+    np.testing.assert_allclose(exact, truth, atol=0.01)
+    noise = _ridge_by_loo(x, rng.normal(size=200), weights, (0.01, 1.0, 100.0, 1e4))
+    assert np.abs(noise[1:]).max() < 0.05  # unrelated columns: shrunk to nothing
+
+
+def test_autoregression_forecasts_stay_within_reach_of_what_was_seen():
+    rng = np.random.default_rng(2)
+    y = rng.poisson(5, 400).astype(float)
+    y[-1] = 5000.0  # one absurd point must not send a linear model off to infinity
+    model = AutoregressiveModel(3)
+    model.fit(y[:-1])
+    model.update(y[-1])
+    assert np.all(model.predict([1, 2, 3]).point <= 1.5**2 * y[:-1].max() * 1.01)
 
 
 def test_seasonal_blend_smooths_bursty_bins_and_beats_the_plain_copy():
@@ -199,6 +278,36 @@ def test_ensemble_takes_the_median_of_its_members():
     ensemble.fit(y)
     paths = np.stack([m.latest_path() for m in members])
     np.testing.assert_allclose(ensemble.predict([1, 2]).point, np.median(paths, axis=0))
+
+
+def test_a_trimmed_mean_view_forecasts_as_the_same_ensemble_would_alone():
+    # The view runs inside the median ensemble on the same fitted members; a trimmed-mean
+    # ensemble with members of its own must forecast exactly the same, bounds included.
+    rng = np.random.default_rng(8)
+    y = seasonal(24 * 12) + rng.normal(0, 4, 24 * 12)
+
+    def members():
+        return [
+            NaiveModel(3),
+            SeasonalNaiveModel(PERIOD, 3),
+            ETSModel(3, periods=(PERIOD,)),
+            SeasonalLevelModel(PERIOD, 6, 3),
+            AutoregressiveModel(3, periods=(PERIOD,)),
+        ]
+
+    median = MedianEnsemble(members(), views={"trimmed": "trimmed_mean"})
+    alone = MedianEnsemble(members(), combine="trimmed_mean")
+    for model in (median, alone):
+        model.fit(y[:-10])
+        for v in y[-10:]:
+            model.update(v)
+    view = median.parts()["trimmed"]
+    paths = np.sort(np.stack([m.latest_path() for m in median.members]), axis=0)
+    np.testing.assert_allclose(view.latest_path(), paths[1:-1].mean(axis=0))
+    np.testing.assert_allclose(median.latest_path(), paths[2])
+    np.testing.assert_allclose(view.predict([1, 3]).upper, alone.predict([1, 3]).upper)
+    with pytest.raises(ValueError, match="unknown combination"):
+        MedianEnsemble(members(), combine="mode")
 
 
 def test_upper_bound_is_never_below_the_point_and_counts_forecasts_are_not_negative():
