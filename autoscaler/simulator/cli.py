@@ -85,6 +85,10 @@ class SimulateSettings:
     forecast_refit: float = field(
         default=86400.0, metadata={"help": "seconds between model selections and refits"}
     )
+    forecast_lookback: float = field(
+        default=14 * 86400.0,
+        metadata={"help": "seconds of history the predictor fits and calibrates on"},
+    )
     score_from: float = field(
         default=0.0, metadata={"help": "seconds of replay (after --speed) left out of the SLO"}
     )
@@ -139,6 +143,7 @@ def simulate_main(argv: list[str] | None) -> int:
             forecast_seasons=tuple(s / settings.speed for s in settings.forecast_season),
             forecast_models=tuple(settings.forecast_model),
             forecast_refit_seconds=settings.forecast_refit,
+            forecast_lookback_seconds=settings.forecast_lookback,
             forecast_series=settings.forecast_series,
             score_from=settings.score_from,
         )

@@ -53,6 +53,7 @@ class SimulationConfig:
     forecast_seasons: tuple[float, ...] = (86400.0, 604800.0)  # in simulated seconds
     forecast_models: tuple[str, ...] = ()  # restrict the predictor's candidates (empty: all)
     forecast_refit_seconds: float = 86400.0
+    forecast_lookback_seconds: float = 14 * 86400.0  # history the predictor fits and calibrates on
     forecast_series: Literal["peak", "mean"] = "mean"  # per step: mean or peak of the rate
     static_window: float = 300.0  # static provisioning covers the peak rate over this window
     behavior: dict[str, Any] | None = None  # the spec's behavior section, camelCase
@@ -66,8 +67,13 @@ class SimulationConfig:
         for name in ("cold_start", "metric_window", "slo_seconds", "drain_limit", "score_from"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        if self.tick <= 0 or self.forecast_step <= 0 or self.forecast_refit_seconds <= 0:
-            raise ValueError("tick, forecast_step and forecast_refit_seconds must be > 0 seconds")
+        if min(self.tick, self.forecast_step, self.forecast_refit_seconds) <= 0 or (
+            self.forecast_lookback_seconds <= 0
+        ):
+            raise ValueError(
+                "tick, forecast_step, forecast_refit_seconds and forecast_lookback_seconds "
+                "must be > 0 seconds"
+            )
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError("need 1 <= min_replicas <= max_replicas")
         if self.queue_target is not None and self.queue_target <= 0:
@@ -188,6 +194,7 @@ def predictor_forecaster(config: SimulationConfig) -> PredictorForecaster:
         seasons_seconds=config.forecast_seasons,
         models=config.forecast_models,
         refit_seconds=config.forecast_refit_seconds,
+        lookback_seconds=config.forecast_lookback_seconds,
         series=config.forecast_series,
     )
 

@@ -22,7 +22,10 @@ import math
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
+import numpy as np
+
 from predictor.config import TargetConfig
+from predictor.selection import validation_size
 from predictor.service import PredictorService
 
 TARGET = "request_rate"
@@ -88,6 +91,7 @@ class PredictorForecaster:
         self.name = "none"
         self._last_refit: float | None = None
         self._last_bin = -1
+        self._closed_steps = 0
         self._version = 0  # changes whenever the forecasts can have changed
         self._cached: tuple[tuple[int, int, int], float | None] | None = None
 
@@ -102,13 +106,26 @@ class PredictorForecaster:
         if current_bin == self._last_bin:
             return
         # A step closed: the models were updated with it; a due refit runs now (before the
-        # first fit, it is tried at every step until the service has enough points).
+        # first fit, it is tried at every step once the history can be backtested).
+        if self._last_bin >= 0:
+            self._closed_steps += 1
         self._last_bin = current_bin
         self._version += 1
         due = self._last_refit is None or t - self._last_refit >= self.refit_seconds
-        if due and self.service.refit(TARGET):
+        if due and self._backtestable() and self.service.refit(TARGET):
             self._last_refit = t
             self.refits += 1
+
+    def _backtestable(self) -> bool:
+        """Whether the predictor's model selection can run on the steps seen so far.
+
+        Selection backtests every horizon on the newest ``validation_size`` points and fits on
+        those before them (the naive baseline needs two). With a long warm-up at a short step
+        (22 horizons at 30 s for a 10-minute cold start) that takes more than the service's
+        20-point minimum, and a refit tried earlier fails with a warning at every step.
+        """
+        n = self._closed_steps
+        return n - validation_size(n, self.config.max_horizon) >= 2
 
     def upper(self, now: float, horizon_seconds: float) -> float | None:
         self.now = now
@@ -128,7 +145,9 @@ class PredictorForecaster:
         model = None
         offsets = [k * self.step for k in range(math.ceil(horizon_seconds / self.step) + 1)]
         for ahead in offsets:
-            forecast = self.service.forecast(TARGET, min(ahead, horizon_seconds))
+            forecast = self.service.forecast(
+                TARGET, min(ahead, horizon_seconds), self.config.quantile
+            )
             if forecast is not None and (best is None or forecast.upper > best):
                 best, model = forecast.upper, forecast.model
         if model is not None:
@@ -179,3 +198,32 @@ class SharedForecaster:
             self._uppers[key] = (self.inner.upper(now, horizon_seconds), self.inner.name)
         value, self.name = self._uppers[key]
         return value
+
+
+class ClairvoyantForecaster:
+    """The rate the autoscaler will measure over the horizon, read from the trace: a bound.
+
+    Not a forecaster anyone can deploy: it answers with the exact highest 1-minute rate of the
+    ticks in ``(now, now + horizon]``, so the predictive policy run with it shows what the
+    decision rule (the larger of reactive and predictive, then the behavior) could achieve with a
+    perfect forecast. Goals that even this misses cannot be reached by a better forecast, only
+    by a different metric, target or rule.
+    """
+
+    name = "clairvoyant"
+
+    def __init__(self, arrivals: np.ndarray, metric_window: float, tick: float) -> None:
+        if metric_window <= 0 or tick <= 0:
+            raise ValueError("metric_window and tick must be > 0 seconds")
+        self.arrivals = np.asarray(arrivals, float)
+        self.window = metric_window
+        self.tick = tick
+
+    def observe(self, t: float, rate: float) -> None:
+        """Nothing to learn: the future is read from the trace."""
+
+    def upper(self, now: float, horizon_seconds: float) -> float | None:
+        ticks = now + self.tick * np.arange(1, max(1, math.floor(horizon_seconds / self.tick)) + 1)
+        hi = np.searchsorted(self.arrivals, ticks, side="right")
+        lo = np.searchsorted(self.arrivals, ticks - self.window, side="right")
+        return float((hi - lo).max()) / self.window

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,11 @@ from autoscaler.simulator.engine import (
     simulate,
 )
 from autoscaler.simulator.fleet import Fleet, ServiceModel
-from autoscaler.simulator.forecast import PredictorForecaster, SharedForecaster
+from autoscaler.simulator.forecast import (
+    ClairvoyantForecaster,
+    PredictorForecaster,
+    SharedForecaster,
+)
 from autoscaler.simulator.frontier import FrontierPoint, compare, plot_frontiers
 from autoscaler.simulator.report import summarise
 from autoscaler.simulator.trace import TraceError, from_arrivals, load_trace, superpose
@@ -224,6 +229,55 @@ def test_peak_series_forecasts_the_highest_rate_of_each_step():
     assert rates["peak"].refits == 1  # fitted once 20 steps were seen; the day has not passed
     with pytest.raises(ValueError, match="series"):
         PredictorForecaster(60.0, 60.0, series="median")
+
+
+def test_long_warmup_waits_for_a_backtestable_history_instead_of_failing_refits(caplog):
+    """22 horizons at 30 s (a 10-minute cold start): no refit is tried, and none fails, until
+    the history covers the backtest of the deepest horizon; then the forecaster fits once."""
+    forecaster = PredictorForecaster(
+        30.0, 615.0, seasons_seconds=(), models=("ets_log",), refit_seconds=86400.0
+    )
+    rng = np.random.default_rng(3)
+    with caplog.at_level(logging.INFO, logger="predictor"):
+        for t in np.arange(15.0, 3600.0 + 1, 15.0):
+            forecaster.observe(t, 2.0 + rng.normal(0.0, 0.1))
+    assert not [r for r in caplog.records if r.getMessage() == "refit failed"]
+    assert forecaster.refits == 1
+    assert forecaster.upper(3600.0, 615.0) == pytest.approx(2.0, abs=0.5)
+
+
+def test_the_configured_quantile_sets_the_bound_the_policy_sees():
+    """A lower quantile gives a lower bound on a noisy load (it was always the 0.9 one)."""
+    bounds = {}
+    for quantile in (0.5, 0.9):
+        forecaster = PredictorForecaster(
+            60.0, 60.0, quantile=quantile, seasons_seconds=(), models=("ets_log",)
+        )
+        rng = np.random.default_rng(5)
+        for t in np.arange(15.0, 3600.0 + 1, 15.0):
+            forecaster.observe(t, 4.0 + rng.exponential(1.0))
+        bounds[quantile] = forecaster.upper(3600.0, 60.0)
+    assert bounds[0.5] < bounds[0.9]
+
+
+def test_forecast_lookback_reaches_the_predictor_and_must_be_positive():
+    """The bench calibrates on the last 6 hours: the predictor must be given that history."""
+    cfg = small_forecast_config(forecast_lookback_seconds=6 * 3600.0)
+    assert predictor_forecaster(cfg).config.lookback == 6 * 3600.0
+    with pytest.raises(ValueError, match="forecast_lookback_seconds"):
+        small_forecast_config(forecast_lookback_seconds=0.0)
+
+
+def test_clairvoyant_bound_reads_the_highest_future_rate_of_the_horizon():
+    """Arrivals 0.5/s until 600 s, then 3/s: from 540 s the 1-minute rate measured at the ticks
+    of the next 135 s reaches 3/s by 660 s; from 300 s it stays at 0.5/s; from 585 s the next
+    30 s end at 615 s, whose minute holds 45 s of the old rate and 15 s of the new."""
+    arrivals = np.concatenate([np.arange(0.0, 600.0, 2.0), np.arange(600.0, 1200.0, 1 / 3)])
+    bound = ClairvoyantForecaster(arrivals, metric_window=60.0, tick=15.0)
+    bound.observe(540.0, 0.5)  # ignored: the bound reads the trace
+    assert bound.upper(300.0, 135.0) == pytest.approx(0.5, abs=0.02)
+    assert bound.upper(540.0, 135.0) == pytest.approx(3.0, abs=0.02)
+    assert bound.upper(585.0, 30.0) == pytest.approx(0.5 * 45 / 60 + 3.0 * 15 / 60, abs=0.03)
 
 
 def test_queue_metric_scales_a_burst_beyond_its_rate():
