@@ -24,7 +24,7 @@ from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
 from predictor.backtest import BacktestResult, rolling_origin
 from predictor.config import PredictorConfig, parse_duration
-from predictor.models import candidate_factories
+from predictor.models import candidate_factories, shortest_cycle
 from predictor.selection import Selection, select_model
 from predictor.series import bin_events, fill_gaps
 
@@ -195,7 +195,8 @@ def run_backtest(args: argparse.Namespace) -> tuple[Selection, dict[str, Backtes
     test_start = len(y) - test
     history = y[:test_start]
     factories = candidate_factories(step, seasons, args.horizon, len(history), include)
-    selection = select_model(factories, history, horizons, args.quantile)
+    cycle = shortest_cycle(step, seasons, len(history))
+    selection = select_model(factories, history, horizons, args.quantile, cycle=cycle)
     results: dict[str, BacktestResult] = {}
     for name, factory in factories.items():
         try:

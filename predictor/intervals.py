@@ -88,6 +88,16 @@ class ResidualWindow:
         self._next[i] = (self._next[i] + 1) % self.size
         self._count[i] = min(self._count[i] + 1, self.size)
 
+    def add_many(self, horizon: int, errors: np.ndarray, levels: np.ndarray) -> None:
+        """:meth:`add` for each error (oldest first) with its level, in one write."""
+        i = horizon - 1
+        errors, levels = errors[-self.size :], levels[-self.size :]
+        slots = (self._next[i] + np.arange(len(errors))) % self.size
+        self._values[i, slots] = errors
+        self._levels[i, slots] = levels
+        self._next[i] = (self._next[i] + len(errors)) % self.size
+        self._count[i] = min(self._count[i] + len(errors), self.size)
+
     def count(self, horizon: int) -> int:
         return int(self._count[horizon - 1])
 
@@ -135,25 +145,29 @@ class ResidualWindow:
         points: np.ndarray,
         scaling: LevelScaling = LevelScaling(),
     ) -> np.ndarray:
-        """:meth:`margin` for several horizons at once (one partial sort over all of them when
-        they hold as many errors, as they do once the window is full): a backtest asks for
-        every horizon at every step."""
+        """:meth:`margin` for several horizons at once, in one partial sort: a backtest asks
+        for every horizon at every step. Horizons hold different numbers of errors until the
+        window is full (a forecast h steps ahead is scored h - 1 points later); the missing
+        slots are padded with +inf, which no rank up to a row's own count can reach."""
         sources = [self._source(h) for h in horizons]
-        counts = {int(self._count[h - 1]) for h in sources if h is not None}
-        if None in sources or len(counts) != 1:
-            return np.array(
-                [self.margin(h, q, p, scaling) for h, p in zip(horizons, points, strict=True)]
-            )
-        n = counts.pop()
-        rows = np.asarray(sources) - 1
-        values = self._values[rows, :n]
+        known = [i for i, h in enumerate(sources) if h is not None]
+        out = np.zeros(len(horizons))
+        if not known:
+            return out
+        rows = np.asarray([sources[i] for i in known]) - 1
+        counts = self._count[rows]
+        width = int(counts.max())
+        values = self._values[rows, :width]
         if scaling.power != 0.0:
-            values = values / scaling.scale(self._levels[rows, :n])
-        rank = min(n, math.ceil((n + 1) * q))
-        quantiles = np.partition(values, rank - 1, axis=1)[:, rank - 1]
-        if scaling.power == 0.0:
-            return quantiles
-        return quantiles * scaling.scale(np.asarray(points, dtype=float))
+            values = values / scaling.scale(self._levels[rows, :width])
+        values = np.where(np.arange(width) < counts[:, None], values, np.inf)
+        ranks = np.minimum(counts, np.ceil((counts + 1) * q).astype(int)) - 1
+        ordered = np.partition(values, np.unique(ranks), axis=1)
+        quantiles = ordered[np.arange(len(rows)), ranks]
+        if scaling.power != 0.0:
+            quantiles = quantiles * scaling.scale(np.asarray(points, dtype=float)[known])
+        out[known] = quantiles
+        return out
 
     def best_scaling(
         self, q: float, floor: float, powers: tuple[float, ...] = POWERS

@@ -147,10 +147,16 @@ def validation_size(n_points: int, max_horizon: int, fraction: float = 0.25) -> 
     return max(min(int(n_points * fraction), 2000), 4 * max_horizon)
 
 
-def validation_folds(n_points: int, max_horizon: int, validation: int, folds: int) -> list[int]:
+def validation_folds(
+    n_points: int, max_horizon: int, validation: int, folds: int, cycle: int = 0
+) -> list[int]:
     """Start of each validation window (the last ends at ``n_points``); fewer windows when
-    the validation is too short for each to score every horizon a few times."""
-    folds = max(1, min(folds, validation // (2 * max_horizon)))
+    the validation is too short for each to score every horizon a few times, or to span one
+    ``cycle`` (the shortest season, in steps). A window shorter than a day scores only some
+    hours of it: its errors are not comparable with another window's, and the spread of the
+    differences between windows (the one-standard-error rule's noise) measures the hours
+    they happened to cover, not the models."""
+    folds = max(1, min(folds, validation // max(2 * max_horizon, cycle)))
     start = n_points - validation
     return [start + (validation * i) // folds for i in range(folds)]
 
@@ -164,12 +170,14 @@ def select_model(
     folds: int = FOLDS,
     half_life: float = HALF_LIFE_FOLDS,
     previous: Selection | None = None,
+    cycle: int = 0,
 ) -> Selection:
     """Backtest each candidate on the last ``validation`` points of ``series``, in ``folds``
-    windows refitted at their start, and choose on the recency-weighted pooled WAPE, keeping
-    ``previous``'s choice (or the ensemble) unless clearly beaten (see the module doc)."""
+    windows refitted at their start (each spanning at least ``cycle`` points, the shortest
+    season), and choose on the recency-weighted pooled WAPE, keeping ``previous``'s choice (or
+    the ensemble) unless clearly beaten (see the module doc)."""
     v = validation or validation_size(len(series), max(horizons))
-    starts = validation_folds(len(series), max(horizons), v, folds)
+    starts = validation_folds(len(series), max(horizons), v, folds, cycle)
     ends = [*starts[1:], len(series)]
     weights = [0.5 ** ((len(starts) - 1 - i) / half_life) for i in range(len(starts))]
     scored: dict[str, dict[int, BacktestResult]] = {name: {} for name in factories}

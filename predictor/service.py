@@ -25,7 +25,7 @@ from autoglm.prometheus_api import PrometheusClient, PrometheusError, RangeSerie
 from predictor.api import Forecast
 from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
-from predictor.models import ForecastModel, candidate_factories
+from predictor.models import ForecastModel, candidate_factories, shortest_cycle
 from predictor.selection import Selection, select_model
 from predictor.series import align_to_grid, counter_increase, fill_gaps
 
@@ -238,7 +238,12 @@ class PredictorService:
             with state.lock:
                 previous = state.selection
             selection = select_model(
-                factories, series, config.horizons, config.quantile, previous=previous
+                factories,
+                series,
+                config.horizons,
+                config.quantile,
+                previous=previous,
+                cycle=shortest_cycle(config.step, config.seasons, len(series)),
             )
             fitted: dict[str, ForecastModel] = {}
             for name in dict.fromkeys(selection.per_horizon.values()):

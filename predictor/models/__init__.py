@@ -3,7 +3,12 @@
 
 from predictor.models.autoregressive import AutoregressiveModel
 from predictor.models.base import ForecastModel, InsufficientHistory, Prediction
-from predictor.models.catalog import BASELINES, candidate_factories, usable_seasons
+from predictor.models.catalog import (
+    BASELINES,
+    candidate_factories,
+    shortest_cycle,
+    usable_seasons,
+)
 from predictor.models.ensemble import MedianEnsemble
 from predictor.models.ets import ETSModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
@@ -25,5 +30,6 @@ __all__ = [
     "SeasonalNaiveModel",
     "SequenceModel",
     "candidate_factories",
+    "shortest_cycle",
     "usable_seasons",
 ]

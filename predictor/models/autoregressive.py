@@ -132,11 +132,16 @@ class AutoregressiveModel(ForecastModel):
         self.coef = np.stack(coefs)
 
     def _forecast_path(self) -> np.ndarray:
-        z = self._transform(self.history.values())
-        horizons = np.arange(1, self.max_horizon + 1)
-        rows = self._features(z, np.full(self.max_horizon, len(z)), horizons)
-        path = np.einsum("hf,hf->h", rows, self.coef)
-        return self._inverse(np.clip(path, -self.ceiling, self.ceiling))
+        kept = self.history.values()
+        return self._forecast_paths(kept, np.array([len(kept)]))[0]
+
+    def _forecast_paths(self, y: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        z = self._transform(y)
+        horizons = np.tile(np.arange(1, self.max_horizon + 1), len(origins))
+        rows = self._features(z, np.repeat(origins, self.max_horizon), horizons)
+        path = np.einsum("nf,nf->n", rows, self.coef[horizons - 1])
+        path = self._inverse(np.clip(path, -self.ceiling, self.ceiling))
+        return path.reshape(len(origins), self.max_horizon)
 
 
 def _ridge_by_loo(

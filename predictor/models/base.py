@@ -5,8 +5,11 @@ time with :meth:`ForecastModel.update`, which only advances its state. Every upd
 the forecasts the model issued before that point, so each model carries its own out-of-sample
 errors per horizon, with the level each forecast was made at; :meth:`ForecastModel.predict` turns
 them into the upper bound, scaled to the current level as the model's own calibration errors
-say fits best (see :mod:`predictor.intervals`). ``fit`` replays the tail of the series through
-``update`` for exactly that purpose, from the state the model had before it.
+say fits best (see :mod:`predictor.intervals`). ``fit`` replays the tail of the series for
+exactly that purpose, from the state the model had before it, with :meth:`ForecastModel.replay`:
+the same result as one ``update`` per point, but a model whose state is just its kept history
+(and fitted parameters) forecasts every point of the tail in one batch of array operations. That
+replay ran after each of the many fits a selection makes and was most of its cost.
 """
 
 from __future__ import annotations
@@ -139,6 +142,33 @@ class ForecastModel(ABC):
     def _forecast_path(self) -> np.ndarray:
         """Point forecasts for horizons 1..max_horizon from the current state."""
 
+    def _forecast_paths(self, y: np.ndarray, origins: np.ndarray) -> np.ndarray | None:
+        """Point forecasts (origins x horizons) made after seeing ``y[:origin]``, for every
+        origin at once, or None (the default). Only a model whose whole state is its kept
+        history (and its fitted parameters) can offer it: then a replay of many points costs
+        a few array operations instead of one forecast per point."""
+        return None
+
+    def _advance_many(self, values: np.ndarray) -> np.ndarray:
+        """Append ``values`` and move the state past them; the forecast path after each
+        (values x horizons, clipped). Batched through :meth:`_forecast_paths` when the model
+        offers it, else one :meth:`_advance` and forecast per point."""
+        kept = self.history.values()
+        paths = self._forecast_paths(
+            np.concatenate([kept, values]), len(kept) + 1 + np.arange(len(values))
+        )
+        if paths is not None:
+            self.history.extend(values)
+            self.points_seen += len(values)
+            return self._clip(paths)
+        paths = np.empty((len(values), self.max_horizon))
+        for i, value in enumerate(values):
+            self.history.append(float(value))
+            self.points_seen += 1
+            self._advance(float(value))
+            paths[i] = self._clip(self._forecast_path())
+        return paths
+
     # -- the public protocol -----------------------------------------------------------------
     def fit(self, series: Sequence[float] | np.ndarray) -> None:
         """Refit on ``series``; errors are measured by replaying its tail through ``update``."""
@@ -150,8 +180,7 @@ class ForecastModel(ABC):
         held_back = int(len(y) * self.calibration_fraction)
         held_back = max(0, min(held_back, self.residual_window, len(y) - self.min_points))
         self.fit_until(y, len(y) - held_back)
-        for value in y[len(y) - held_back :]:
-            self.update(float(value))
+        self.replay(y[len(y) - held_back :])
 
     def fit_until(self, y: np.ndarray, state_at: int) -> None:
         """Estimate from ``y`` and stop at ``y[:state_at]``, with no errors recorded yet; the
@@ -181,6 +210,41 @@ class ForecastModel(ABC):
         self.points_seen += 1
         self._advance(value)
         self._path = self._clip(self._forecast_path())
+
+    def replay(self, values: Sequence[float] | np.ndarray) -> np.ndarray:
+        """:meth:`update` with each of ``values`` in turn, with the same result, in bulk: the
+        calibration replay after every fit runs hundreds of points, and selection refits every
+        candidate several times. Returns the forecast path after each value."""
+        if self._path is None:
+            raise RuntimeError(f"{self.name}: call fit() before replay()")
+        values = as_series(values)
+        if not len(values):
+            return np.empty((0, self.max_horizon))
+        return self._record_replay(values, self._advance_many(values))
+
+    def _record_replay(self, values: np.ndarray, paths: np.ndarray) -> np.ndarray:
+        """Score the forecasts issued before each of ``values`` (those pending from earlier
+        updates, the current one, then ``paths``, the path after each value) as :meth:`update`
+        does, and make the last of ``paths`` current."""
+        pending = len(self._pending)
+        issued = np.concatenate(
+            [
+                np.asarray(list(reversed(self._pending))).reshape(pending, self.max_horizon),
+                [self._path],
+                paths,
+            ]
+        )
+        n = len(values)
+        for age in range(self.max_horizon):
+            first = max(0, age - pending)  # the first value with a forecast issued age steps back
+            if first >= n:
+                continue
+            levels = issued[pending + first - age : pending + n - age, age]
+            self.residuals.add_many(age + 1, values[first:] - levels, levels)
+        self._pending.clear()  # the last max_horizon issued, newest first, as update keeps them
+        self._pending.extend(issued[pending + n - 1 :: -1][: self.max_horizon])
+        self._path = paths[-1]
+        return paths
 
     def predict(self, horizons: Sequence[int] | int, quantile: float = 0.9) -> Prediction:
         """Point forecast and upper bound at ``quantile`` for each horizon (steps ahead)."""

@@ -55,6 +55,12 @@ def usable_seasons(
     return out
 
 
+def shortest_cycle(step_seconds: float, seasons_seconds: Sequence[float], n_points: int) -> int:
+    """The shortest usable season in steps (0 without one): how long a selection window must
+    be to score every phase of the series' cycle."""
+    return min((p for _, p in usable_seasons(step_seconds, seasons_seconds, n_points)), default=0)
+
+
 def is_baseline(name: str) -> bool:
     """The last value and the seasonal copies: always computed, whatever ``models`` says."""
     return name == "naive" or name.startswith("seasonal_naive_")

@@ -79,6 +79,16 @@ class MedianEnsemble(ForecastModel):
         for view in self.views:
             view.update(value)  # after the members: it combines their new forecasts
 
+    def _advance_many(self, values: np.ndarray) -> np.ndarray:
+        """Each member replays ``values`` in bulk (see ForecastModel.replay); the combinations
+        of their paths are taken for all points at once."""
+        self.history.extend(values)
+        self.points_seen += len(values)
+        member_paths = np.stack([member.replay(values) for member in self.members])
+        for view in self.views:
+            view.replay_combined(values, member_paths)
+        return self._clip(COMBINATIONS[self.combine](member_paths))
+
     def parts(self) -> dict[str, ForecastModel]:
         return {m.name: m for m in [*self.members, *self.views]}
 
@@ -102,6 +112,13 @@ class CombinationView(ForecastModel):
 
     def _fit(self, y: np.ndarray, state_at: int) -> None:
         return None  # the ensemble has fitted the members
+
+    def replay_combined(self, values: np.ndarray, member_paths: np.ndarray) -> None:
+        """:meth:`replay` of ``values``, given the members' paths after each of them
+        (members x values x horizons), which the ensemble has just computed."""
+        self.history.extend(values)
+        self.points_seen += len(values)
+        self._record_replay(values, self._clip(COMBINATIONS[self.combine](member_paths)))
 
     def _forecast_path(self) -> np.ndarray:
         return COMBINATIONS[self.combine](np.stack([m.latest_path() for m in self.members]))

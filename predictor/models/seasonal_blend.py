@@ -116,7 +116,10 @@ class SeasonalBlendModel(ForecastModel):
                     self.recent_share = np.asarray(RECENT_SHARES)[error.argmin(axis=0)]
 
     def _forecast_path(self) -> np.ndarray:
-        y = self.history.values()
-        copies, recent = self._components(y, np.array([len(y)]), self.smoothing, self.exponent)
-        seasonal = np.tensordot(self.weights, copies, axes=1)[0]
-        return (1 - self.recent_share) * seasonal + self.recent_share * recent[0]
+        kept = self.history.values()
+        return self._forecast_paths(kept, np.array([len(kept)]))[0]
+
+    def _forecast_paths(self, y: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        copies, recent = self._components(y, origins, self.smoothing, self.exponent)
+        seasonal = np.tensordot(self.weights, copies, axes=1)
+        return (1 - self.recent_share) * seasonal + self.recent_share * recent

@@ -16,8 +16,8 @@ training that does not beat the copy on unseen points is thrown away. Seeds are 
 Cost: selection refits every candidate several times, so training stops once the holdout has
 not improved for ``patience`` optimiser steps, and a refit of the same model may start from its
 previous weights (kept only if they beat the copy on the new holdout) and then takes at most
-``warm_steps``. Forecasts, one per update, run the trained weights in numpy: calling torch for
-so small a net costs several times the arithmetic.
+``warm_steps``. Forecasts run the trained weights in numpy: calling torch for so small a net
+costs several times the arithmetic; a replay runs every origin's window through them side by side.
 """
 
 from __future__ import annotations
@@ -203,18 +203,24 @@ class SequenceModel(ForecastModel):
         return all(old_state[k].shape == v.shape for k, v in new_state.items())
 
     def _forecast_path(self) -> np.ndarray:
+        kept = self.history.values()
+        return self._forecast_paths(kept, np.array([len(kept)]))[0]
+
+    def _forecast_paths(self, y: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        """The trained net in numpy, every origin's window through the GRU side by side."""
         assert self._weights is not None
-        z = self.history.values() / self.scale
-        windows, extra = self._features(z, np.array([len(z)]))
+        windows, extra = self._features(y / self.scale, origins)
         w_ih, w_hh, b_ih, b_hh, head_w, head_b = self._weights
         n = self.hidden
         if not head_w[:, :n].any():  # the untrained start: the seasonal copy, no recurrence
-            return (head_w[:, n:] @ extra[0] + head_b) * self.scale
-        inputs = np.outer(windows[0], w_ih) + b_ih  # every step's input gates at once
-        h = np.zeros(n)
-        for gi in inputs:
-            gh = w_hh @ h + b_hh
-            reset, update = 1.0 / (1.0 + np.exp(-(gi[: 2 * n] + gh[: 2 * n]))).reshape(2, n)
-            candidate = np.tanh(gi[2 * n :] + reset * gh[2 * n :])
+            return (extra @ head_w[:, n:].T + head_b) * self.scale
+        inputs = windows[:, :, None] * w_ih + b_ih  # every step's input gates at once
+        h = np.zeros((len(origins), n))
+        for step in range(windows.shape[1]):
+            gi = inputs[:, step]
+            gh = h @ w_hh.T + b_hh
+            gates = 1.0 / (1.0 + np.exp(-(gi[:, : 2 * n] + gh[:, : 2 * n])))
+            reset, update = gates[:, :n], gates[:, n:]
+            candidate = np.tanh(gi[:, 2 * n :] + reset * gh[:, 2 * n :])
             h = (1.0 - update) * candidate + update * h
-        return (head_w @ np.concatenate([h, extra[0]]) + head_b) * self.scale
+        return (np.concatenate([h, extra], axis=1) @ head_w.T + head_b) * self.scale

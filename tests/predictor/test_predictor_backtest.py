@@ -22,6 +22,7 @@ from predictor.models import (
     SeasonalLevelModel,
     SeasonalNaiveModel,
     candidate_factories,
+    shortest_cycle,
 )
 from predictor.models.base import ForecastModel
 from predictor.selection import choose, select_model, validation_folds
@@ -157,6 +158,15 @@ def test_validation_folds_split_the_recent_history_and_shrink_when_short():
     assert validation_folds(200, 2, 48, 4) == [152, 164, 176, 188]
     assert validation_folds(200, 6, 24, 4) == [176, 188]  # 12 points each: >= 2 * horizon
     assert validation_folds(200, 6, 8, 4) == [192]
+
+
+def test_validation_windows_each_span_a_whole_cycle_of_the_shortest_season():
+    # 72 hourly points with a daily season: three whole days, not four windows of 18 hours
+    assert validation_folds(300, 6, 72, 4, cycle=24) == [228, 252, 276]
+    assert validation_folds(300, 6, 96, 4, cycle=24) == [204, 228, 252, 276]
+    assert validation_folds(300, 6, 20, 4, cycle=24) == [280]  # less than a cycle: one window
+    assert shortest_cycle(3600, (86400.0, 604800.0), 24 * 13) == 24
+    assert shortest_cycle(3600, (604800.0,), 24 * 13) == 0  # not two weeks yet: no season
 
 
 def test_selection_weights_recent_windows_more():

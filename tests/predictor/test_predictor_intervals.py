@@ -44,6 +44,22 @@ def test_margins_of_several_horizons_at_once_are_each_horizons_margin(power, fil
     np.testing.assert_allclose(together, alone)
 
 
+@pytest.mark.parametrize("count", [5, 30, 47])
+def test_adding_errors_in_bulk_is_adding_them_one_by_one(count):
+    rng = np.random.default_rng(4)
+    one_by_one, bulk = ResidualWindow(2, size=20), ResidualWindow(2, size=20)
+    for window in (one_by_one, bulk):
+        window.add(2, 7.0, 3.0)  # a slot already used: the bulk write continues after it
+    errors, levels = rng.normal(0, 1, count), rng.uniform(0, 9, count)
+    for e, level in zip(errors, levels, strict=True):
+        one_by_one.add(2, e, level)
+    bulk.add_many(2, errors, levels)
+    assert bulk.count(2) == one_by_one.count(2) == min(count + 1, 20)
+    np.testing.assert_array_equal(bulk.errors(2), one_by_one.errors(2))
+    np.testing.assert_array_equal(bulk.levels(2), one_by_one.levels(2))
+    assert bulk.margin(2, 0.9) == one_by_one.margin(2, 0.9)
+
+
 def test_window_forgets_old_errors_and_borrows_from_shorter_horizons():
     window = ResidualWindow(max_horizon=3, size=3)
     for e in [100, 100, 1, 2, 3]:

@@ -18,6 +18,7 @@ from predictor.models import (
     SeasonalLevelModel,
     SeasonalNaiveModel,
     SequenceModel,
+    candidate_factories,
 )
 from predictor.models.autoregressive import _ridge_by_loo
 from predictor.models.base import History
@@ -308,6 +309,36 @@ def test_a_trimmed_mean_view_forecasts_as_the_same_ensemble_would_alone():
     np.testing.assert_allclose(view.predict([1, 3]).upper, alone.predict([1, 3]).upper)
     with pytest.raises(ValueError, match="unknown combination"):
         MedianEnsemble(members(), combine="mode")
+
+
+@pytest.mark.parametrize("name", list(candidate_factories(3600, (86400.0,), 3, 24 * 14)))
+def test_a_replay_in_bulk_leaves_a_model_as_point_by_point_updates_would(name):
+    # The calibration replay after each fit runs in bulk (batched forecasts for the models
+    # whose state is their history); forecasts, errors and bounds must be the updates' own,
+    # including forecasts still pending from updates before the replay.
+    rng = np.random.default_rng(5)
+    y = rng.poisson(seasonal(24 * 14, level=60.0)).astype(float)
+    factory = candidate_factories(3600, (86400.0,), 3, len(y))[name]
+    stepped, bulk = factory(), factory()
+    for model in (stepped, bulk):
+        model.fit_until(y, 250)
+        model.update(y[250])
+    paths = []
+    for v in y[251:320]:
+        stepped.update(v)
+        paths.append(stepped.latest_path())
+    np.testing.assert_allclose(bulk.replay(y[251:320]), np.stack(paths), rtol=1e-9)
+    for v in y[320:325]:
+        stepped.update(v)
+        bulk.update(v)
+    for part, twin in zip(
+        [stepped, *stepped.parts().values()], [bulk, *bulk.parts().values()], strict=True
+    ):
+        for h in (1, 2, 3):
+            np.testing.assert_allclose(part.residuals.errors(h), twin.residuals.errors(h))
+        ahead, again = part.predict([1, 2, 3]), twin.predict([1, 2, 3])
+        np.testing.assert_allclose(ahead.point, again.point, rtol=1e-9)
+        np.testing.assert_allclose(ahead.upper, again.upper, rtol=1e-9)
 
 
 def test_upper_bound_is_never_below_the_point_and_counts_forecasts_are_not_negative():
