@@ -14,6 +14,7 @@ from typing import Any, Literal
 from autoglm.config import ConfigError, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
 from predictor.models.catalog import known_models
+from predictor.selection import minimum_history
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -111,8 +112,13 @@ class TargetConfig:
             )
         step = parse_duration(raw.get("step", cls.step), f"{where}.step")
         lookback = parse_duration(raw.get("lookback", cls.lookback), f"{where}.lookback")
-        if lookback < 10 * step:
-            raise ConfigError(f"{where}.lookback must cover at least 10 steps")
+        needed = max(10, minimum_history(max(hs)))
+        if lookback < needed * step:
+            raise ConfigError(
+                f"{where}.lookback covers {int(lookback // step)} steps; horizons up to {max(hs)} "
+                f"need at least {needed} to be backtested: set lookback to {needed * step:g}s or "
+                "more, or shorten the horizons"
+            )
         return cls(
             name=name,
             query=str(raw.get("query", "") or ""),

@@ -147,6 +147,14 @@ def validation_size(n_points: int, max_horizon: int, fraction: float = 0.25) -> 
     return max(min(int(n_points * fraction), 2000), 4 * max_horizon)
 
 
+def minimum_history(max_horizon: int) -> int:
+    """The fewest points on which selection can backtest every horizon and still fit on two."""
+    n = 2
+    while n - validation_size(n, max_horizon) < 2:
+        n += 1
+    return n
+
+
 def validation_folds(
     n_points: int, max_horizon: int, validation: int, folds: int, cycle: int = 0
 ) -> list[int]:

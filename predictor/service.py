@@ -26,7 +26,7 @@ from predictor.api import Forecast
 from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
 from predictor.models import ForecastModel, candidate_factories, shortest_cycle
-from predictor.selection import Selection, select_model
+from predictor.selection import Selection, minimum_history, select_model
 from predictor.series import align_to_grid, counter_increase, fill_gaps
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,12 @@ class TargetState:
 
     @property
     def capacity(self) -> int:
-        return max(MIN_POINTS, int(self.config.lookback / self.config.step))
+        return max(self.min_points, int(self.config.lookback / self.config.step))
+
+    @property
+    def min_points(self) -> int:
+        """Points a refit needs: enough to backtest the deepest horizon, and MIN_POINTS."""
+        return max(MIN_POINTS, minimum_history(self.config.max_horizon))
 
 
 class PredictorService:
@@ -303,17 +308,20 @@ class PredictorService:
             if config.counter:
                 values = values[1:]
             finite = np.flatnonzero(np.isfinite(values))
-            if len(finite) < MIN_POINTS:
+            if len(finite) < state.min_points:
                 raise ValueError(
-                    f"only {len(finite)} points in the lookback; need {MIN_POINTS} "
+                    f"only {len(finite)} points in the lookback; need {state.min_points} "
                     "(check the query, or wait for history)"
                 )
             values = fill_gaps(values[finite[0] :])
             return values, end_time
         with state.lock:
             values = np.array(state.values, dtype=float)
-        if len(values) < MIN_POINTS:
-            log.info("waiting for points", extra={"target": config.name, "points": len(values)})
+        if len(values) < state.min_points:
+            log.info(
+                "waiting for points",
+                extra={"target": config.name, "points": len(values), "needed": state.min_points},
+            )
             return None, None
         return values, None
 
@@ -326,7 +334,7 @@ class PredictorService:
         for name, state in self.targets.items():
             if state.config.query and self.source is not None:
                 self.poll(name)
-            elif not state.models and len(state.values) >= MIN_POINTS:
+            elif not state.models and len(state.values) >= state.min_points:
                 self.refit(name)
 
     # -- scheduling --------------------------------------------------------------------------

@@ -145,6 +145,26 @@ def test_config_reads_targets_and_rejects_bad_ones():
         build_config(PredictorConfig, {})
     with pytest.raises(ConfigError, match="used twice"):
         build_config(PredictorConfig, {"targets": [{"name": "a"}, {"name": "a"}]})
+    # Horizons up to 20 steps need 82 points of history to be backtested; 1 h of 1 m holds 60.
+    with pytest.raises(ConfigError, match=r"covers 60 steps; horizons up to 20 need at least 82"):
+        build_config(
+            PredictorConfig,
+            {"targets": [{"name": "a", "step": "1m", "lookback": "1h", "horizons": [1, 20]}]},
+        )
+
+
+def test_deep_horizons_wait_for_a_backtestable_history_instead_of_failing(caplog):
+    """Below the points selection needs for the deepest horizon a refit waits (info), it does
+    not fail (a warning at every step); with enough points it fits."""
+    service = PredictorService([target(horizons=(1, 10))])
+    push(service, range(30))  # 29 closed bins: above MIN_POINTS, below the 42 needed
+    with caplog.at_level("INFO", logger="predictor"):
+        assert not service.refit("load")
+    (waiting,) = [r for r in caplog.records if r.getMessage() == "waiting for points"]
+    assert waiting.needed == 42
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    push(service, range(30, 60))
+    assert service.refit("load")
 
 
 def test_a_seasonal_only_target_forecasts_with_baselines_until_two_seasons_exist():
