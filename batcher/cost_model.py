@@ -172,6 +172,23 @@ class CostModel:
                 best, best_rate = size, rate
         return best
 
+    def smallest_serving(
+        self, items_per_second: float, limit: int, allowed: Sequence[int] | None = None
+    ) -> int:
+        """The smallest size up to ``limit`` whose expected time serves ``items_per_second``.
+
+        ``allowed`` restricts the choice to the padding buckets. ``limit`` when no size is fast
+        enough or nothing is known yet.
+        """
+        if not self._sizes:
+            return limit
+        candidates = sorted({b for b in allowed if b <= limit}) if allowed else range(1, limit + 1)
+        for size in candidates:
+            seconds = self.mean(size)
+            if seconds <= 0 or size / seconds >= items_per_second:
+                return size
+        return limit
+
     def _fresh(self, stats: _SizeStats) -> bool:
         return self._observations - stats.last_seen <= FORGET_AFTER
 

@@ -38,6 +38,7 @@ from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
 from batcher.policy import (
     BATCH_BUDGET_FRACTION,
+    CAP_LOAD_HEADROOM,
     CAP_MARGIN_STDDEVS,
     AdaptiveCap,
     DeadlinePolicy,
@@ -174,9 +175,11 @@ class Batcher:
         self._busy: deque[tuple[float, float]] = deque()
         self._last_arrival: float | None = None
         self._mean_gap = math.inf
+        self._gaps_seen = 0
         self._mean_size = 1.0
         self._allowed: tuple[int, ...] | None = None
         self._target = max_batch_size
+        self._floor = 1  # no SLO back-off below this: the smallest size keeping up with arrivals
         self.batches = 0
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -362,17 +365,24 @@ class Batcher:
     def _retarget(self, now: float = -math.inf) -> None:
         """Choose the cap's target: the most efficient size within the SLO's batch budget.
 
-        Under overload (that size serves fewer items per second than arrive) the budget gives
-        way to throughput: smaller batches would only grow the backlog and make everyone late.
+        Near saturation (that size would keep the device over 1/CAP_LOAD_HEADROOM busy serving
+        the arrivals) the budget gives way to throughput: smaller batches would only grow the
+        backlog and make everyone late, and a burst is drained fastest in the largest batches.
+        Also sets the floor of the cap's back-offs: the smallest size serving the arrivals with
+        that headroom (never above the target).
         """
         budget = BATCH_BUDGET_FRACTION * self.slo_seconds
         target = self.cost.best_size(
             budget, self.max_batch_size, self._allowed, stddevs=CAP_MARGIN_STDDEVS
         )
         seconds = self._expected_cost_of(target)
-        if seconds > 0 and target / seconds < self._items_rate(now):
+        needed = CAP_LOAD_HEADROOM * self._items_rate(now)
+        if seconds > 0 and target / seconds < needed:
             target = self.cost.best_size(math.inf, self.max_batch_size, self._allowed, stddevs=0)
         self._target = target
+        self._floor = min(
+            target, self.cost.smallest_serving(needed, self.max_batch_size, self._allowed)
+        )
         self.metrics.cost_fixed.set(self.cost.fixed_seconds)
         self.metrics.cost_per_item.set(self.cost.per_item_seconds)
 
@@ -380,7 +390,7 @@ class Batcher:
         """Items per second arriving recently (0 before two arrivals)."""
         if self._last_arrival is None or math.isinf(self._mean_gap):
             return 0.0
-        return self._mean_size * arrival_rate(self._mean_gap, now - self._last_arrival)
+        return self._mean_size * arrival_rate(self._mean_gap, now - self._last_arrival, GAP_WEIGHT)
 
     def _cost_of(self, items: int) -> float:
         """Conservative time of a batch of ``items`` as it would run (padded)."""
@@ -401,11 +411,15 @@ class Batcher:
     def _note_arrival(self, now: float, size: int) -> None:
         if self._last_arrival is not None:
             gap = now - self._last_arrival
+            # A plain average until there are 1/GAP_WEIGHT gaps, then the running mean: the first
+            # gap alone would set the rate (and so the cap) far off for the next few dozen.
+            self._gaps_seen += 1
+            weight = max(GAP_WEIGHT, 1.0 / self._gaps_seen)
             if math.isinf(self._mean_gap):
                 self._mean_gap = gap
             else:
-                self._mean_gap += GAP_WEIGHT * (gap - self._mean_gap)
-            self._mean_size += GAP_WEIGHT * (size - self._mean_size)
+                self._mean_gap += weight * (gap - self._mean_gap)
+            self._mean_size += weight * (size - self._mean_size)
         else:
             self._mean_size = float(size)
         self._last_arrival = now
@@ -564,6 +578,7 @@ class Batcher:
                 slo_seconds=self.slo_seconds,
                 cost_bound=self._target,
                 allowed=self._allowed,
+                floor=self._floor,
             )
             if backed_off:
                 log.info(

@@ -68,6 +68,8 @@ class BatcherServer:
         self.registry = registry
         self.listen = listen
         self.web_config = web_config or WebConfig()
+        if self.web_config.watched:
+            registry.register(self.web_config)  # its reload outcomes, on /metrics
         self.max_body_bytes = max_body_bytes
         self.port = 0
         self._runner: web.AppRunner | None = None

@@ -1,15 +1,30 @@
 """Batching runtime benchmark: the policies in simulated time, then an open-loop HTTP sweep.
 
-Both sections compare, side by side in one run, three ways to serve the same model:
+Both sections compare, side by side in one run, four ways to serve the same model:
 
 1. no batching          -- ``--policy fixed-delay --max-batch-size 1``;
-2. fixed-delay baseline -- Triton-style: a fixed max queue delay and a preferred batch size (the
-                            largest), ``batcher.policy.FixedDelayPolicy``;
-3. this runtime          -- ``--policy adaptive`` (keep-up/deadline dispatch, cost-model cap).
+2. fixed-delay baseline -- Triton-style, as its users tune it: a max queue delay (60 ms) and a
+                            preferred batch size (the largest), ``batcher.policy.FixedDelayPolicy``;
+3. greedy               -- the same with Triton's default max queue delay of 0: whatever waits
+                            starts as soon as the device is free;
+4. this runtime          -- ``--policy adaptive`` (keep-up/self-clocking/deadline dispatch,
+                            cost-model cap).
 
 For each it sweeps offered Poisson rates (fractions of the offline peak, max over b of b / t(b))
-and reports throughput and p50/p99 latency per rate, and the highest rate sustained with p99
-within the SLO and under 1% errors, as ratios to the offline peak and to no batching.
+and reports throughput and p50/p99 latency per rate. A rate is sustained when p99 is within the
+SLO and under 1% of requests failed. The grid is 5% of the peak apart at the top, too coarse to
+rank policies that all run full batches there, so the highest sustained rate is then found by
+bisection between the grid's last passing and first failing rate (each end re-checked, and the
+bracket moved when it no longer holds), down to ``--resolution`` of the peak, and repeated:
+
+* simulated: once per seed (``--seeds``), every policy on the same seeded arrivals (scaled to each
+  rate), so the comparison is paired and exact for that seed;
+* HTTP: ``--rounds`` times, the policies interleaved point by point (A, B, C, D, A, B, ...) with
+  all servers up at once, so drift in this shared machine's load hits every policy alike.
+
+The summary gives per policy the median top rate and its range, its ratios to the offline peak
+and to no batching, and the adaptive runtime's ratio to each baseline per seed or round (paired),
+median and range.
 
 Section 1, simulated: the engine itself against :class:`~batcher.models.simulated.SimulatedModel`
 with a known t(b), on a virtual clock (:mod:`batcher.simulation`): exact, deterministic and
@@ -22,16 +37,18 @@ does it (timing at start-up, padding to the buckets that picks).
 Section 2, HTTP: each policy is a separate ``autoglm-batcher`` process running the torch CPU model
 ``bench_factory`` (a deep MLP whose batch cost is clearly sublinear) on ONE torch thread, so the
 model holds one core and the server's event loop and this load generator share the other. The
-offline peak comes from the server's own start-up warm-up (same process, same thread settings as
-it serves with), logged as ``warm-up timed the model``. The load generator is one asyncio process
+servers start one after the other (their warm-ups must not overlap) and stay up together. The
+offline peak comes from the servers' own start-up warm-up (same process, same thread settings as
+they serve with), logged as ``warm-up timed the model``. The load generator is one asyncio process
 with one connection pool, open loop (latency counted from the scheduled send time, so a lagging
 client cannot hide queueing), bounded per point in requests and in time (a request unanswered
 after ``--request-timeout`` counts as failed). The machine is shared: the load average is
-recorded before and after each sweep; on a loaded machine the HTTP figures say little.
+recorded around every sweep and round; on a loaded machine the HTTP figures say little.
 
     python bench/batcher.py                  # both sections
     python bench/batcher.py --quick          # a smoke run
-    python bench/batcher.py --only sim       # the simulated section alone (about a minute)
+    python bench/batcher.py --only sim       # the simulated section alone (a few minutes);
+                                             # --only keeps the other section in the JSON
 """
 
 from __future__ import annotations
@@ -42,11 +59,12 @@ import json
 import math
 import os
 import queue
+import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -70,7 +88,8 @@ from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E40
 MODEL = "batcher.models.demo:bench_factory"
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
 RATE_FRACTIONS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
-POLICIES = ("no-batching", "fixed-delay", "adaptive")
+POLICIES = ("no-batching", "fixed-delay", "greedy", "adaptive")
+BASELINES = ("fixed-delay", "greedy")  # what the adaptive runtime is ranked against
 
 # A CPU-like device: per-size seconds as measured on this kind of machine's BLAS (3..15 rows take
 # a slow kernel), the line t = 80 ms + 2.2 ms per row above 16.
@@ -139,14 +158,10 @@ def sim_batcher(policy: str, scenario: Scenario) -> Callable[[], tuple[Batcher, 
     def make() -> tuple[Batcher, SimulatedModel]:
         device = scenario.device()
         size = 1 if policy == "no-batching" else scenario.max_batch
+        delays = {"no-batching": 0.0, "fixed-delay": scenario.fixed_delay, "greedy": 0.0}
         settings: dict = {}
-        if policy == "no-batching":
-            settings = {"policy": FixedDelayPolicy(0.0, 1), "adaptive_cap": False}
-        elif policy == "fixed-delay":
-            settings = {
-                "policy": FixedDelayPolicy(scenario.fixed_delay, size),
-                "adaptive_cap": False,
-            }
+        if policy in delays:
+            settings = {"policy": FixedDelayPolicy(delays[policy], size), "adaptive_cap": False}
         metrics = BatcherMetrics(CollectorRegistry(), "sim", scenario.slo, size)
         batcher = Batcher(
             device,
@@ -171,12 +186,7 @@ def sweep_rates(
         point = run(rate)
         result.points.append(point)
         ok = point.sustained(slo)
-        print(
-            f"  {result.name:<12} rate {rate:7.1f}/s  thr {point.throughput:7.1f}/s  "
-            f"p50 {point.p50 * 1000:7.1f} ms  p99 {point.p99 * 1000:7.1f} ms  "
-            f"batch {point.mean_batch:5.1f}  err {point.errors:4d}  {'ok' if ok else 'MISS'}",
-            flush=True,
-        )
+        print_point(result.name, point, ok)
         if ok:
             result.best_rate = max(result.best_rate, rate)
             misses = 0
@@ -187,10 +197,10 @@ def sweep_rates(
     return result
 
 
-def summary_table(results: list[PolicyResult], peak: float, slo: float) -> dict:
-    """Print the best rates with ratios and the goals; return them for the JSON."""
+def grid_table(results: list[PolicyResult], peak: float, slo: float) -> dict:
+    """Print the best grid rates with ratios; return them for the JSON."""
     no_batching = results[0].best_rate or math.nan
-    print(f"  {'policy':<12} {'best rate/s':>11} {'vs peak':>8} {'vs no-batch':>11}")
+    print(f"  grid: {'policy':<12} {'best rate/s':>11} {'vs peak':>8} {'vs no-batch':>11}")
     rows = []
     for r in results:
         rows.append(
@@ -202,18 +212,171 @@ def summary_table(results: list[PolicyResult], peak: float, slo: float) -> dict:
             }
         )
         print(
-            f"  {r.name:<12} {r.best_rate:11.1f} {r.best_rate / peak:8.2f} "
+            f"        {r.name:<12} {r.best_rate:11.1f} {r.best_rate / peak:8.2f} "
             f"{r.best_rate / no_batching:11.2f}"
         )
-    adaptive, fixed = results[2].best_rate, results[1].best_rate
+    return {"slo_seconds": slo, "offline_peak": peak, "grid_summary": rows}
+
+
+def p99_table(results: list[PolicyResult], peak: float, slo: float) -> None:
+    """p99 latency per policy side by side at the grid's upper half, where the policies differ.
+
+    A MISS mark is a rate not sustained (p99 over the SLO or over 1% errors); blank: not run
+    (the sweep stops after two misses).
+    """
+    rates = sorted({p.rate for r in results for p in r.points if p.rate / peak >= 0.495})
+    print("  p99 latency (ms) by offered rate:")
+    print(f"  {'rate':>12} {'of peak':>8}" + "".join(f"{r.name:>14}" for r in results))
+    for rate in rates:
+        cells = []
+        for r in results:
+            point = next((p for p in r.points if p.rate == rate), None)
+            if point is None:
+                cells.append(f"{'':>14}")
+            else:
+                mark = "" if point.sustained(slo) else " MISS"
+                cells.append(f"{point.p99 * 1000:>9.0f}{mark:<5}")
+        print(f"  {rate:10.1f}/s {rate / peak:8.2f}" + "".join(cells))
+
+
+def bracket(result: PolicyResult, peak: float) -> tuple[float, float]:
+    """(last passing, first failing) grid rate around the policy's best; 5% above if none."""
+    above = [p.rate for p in result.points if p.rate > result.best_rate]
+    low = result.best_rate or min(p.rate for p in result.points)
+    return low, min(above) if above else low + 0.05 * peak
+
+
+def top_rate_search(low: float, high: float, resolution: float) -> Generator[float, bool, float]:
+    """Yield rates to try, be sent whether each was sustained; return the highest sustained.
+
+    Bisection between ``low`` (expected to pass) and ``high`` (expected to fail), down to
+    ``resolution``. Both ends are checked first: on a noisy machine the grid's bracket may not
+    hold in a later repeat, and the bracket is then moved by its own width until it does.
+    Returns 0 when nothing down to ``resolution`` is sustained.
+    """
+    width = high - low
+    while not (yield low):
+        if low <= resolution:
+            return 0.0
+        low, high = max(resolution, low - width), low
+    while (yield high):
+        low, high = high, high + width
+    while high - low > resolution:
+        middle = (low + high) / 2
+        if (yield middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def interleaved_searches(
+    searches: dict[str, Generator[float, bool, float]],
+    run: Callable[[str, float], bool],
+) -> dict[str, float]:
+    """Advance every search one point at a time, in turn; the top rate each found, by name.
+
+    Running the policies point by point in turn, rather than one search after the other, spreads
+    any drift of the machine (a neighbour starting, thermal limits) over all of them alike.
+    """
+    pending = {name: next(search) for name, search in searches.items()}
+    found: dict[str, float] = {}
+    while pending:
+        for name in list(pending):
+            try:
+                pending[name] = searches[name].send(run(name, pending[name]))
+            except StopIteration as stop:
+                found[name] = stop.value
+                del pending[name]
+    return found
+
+
+def spread(values: list[float]) -> dict:
+    """Median and range of repeated measurements, with the values themselves (for the JSON)."""
+    return {
+        "values": values,
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def top_rate_table(tops: dict[str, list[float]], peak: float, resolution: float) -> dict:
+    """Print median and range of each policy's top rate, the paired ratios and the goals."""
+    runs = len(tops["adaptive"])
+    no_batching = statistics.median(tops["no-batching"]) or math.nan
+    print(
+        f"  top sustained rate, bisection to {resolution:.1%} of the peak, {runs} repeats:\n"
+        f"        {'policy':<12} {'median/s':>9} {'min..max/s':>15} {'vs peak':>8} "
+        f"{'vs no-batch':>11}"
+    )
+    rows = []
+    for name in POLICIES:
+        row = {"policy": name, **spread(tops[name])}
+        row["vs_offline_peak"] = row["median"] / peak
+        row["vs_no_batching"] = row["median"] / no_batching
+        rows.append(row)
+        print(
+            f"        {name:<12} {row['median']:9.1f} {row['min']:7.1f}..{row['max']:<7.1f}"
+            f"{row['vs_offline_peak']:8.3f} {row['vs_no_batching']:11.2f}"
+        )
+    ratios, verdicts = {}, {}
+    for base in BASELINES:
+        paired = [a / b for a, b in zip(tops["adaptive"], tops[base], strict=True) if b > 0]
+        ratio = spread(paired)
+        # one bisection step on each side: a difference below it is not a difference
+        tolerance = 2 * resolution * peak / max(statistics.median(tops[base]), 1e-9)
+        if ratio["min"] > 1.0:
+            verdict = "ahead in every repeat"
+        elif ratio["median"] > 1.0 + tolerance:
+            verdict = "ahead (median)"
+        elif ratio["median"] >= 1.0 - tolerance:
+            verdict = f"tied within the resolution (+-{tolerance:.1%})"
+        else:
+            verdict = "behind"
+        ratios[f"adaptive/{base}"] = {**ratio, "tolerance": tolerance, "verdict": verdict}
+        verdicts[base] = verdict
+        print(
+            f"        adaptive/{base:<12} median {ratio['median']:.3f} "
+            f"range {ratio['min']:.3f}..{ratio['max']:.3f}: {verdict}"
+        )
+    adaptive = statistics.median(tops["adaptive"])
     goals = {
         "adaptive >= 0.85 offline peak": adaptive >= 0.85 * peak,
         "adaptive >= 3x no batching": adaptive >= 3 * no_batching,
-        "adaptive ahead of fixed-delay": adaptive > fixed,
+        "adaptive ahead of fixed-delay": verdicts["fixed-delay"].startswith("ahead"),
+        "adaptive ahead of greedy": verdicts["greedy"].startswith("ahead"),
     }
     for goal, met in goals.items():
         print(f"  goal {goal}: {'met' if met else 'NOT met'}")
-    return {"slo_seconds": slo, "offline_peak": peak, "summary": rows, "goals": goals}
+    return {"top_rates": rows, "ratios": ratios, "goals": goals}
+
+
+def simulated_top_rates(
+    scenario: Scenario,
+    makers: dict[str, Callable[[], tuple[Batcher, SimulatedModel]]],
+    brackets: dict[str, tuple[float, float]],
+    args: argparse.Namespace,
+) -> tuple[dict[str, list[float]], list[dict]]:
+    """Each policy's top sustained rate once per seed; also every point the searches ran."""
+    peak, _ = scenario.peak
+    tops: dict[str, list[float]] = {policy: [] for policy in POLICIES}
+    searched: list[dict] = []
+    for seed in range(1, args.seeds + 1):
+        # The same seed at every rate and for every policy: the same arrivals, scaled.
+        def sustained(policy: str, rate: float, seed: int = seed) -> bool:
+            point = simulate_point(makers[policy], rate, args.sim_requests, seed=1000 + seed)
+            searched.append({"seed": seed, "policy": policy, **asdict(point)})
+            return point.sustained(scenario.slo)
+
+        found = interleaved_searches(
+            {p: top_rate_search(*brackets[p], args.resolution * peak) for p in POLICIES},
+            sustained,
+        )
+        for policy in POLICIES:
+            tops[policy].append(found[policy])
+        print(f"  seed {seed}: " + "  ".join(f"{p} {found[p]:.1f}/s" for p in POLICIES))
+    return tops, searched
 
 
 def simulated_section(args: argparse.Namespace) -> list[dict]:
@@ -223,34 +386,44 @@ def simulated_section(args: argparse.Namespace) -> list[dict]:
         peak, peak_b = scenario.peak
         print(f"{scenario.name}: {scenario.label}; offline peak {peak:.1f}/s at b={peak_b}")
         rates = sorted({round(f * peak, 1) for f in RATE_FRACTIONS})
+        makers = {policy: sim_batcher(policy, scenario) for policy in POLICIES}
         results = []
         for policy in POLICIES:
-            make = sim_batcher(policy, scenario)
 
-            def run(rate: float, make=make) -> LoadPoint:
+            def run(rate: float, make=makers[policy]) -> LoadPoint:
                 count = max(args.sim_requests // 4, min(args.sim_requests, int(rate * 20)))
                 return simulate_point(make, rate, count, seed=int(rate * 100))
 
             results.append(sweep_rates(PolicyResult(policy, policy), rates, scenario.slo, run))
-        table = summary_table(results, peak, scenario.slo)
+        table = grid_table(results, peak, scenario.slo)
+        p99_table(results, peak, scenario.slo)
+        brackets = {r.name: bracket(r, peak) for r in results}
+        tops, searched = simulated_top_rates(scenario, makers, brackets, args)
+        refined = top_rate_table(tops, peak, args.resolution)
         out.append(
             {
                 "scenario": scenario.name,
                 "label": scenario.label,
                 "offline_peak_batch": peak_b,
                 **table,
+                **refined,
                 "policies": [
                     {**asdict(r), "points": [asdict(p) for p in r.points]} for r in results
                 ],
+                "search_points": searched,
             }
         )
     return out
 
 
 class Server:
-    """One ``autoglm-batcher`` process on 127.0.0.1 with a free port, the model on one thread."""
+    """One ``autoglm-batcher`` process on 127.0.0.1 with a free port, the model on one thread.
 
-    def __init__(self, args: list[str]) -> None:
+    ``model`` and ``device`` default to this benchmark's CPU model on the CPU (``auto`` would put
+    it on a GPU where there is one); ``bench/batcher_gpu.py`` passes its own.
+    """
+
+    def __init__(self, args: list[str], model: str = MODEL, device: str = "cpu") -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(
             [
@@ -258,7 +431,9 @@ class Server:
                 "-m",
                 "batcher.cli",
                 "--model",
-                MODEL,
+                model,
+                "--device",
+                device,
                 "--listen",
                 "127.0.0.1:0",
                 "--torch-threads",
@@ -385,28 +560,59 @@ async def open_loop(
     return latencies, errors, elapsed
 
 
-def http_sweep(
-    result: PolicyResult, server: Server, rates: list[float], args: argparse.Namespace
-) -> PolicyResult:
+def http_point(server: Server, rate: float, args: argparse.Namespace) -> LoadPoint:
+    """One open-loop run at ``rate`` against ``server``; the batch sizes from its metrics."""
     url = f"http://127.0.0.1:{server.port}/v2/models/demo/infer"
-    asyncio.run(open_loop(url, min(rates[0], 10.0), 20, 0, args.request_timeout))  # connections
-
-    def run(rate: float) -> LoadPoint:
-        count = max(20, min(args.max_requests, int(rate * args.duration)))
-        items, batches = server.batch_totals()
-        latencies, errors, elapsed = asyncio.run(
-            open_loop(url, rate, count, int(rate * 1000), args.request_timeout)
-        )
-        items_after, batches_after = server.batch_totals()
-        served = batches_after - batches
-        mean_batch = (items_after - items) / served if served else 0.0
-        return summarize(rate, latencies, errors, elapsed, mean_batch)
-
-    return sweep_rates(result, rates, args.slo, run)
+    count = max(20, min(args.max_requests, int(rate * args.duration)))
+    items, batches = server.batch_totals()
+    latencies, errors, elapsed = asyncio.run(
+        open_loop(url, rate, count, int(rate * 1000), args.request_timeout)
+    )
+    items_after, batches_after = server.batch_totals()
+    served = batches_after - batches
+    mean_batch = (items_after - items) / served if served else 0.0
+    return summarize(rate, latencies, errors, elapsed, mean_batch)
 
 
-def http_section(args: argparse.Namespace) -> dict:
-    print("== 2. HTTP, torch CPU model, one torch thread per server (this machine, now)")
+def print_point(name: str, point: LoadPoint, ok: bool) -> None:
+    print(
+        f"  {name:<12} rate {point.rate:7.1f}/s  thr {point.throughput:7.1f}/s  "
+        f"p50 {point.p50 * 1000:7.1f} ms  p99 {point.p99 * 1000:7.1f} ms  "
+        f"batch {point.mean_batch:5.1f}  err {point.errors:4d}  {'ok' if ok else 'MISS'}",
+        flush=True,
+    )
+
+
+def http_plans(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Command-line flags and a label for each policy's server."""
+    mb = ["--max-batch-size", str(args.max_batch_size)]
+    fixed = ["--policy", "fixed-delay", *mb, "--max-queue-delay-seconds"]
+    plans = {
+        "no-batching": ["--policy", "fixed-delay", "--max-batch-size", "1"],
+        "fixed-delay": [*fixed, str(args.fixed_delay)],
+        "greedy": [*fixed, "0"],
+        "adaptive": ["--policy", "adaptive", *mb],
+    }
+    labels = {
+        "no-batching": "fixed-delay policy, max batch 1, no delay",
+        "fixed-delay": f"Triton-style: max_queue_delay {args.fixed_delay * 1000:.0f} ms, "
+        f"preferred size {args.max_batch_size}, padding from the warm-up",
+        "greedy": f"Triton's default max_queue_delay 0, preferred size {args.max_batch_size}: "
+        "whatever waits when the device frees",
+        "adaptive": "this runtime: keep-up/self-clocking/deadline dispatch, cost-model cap, "
+        "padding from the warm-up",
+    }
+    return plans, labels
+
+
+def http_section(
+    args: argparse.Namespace,
+    model: str = MODEL,
+    device: str = "cpu",
+    fractions: tuple[float, ...] = RATE_FRACTIONS,
+) -> dict:
+    """The HTTP sweep and the interleaved top-rate rounds; ``bench/batcher_gpu.py`` reuses it."""
+    print(f"== HTTP, {model} on {device}, one torch thread per server (this machine, now)")
     common = [
         "--slo-seconds",
         str(args.slo),
@@ -417,33 +623,15 @@ def http_section(args: argparse.Namespace) -> dict:
         "--warmup-repeats",
         str(args.warmup_repeats),
     ]
-    mb = ["--max-batch-size", str(args.max_batch_size)]
-    plans = {
-        "no-batching": ["--policy", "fixed-delay", "--max-batch-size", "1"],
-        "fixed-delay": [
-            "--policy",
-            "fixed-delay",
-            "--max-queue-delay-seconds",
-            str(args.fixed_delay),
-            *mb,
-        ],
-        "adaptive": ["--policy", "adaptive", *mb],
-    }
-    labels = {
-        "no-batching": "fixed-delay policy, max batch 1, no delay",
-        "fixed-delay": f"Triton-style: max_queue_delay {args.fixed_delay * 1000:.0f} ms, "
-        f"preferred size {args.max_batch_size}, padding from the warm-up",
-        "adaptive": "this runtime: keep-up/deadline dispatch, cost-model cap, padding from warm-up",
-    }
-    results: dict[str, PolicyResult] = {}
+    plans, labels = http_plans(args)
+    servers: dict[str, Server] = {}
     peaks: dict[str, dict] = {}
     loads: dict[str, list[str]] = {}
-    rates: list[float] = []
-    for name in ("adaptive", "fixed-delay", "no-batching"):  # adaptive first: it sets the rates
-        print(f"{name}: {labels[name]}", flush=True)
-        before = loadavg()
-        server = Server([*common, *plans[name]])
-        try:
+    try:
+        for name in POLICIES:  # one after the other: warm-ups must not overlap
+            servers[name] = server = Server([*common, *plans[name]], model, device)
+            url = f"http://127.0.0.1:{server.port}/v2/models/demo/infer"
+            asyncio.run(open_loop(url, 10.0, 20, 0, args.request_timeout))  # open connections
             if name != "no-batching":
                 peak, peak_b = server.peak
                 peaks[name] = {
@@ -453,29 +641,69 @@ def http_section(args: argparse.Namespace) -> dict:
                     "pad_buckets": server.buckets,
                 }
                 print(
-                    "  warm-up in the server: "
+                    f"{name} warm-up: "
                     + "  ".join(f"t({b})={t * 1000:.1f}ms" for b, t in server.warmup.items())
                     + f"; peak {peak:.1f}/s at b={peak_b}; pad buckets {server.buckets}"
                 )
-            if not rates:
-                rates = sorted({round(f * peaks[name]["peak"], 1) for f in RATE_FRACTIONS})
-            results[name] = http_sweep(PolicyResult(name, labels[name]), server, rates, args)
-        finally:
+        peak = max(p["peak"] for p in peaks.values())
+        rates = sorted({round(f * peak, 1) for f in fractions})
+        print(f"SLO p99 <= {args.slo * 1000:.0f} ms; offline peak {peak:.1f}/s (best warm-up)")
+        results: dict[str, PolicyResult] = {}
+        for name in POLICIES:
+            print(f"{name}: {labels[name]}", flush=True)
+            before = loadavg()
+            results[name] = sweep_rates(
+                PolicyResult(name, labels[name]),
+                rates,
+                args.slo,
+                lambda rate, server=servers[name]: http_point(server, rate, args),
+            )
+            loads[f"grid {name}"] = [before, loadavg()]
+            print(f"  load average before/after: {before} / {loads[f'grid {name}'][1]}")
+        ordered = [results[n] for n in POLICIES]
+        table = grid_table(ordered, peak, args.slo)
+        p99_table(ordered, peak, args.slo)
+        brackets = {r.name: bracket(r, peak) for r in ordered}
+        tops: dict[str, list[float]] = {policy: [] for policy in POLICIES}
+        searched: list[dict] = []
+        for round_index in range(1, args.rounds + 1):
+            print(f"round {round_index}: the policies interleaved point by point", flush=True)
+            before = loadavg()
+
+            def sustained(name: str, rate: float, round_index: int = round_index) -> bool:
+                point = http_point(servers[name], rate, args)
+                ok = point.sustained(args.slo)
+                print_point(name, point, ok)
+                searched.append({"round": round_index, "policy": name, **asdict(point)})
+                return ok
+
+            found = interleaved_searches(
+                {p: top_rate_search(*brackets[p], args.resolution * peak) for p in POLICIES},
+                sustained,
+            )
+            for policy in POLICIES:
+                tops[policy].append(found[policy])
+            loads[f"round {round_index}"] = [before, loadavg()]
+            print(
+                f"  round {round_index}: "
+                + "  ".join(f"{p} {found[p]:.1f}/s" for p in POLICIES)
+                + f"; load average before/after {before} / {loadavg()}"
+            )
+    finally:
+        for server in servers.values():
             server.stop()
-        loads[name] = [before, loadavg()]
-        print(f"  load average before/after: {loads[name][0]} / {loads[name][1]}")
-    peak = max(p["peak"] for p in peaks.values())
-    print(f"SLO p99 <= {args.slo * 1000:.0f} ms; offline peak {peak:.1f}/s (best warm-up)")
-    ordered = [results[n] for n in POLICIES]
-    table = summary_table(ordered, peak, args.slo)
+    refined = top_rate_table(tops, peak, args.resolution)
     return {
-        "model": MODEL,
+        "model": model,
+        "device": device,
         "torch_threads": 1,
         "max_batch_size": args.max_batch_size,
         "warmups": peaks,
         "load_average": loads,
         **table,
+        **refined,
         "policies": [{**asdict(r), "points": [asdict(p) for p in r.points]} for r in ordered],
+        "search_points": searched,
     }
 
 
@@ -502,18 +730,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request-timeout", type=float, default=5.0, help="HTTP: per request")
     parser.add_argument("--warmup-repeats", type=int, default=7, help="HTTP: server warm-up")
     parser.add_argument("--sim-requests", type=int, default=6000, help="sim: cap per rate")
+    parser.add_argument("--seeds", type=int, default=5, help="sim: top-rate searches, one a seed")
+    parser.add_argument("--rounds", type=int, default=3, help="HTTP: interleaved top-rate rounds")
+    parser.add_argument(
+        "--resolution", type=float, default=0.01, help="top-rate bisection step, of the peak"
+    )
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.max_requests, args.sim_requests = 3.0, 400, 1500
+        args.seeds, args.rounds, args.resolution = 2, 1, 0.02
 
-    report: dict = {"load_average_at_start": loadavg()}
+    out = Path(args.json)
+    report: dict = {}
+    if args.only and out.exists():  # one section re-run: keep the other one's results
+        report = json.loads(out.read_text())
+    report["load_average_at_start"] = loadavg()
     print(f"load average at start: {report['load_average_at_start']}")
     if args.only in (None, "sim"):
         report["simulated"] = simulated_section(args)
     if args.only in (None, "http"):
         report["http"] = http_section(args)
-    out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_finite(report), indent=2))
     print(f"wrote {out}")

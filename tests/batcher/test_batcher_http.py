@@ -372,3 +372,11 @@ def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     )
     assert allowed.status_code == 200
     assert allowed.json()["outputs"][0]["data"] == [2, 4, 6]
+    metrics = requests.get(
+        url.replace("/v2/models/echo/infer", "/metrics"),
+        verify=str(ca.cert_file),
+        headers={"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()},
+        timeout=10,
+    )
+    # The web config follows its file: its reload outcomes are the batcher's metrics too.
+    assert "autoglm_web_config_last_reload_successful 1.0" in metrics.text

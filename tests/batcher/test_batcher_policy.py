@@ -45,22 +45,35 @@ class TestDeadlinePolicy:
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 3
 
     def test_partial_batch_under_load_waits_to_fill_until_the_last_safe_moment(self) -> None:
-        # A slow device: 3 items in 0.53 s serve 6/s but 1000/s arrive, so the batch waits to
-        # fill. It would run at the cap (8 items, 0.58 s), so it must start by 0.8 - 0.58.
-        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.15, cap=8, arrival_rate=1000.0)
+        # A slow device: 3 items in 0.53 s serve 5.7/s, under 1.5 x the 4.5/s arriving, so the
+        # batch waits to fill; full batches (8 in 0.58 s) would keep the device only 33% busy,
+        # so the device has time to spare. It would run at the cap, so it must start by
+        # 0.8 - 0.58.
+        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.15, cap=8, arrival_rate=4.5)
         decision = self.policy.decide(state, linear(0.5, 0.01))
         assert decision.take == 0
         assert decision.wake_at == pytest.approx(0.8 - 0.58)
 
     def test_partial_batch_starts_once_the_last_safe_moment_has_come(self) -> None:
-        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.221, cap=8, arrival_rate=1000.0)
+        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.221, cap=8, arrival_rate=4.5)
         assert self.policy.decide(state, linear(0.5, 0.01)).take == 3
+
+    def test_partial_batch_starts_at_once_when_full_batches_would_saturate_the_device(
+        self,
+    ) -> None:
+        # 1000/s arrive and even full batches (8 in 0.58 s) serve 14/s: the device is the
+        # bottleneck, so leaving it idle to fill the batch only adds latency (self-clocking).
+        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.15, cap=8, arrival_rate=1000.0)
+        assert self.policy.decide(state, linear(0.5, 0.01)).take == 3
+        # Full batches would keep the device 33% busy (4.5/s x 0.58 s / 8): it waits to fill.
+        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.15, cap=8, arrival_rate=4.5)
+        assert self.policy.decide(state, linear(0.5, 0.01)).take == 0
 
     def test_never_waits_longer_than_a_full_batch_takes(self) -> None:
         # t(8) = 18 ms: waiting past 18 ms after the oldest arrival would not pay.
-        state = DispatchState(waiting(0.0, 0.001), now=0.005, cap=8, arrival_rate=1000.0)
+        state = DispatchState(waiting(0.0, 0.001), now=0.005, cap=8, arrival_rate=130.0)
         assert self.policy.decide(state, linear(0.01, 0.001)).wake_at == pytest.approx(0.018)
-        state = DispatchState(waiting(0.0, 0.001), now=0.0181, cap=8, arrival_rate=1000.0)
+        state = DispatchState(waiting(0.0, 0.001), now=0.0181, cap=8, arrival_rate=130.0)
         assert self.policy.decide(state, linear(0.01, 0.001)).take == 2
 
     def test_keeping_up_is_judged_on_the_expected_time_not_the_margin(self) -> None:
@@ -70,10 +83,10 @@ class TestDeadlinePolicy:
         assert self.policy.decide(state, linear(0.04, 0.0), linear(0.01, 0.0)).take == 1
 
     def test_waiting_uses_the_time_of_the_size_it_would_run(self) -> None:
-        # Padding: 2 items would run alone in 0.1 s, but the batch waits to fill the cap of 16,
+        # Padding: 2 items would run alone in 0.2 s, but the batch waits to fill the cap of 16,
         # which takes 0.5 s: the deadline math must use t(16).
-        padded = {2: 0.1, 16: 0.5}
-        state = DispatchState(waiting(0.0, 0.0), now=0.0, cap=16, arrival_rate=1e6)
+        padded = {2: 0.2, 16: 0.5}
+        state = DispatchState(waiting(0.0, 0.0), now=0.0, cap=16, arrival_rate=9.0)
         decision = self.policy.decide(state, lambda n: padded[n])
         assert decision.wake_at == pytest.approx(0.8 - 0.5)
 
@@ -84,7 +97,7 @@ class TestDeadlinePolicy:
 
     def test_earliest_deadline_in_the_batch_governs(self) -> None:
         queue = [Pending(1, 0.0, 1.3), Pending(1, 0.0, 0.4)]  # second has a short timeout
-        state = DispatchState(queue, now=0.0, cap=8, arrival_rate=1e6)
+        state = DispatchState(queue, now=0.0, cap=8, arrival_rate=6.0)
         decision = self.policy.decide(state, linear(0.3, 0.0))
         assert decision.wake_at == pytest.approx(0.1)
 
@@ -133,6 +146,19 @@ class TestAdaptiveCap:
         # waited 0.5 s, planned 0.3 s (would finish at 0.8), ran 0.6 s (finished at 1.1)
         finished(cap, 64, waits=[0.5], planned_seconds=0.3, compute_seconds=0.6)
         assert cap.value == 48
+
+    def test_never_backs_off_below_the_size_that_keeps_up_with_arrivals(self) -> None:
+        cap = AdaptiveCap(64)
+        overrun = {"waits": [0.5], "planned_seconds": 0.3, "compute_seconds": 0.6}
+        finished(cap, 64, floor=56, **overrun)
+        assert cap.value == 56  # 48 would not keep up: stop at the floor
+        assert not cap.on_batch(
+            56, started=1.0, slo_seconds=1.0, cost_bound=64, floor=56, **overrun
+        )
+        assert cap.value == 56
+        # the OOM halving is not bounded by it: memory is a hard limit, throughput is not
+        cap.on_oom(56)
+        assert cap.value == 28
 
     def test_overload_misses_never_shrink_the_cap(self) -> None:
         cap = AdaptiveCap(64, initial=16)
@@ -272,9 +298,11 @@ def test_utilization_cap_idles_in_proportion() -> None:
 
 
 def test_arrival_rate_decays_while_nothing_arrives() -> None:
-    assert arrival_rate(0.01, 0.001) == pytest.approx(100.0)
-    assert arrival_rate(0.01, 2.0) == pytest.approx(0.5)
-    assert arrival_rate(math.inf, 0.0) == 0.0
+    assert arrival_rate(0.01, 0.001, 0.05) == pytest.approx(100.0)
+    assert arrival_rate(0.01, 0.03, 0.05) == pytest.approx(1 / 0.011)  # one long gap: a nudge
+    assert arrival_rate(0.01, 2.0, 0.05) == pytest.approx(1 / (0.01 + 0.05 * 1.99))
+    assert arrival_rate(0.01, 20.0, 0.05) < 1.0  # a long silence: the rate falls towards 0
+    assert arrival_rate(math.inf, 0.0, 0.05) == 0.0
 
 
 class TestCostModel:
@@ -329,6 +357,16 @@ class TestCostModel:
             model.observe(b, 0.005 + 0.002 * b)
         assert model.largest_within(BATCH_BUDGET_FRACTION * 0.1, 64) == 22  # 5 + 2*22 <= 50 ms
         assert model.best_size(BATCH_BUDGET_FRACTION * 0.1, 64) == 22
+
+    def test_smallest_size_serving_a_rate(self) -> None:
+        model = CostModel()
+        for b in (1, 8, 16) * 40:
+            model.observe(b, 0.005 + 0.002 * b)
+        # b / (5 ms + 2 ms b): 3 items serve 273/s, 4 items 308/s
+        assert model.smallest_serving(300.0, 64) == 4
+        assert model.smallest_serving(300.0, 64, allowed=(1, 2, 8, 16)) == 8
+        assert model.smallest_serving(1e6, 64) == 64  # nothing is fast enough: the limit
+        assert CostModel().smallest_serving(300.0, 64) == 64  # nothing known yet
 
     def test_stale_slow_entries_give_way_after_a_speed_up(self) -> None:
         model = CostModel()

@@ -66,8 +66,21 @@ def test_near_the_peak_batches_fill_and_the_slo_holds() -> None:
         rate=3 * 30.0,
         count=600,
     )
-    assert point.sustained(0.6) and point.mean_batch > 28
+    # The device keeps up only with batches of at least b = rate*c / (1 - rate*a) = 22.7 rows.
+    assert point.sustained(0.6) and point.mean_batch > 22
     assert not none.sustained(0.6)  # a third of the rate is already too much unbatched
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fraction", [0.6, 0.75, 0.9])
+def test_near_saturation_the_tail_is_no_worse_than_greedy_or_fixed_delay(fraction: float) -> None:
+    # Waiting to fill a batch while the device is the bottleneck only idles it: under load the
+    # runtime starts a batch as soon as the device is free, as the greedy batcher does.
+    rate = fraction * 290.9
+    adaptive = run(factory(linear), rate)
+    greedy = run(factory(linear, policy=FixedDelayPolicy(0.0, 32), adaptive_cap=False), rate)
+    fixed = run(factory(linear, policy=FixedDelayPolicy(0.06, 32), adaptive_cap=False), rate)
+    assert adaptive.p99 <= 1.02 * min(greedy.p99, fixed.p99)
 
 
 @pytest.mark.timeout(120)
@@ -100,9 +113,26 @@ def test_overload_keeps_batches_at_the_throughput_optimal_size() -> None:
 
 
 def test_the_slo_bounds_the_batch_while_the_device_keeps_up_and_yields_under_overload() -> None:
-    # SLO 0.1 s: a batch may take 50 ms, so 8 rows (50 ms) at most, serving 160/s.
-    assert max(steady_sizes(factory(linear, slo=0.1), rate=100.0)) <= 8
+    # SLO 0.1 s: a batch may take 50 ms, so 8 rows (50 ms) at most, serving 160/s, over 1.5x
+    # the 70/s arriving. Uncapped, the bursts of this seed reach 9 rows.
+    assert max(steady_sizes(factory(linear, slo=0.1), rate=70.0)) <= 8
     # 8-row batches cannot serve 250/s: throughput first, batches grow past the budget (about
     # 20 rows keep up; the rate estimate is noisy, so a few batches still fall back to 8).
     sizes = steady_sizes(factory(linear, slo=0.1), rate=250.0)
     assert sum(sizes) / len(sizes) > 15
+
+
+@pytest.mark.timeout(120)
+def test_a_noisy_device_does_not_walk_the_cap_into_overload() -> None:
+    # The CPU bench model's warm-up times on a loaded machine, each batch x a log-normal factor
+    # of spread 0.5 (a core shared with other work). Overruns past the noise margin are then
+    # frequent; backing off on each walked the cap down to sizes that could not keep up with
+    # 40% of the peak, and requests were refused (44 of 3000 here). The cap now stops at the
+    # smallest size that keeps up.
+    costs = {1: 0.052, 2: 0.053, 3: 0.098, 4: 0.098}
+    costs.update({b: 0.121 for b in range(5, 9)})
+    costs.update({b: 0.102 for b in range(9, 17)})
+    costs.update({b: 0.136 for b in range(17, 33)})
+    noisy = factory(lambda: SimulatedModel(0.0, 0.0, costs=costs, jitter=0.5, seed=5))
+    point = simulate_point(noisy, 0.4 * 32 / 0.136, 3000, seed=400)
+    assert point.errors == 0
