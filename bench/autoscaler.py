@@ -2,6 +2,7 @@
 
     python bench/autoscaler.py [--json FILE] [--plot FILE.png] [--tenants 8] [--cold-start 120]
         [--frontier-targets 0.5,0.6,0.7,0.8,0.9] [--frontier-hpa-targets 0.25,0.3,...,0.9]
+        [--quantiles 0.5,0.6,0.7,0.8,0.9] [--split 0.5]
 
 The section with a 10-minute warm-up, where a forecast has more to win, is the same script with
 ``--cold-start 600 --json bench/results/autoscaler-cold600.json --plot
@@ -52,12 +53,25 @@ so each series is forecast once and shared by its targets, and headline runs are
 section costs a few minutes (one hourly-refitted forecast pass per series). It prints a
 table, adds ``frontier`` and ``frontier_verdicts`` to the JSON and writes
 ``<plot>-frontier.png``. ``--frontier-targets ""`` skips it.
+
+The quantile sweep (both traces, at the common target) runs the predictive policy with the
+forecast's upper bound at each of ``--quantiles``: a lower quantile orders less capacity ahead.
+Choosing the quantile on the run it is judged on would flatter it, so each trace is cut at
+``--split`` of its duration: the quantile is chosen on the first part (among those with fewer
+breach minutes than the HPA there at no more GPU-hours, the one with the fewest breach minutes)
+and that choice is judged on the second part against the HPA's second part. On Alibaba the
+whole-trace points are also placed against the HPA frontier, and drawn on the frontier plot
+(labelled by quantile). Model selection and fits do not depend on the quantile, so the headline
+forecast pass records every quantile's bound and the sweep adds no forecast pass, only one
+simulation per quantile. It prints a table per trace and adds ``quantile_sweeps`` to the JSON;
+``--quantiles ""`` skips it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import replace
@@ -71,6 +85,7 @@ sys.path[0] = str(ROOT)
 
 from autoscaler.simulator.engine import (  # noqa: E402
     SimulationConfig,
+    SimulationResult,
     predictor_forecaster,
     simulate,
 )
@@ -81,7 +96,7 @@ from autoscaler.simulator.forecast import (  # noqa: E402
     SharedForecaster,
 )
 from autoscaler.simulator.frontier import FrontierPoint, compare, plot_frontiers  # noqa: E402
-from autoscaler.simulator.report import plot, summarise, write_json  # noqa: E402
+from autoscaler.simulator.report import plot, summarise, window_scores, write_json  # noqa: E402
 from autoscaler.simulator.trace import load_trace, superpose  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "autoscaling-traces"
@@ -192,6 +207,116 @@ def run_trace(
     return rows, results
 
 
+def run_quantile_sweep(
+    trace,
+    config: SimulationConfig,
+    quantiles: list[float],
+    shared: SharedForecaster,
+    known: dict[float, SimulationResult],
+    hpa: SimulationResult,
+    split: float,
+) -> dict:
+    """The predictive policy at each forecast quantile, chosen in one window, judged in another.
+
+    A lower quantile buys fewer GPU-hours with more breaches; which one, if any, beats the HPA
+    at the same target (fewer breach minutes, no more GPU-hours) must not be read off the data
+    it is judged on. The trace is cut at ``split`` of its duration: the quantile is chosen on
+    the first part (among those beating the HPA there, the one with the fewest breach minutes)
+    and that choice alone is judged on the second part against the HPA's own second part.
+    Every quantile runs the whole trace (one shared forecast pass answers them all: the fits do
+    not depend on the quantile); ``known`` holds runs already made, by quantile.
+    """
+    cut = math.floor(trace.duration * split / 60.0) * 60.0  # whole minutes on either side
+    windows = {"choose": (0.0, cut), "judge": (cut, trace.duration)}
+    hpa_scores = {name: window_scores(hpa, *w) for name, w in windows.items()}
+    hpa_gpu_hours = summarise(hpa)["gpu_hours"]
+    rows = []
+    for q in quantiles:
+        started = time.perf_counter()
+        result = known.get(q)
+        reused = result is not None
+        if result is None:
+            cfg = replace(
+                config,
+                forecast_quantile=q,
+                behavior=down_window(config.warmup_seconds),
+            )
+            result = simulate(trace, cfg, "predictive", shared.at_quantile(q))
+        whole = summarise(result)
+        row = {
+            "quantile": q,
+            "target_utilization": config.target_utilization,
+            "breach_minutes": whole["breach_minutes"],
+            "slo_minutes": whole["slo_minutes"],
+            "gpu_hours": whole["gpu_hours"],
+            "gpu_hours_vs_hpa": whole["gpu_hours"] / hpa_gpu_hours,
+            "mean_utilization": whole["mean_utilization"],
+            "reused_from_headline": reused,
+            "wall_seconds": 0.0 if reused else time.perf_counter() - started,
+        }
+        for name, window in windows.items():
+            scores = window_scores(result, *window)
+            scores["beats_hpa"] = beats(scores, hpa_scores[name])
+            row[name] = scores
+        rows.append(row)
+    winners = [r for r in rows if r["choose"]["beats_hpa"]]
+    chosen = min(
+        winners, key=lambda r: (r["choose"]["breach_minutes"], r["quantile"]), default=None
+    )
+    return {
+        "split_seconds": cut,
+        "hpa": hpa_scores,
+        "rows": rows,
+        "chosen_quantile": None if chosen is None else chosen["quantile"],
+        "chosen_beats_hpa_out_of_sample": None if chosen is None else chosen["judge"]["beats_hpa"],
+    }
+
+
+def beats(candidate: dict, hpa: dict) -> bool:
+    """The issue's comparison: fewer breach minutes than the HPA at no more GPU-hours."""
+    return bool(
+        candidate["breach_minutes"] < hpa["breach_minutes"]
+        and candidate["gpu_hours"] <= hpa["gpu_hours"]
+    )
+
+
+def print_sweep(name: str, sweep: dict) -> None:
+    hpa = sweep["hpa"]
+    print(
+        f"\n{name} quantile sweep (target 0.7): quantile chosen on t < "
+        f"{sweep['split_seconds'] / 3600:.1f} h, judged after; HPA choose "
+        f"{hpa['choose']['breach_minutes']} breach-min / {hpa['choose']['gpu_hours']:.1f} GPU-h, "
+        f"judge {hpa['judge']['breach_minutes']} / {hpa['judge']['gpu_hours']:.1f}"
+    )
+    head = (
+        f"{'quantile':>8} {'SLO min':>8} {'breach':>6} {'GPU-h':>8} {'/hpa':>6} {'util':>6} "
+        f"{'choose br':>9} {'GPU-h':>8} {'beats':>5} {'judge br':>8} {'GPU-h':>8} {'beats':>5} "
+        f"{'hpa breach@GPU-h':>16} {'vs HPA frontier':>15} {'wall s':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in sweep["rows"]:
+        at_cost = r.get("hpa_breaches_at_same_gpu_hours")
+        c, j = r["choose"], r["judge"]
+        wall = "reused" if r["reused_from_headline"] else f"{r['wall_seconds']:.1f}"
+        print(
+            f"{r['quantile']:>8.2f} {r['slo_minutes']:>8.4f} {r['breach_minutes']:>6d} "
+            f"{r['gpu_hours']:>8.1f} {r['gpu_hours_vs_hpa']:>6.2f} {r['mean_utilization']:>6.3f} "
+            f"{c['breach_minutes']:>9d} {c['gpu_hours']:>8.1f} {yes_no(c['beats_hpa']):>5} "
+            f"{j['breach_minutes']:>8d} {j['gpu_hours']:>8.1f} {yes_no(j['beats_hpa']):>5} "
+            f"{'-' if at_cost is None else f'{at_cost:.0f}':>16} "
+            f"{r.get('vs_hpa_frontier', '-'):>15} {wall:>6}"
+        )
+    print(
+        f"{name}: chosen quantile {sweep['chosen_quantile']}, beats the HPA out of sample: "
+        f"{sweep['chosen_beats_hpa_out_of_sample']}"
+    )
+
+
+def yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
 def goals(row: dict, hpa: dict) -> dict[str, bool]:
     """The issue's goals for a predictive run, against the HPA at the same target."""
     return {
@@ -268,6 +393,13 @@ def frontier_point(row: dict) -> FrontierPoint:
     )
 
 
+def sweep_point(row: dict) -> FrontierPoint:
+    """A quantile-sweep run on the frontier plot: labelled by its quantile, not its target."""
+    return FrontierPoint(
+        "predictive-peak by quantile", row["quantile"], row["gpu_hours"], row["breach_minutes"]
+    )
+
+
 def frontier_verdicts(rows: list[dict]) -> dict[str, dict[str, int]]:
     """Per predictive variant: how many of its points lie below, on/above or outside HPA's."""
     counts: dict[str, dict[str, int]] = {}
@@ -338,7 +470,22 @@ def main(argv: list[str] | None = None) -> int:
         default="0.25,0.3,0.4,0.5,0.6,0.7,0.8,0.9",
         help="HPA targets tracing the reference frontier (wider: the peak series costs more)",
     )
+    parser.add_argument(
+        "--quantiles",
+        default="0.5,0.6,0.7,0.8,0.9",
+        help="forecast quantiles of the predictive policy's sweep, comma-separated (empty: skip)",
+    )
+    parser.add_argument(
+        "--split",
+        type=float,
+        default=0.5,
+        help="share of each trace on which the sweep chooses its quantile; judged on the rest",
+    )
     args = parser.parse_args(argv)
+    quantiles = [float(x) for x in args.quantiles.split(",") if x.strip()]
+    if not 0 < args.split < 1:
+        parser.error("--split must be between 0 and 1")
+    sweeps: dict[str, dict] = {}
     targets = [float(x) for x in args.frontier_targets.split(",") if x.strip()]
     hpa_targets = [float(x) for x in args.frontier_hpa_targets.split(",") if x.strip()]
     rows: list[dict] = []
@@ -354,8 +501,12 @@ def main(argv: list[str] | None = None) -> int:
             f"per replica; cold start {config.cold_start:g} s",
             flush=True,
         )
+        # The headline series also answers the quantile sweep: one pass records every quantile.
         forecasters = {
-            series: SharedForecaster(predictor_forecaster(replace(config, forecast_series=series)))
+            series: SharedForecaster(
+                predictor_forecaster(replace(config, forecast_series=series)),
+                quantiles if series == config.forecast_series else (),
+            )
             for series in ("mean", "peak")
         }
         trace_rows, results = run_trace(
@@ -363,6 +514,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows += trace_rows
         plots[name] = [r for r in results if r.policy in ("static", "hpa", "predictive")]
+        if quantiles:
+            by_label = {r.policy: r for r in results}
+            sweeps[name] = run_quantile_sweep(
+                trace,
+                config,
+                quantiles,
+                forecasters[config.forecast_series],
+                {config.forecast_quantile: by_label["predictive"]},
+                by_label["hpa"],
+                args.split,
+            )
         if name == "alibaba" and targets and len(hpa_targets) >= 2:
             headline_variant = {
                 "hpa": "hpa",
@@ -386,9 +548,24 @@ def main(argv: list[str] | None = None) -> int:
         print_frontier(frontier)
         for variant, tally in verdicts.items():
             print(f"{variant} vs HPA frontier: " + json.dumps(tally))
+    reference = [frontier_point(r) for r in frontier if r["label"] == "hpa"]
+    for name, sweep in sweeps.items():
+        if name == "alibaba" and reference:
+            for r in sweep["rows"]:
+                placed = compare(reference, sweep_point(r))
+                r.update(
+                    vs_hpa_frontier=placed.verdict,
+                    hpa_breaches_at_same_gpu_hours=placed.reference_breaches,
+                )
+        print_sweep(name, sweep)
     write_json(
         args.json,
-        {"rows": rows, "frontier": frontier, "frontier_verdicts": verdicts},
+        {
+            "rows": rows,
+            "frontier": frontier,
+            "frontier_verdicts": verdicts,
+            "quantile_sweeps": sweeps,
+        },
     )
     plot_path = Path(args.plot)
     for name, results in plots.items():
@@ -401,10 +578,19 @@ def main(argv: list[str] | None = None) -> int:
     written = f"{plot_path.stem}-azure{plot_path.suffix}"
     if frontier:
         frontier_path = plot_path.with_name(plot_path.stem + "-frontier" + plot_path.suffix)
+        swept = [sweep_point(r) for r in sweeps.get("alibaba", {}).get("rows", [])]
         plot_frontiers(
-            {f"alibaba, cold start {args.cold_start:g} s": [frontier_point(r) for r in frontier]},
+            {
+                f"alibaba, cold start {args.cold_start:g} s": [
+                    *(frontier_point(r) for r in frontier),
+                    *swept,
+                ]
+            },
             frontier_path,
-            title="SLO breach minutes vs GPU-hours (labels: utilization target)",
+            title=(
+                "SLO breach minutes vs GPU-hours (labels: utilization target; "
+                "for the quantile sweep at target 0.7, the quantile)"
+            ),
         )
         written += f", {frontier_path.name}"
     print(f"wrote {args.json} and {plot_path} (+ {written})")

@@ -25,7 +25,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from predictor.config import TargetConfig
-from predictor.selection import validation_size
+from predictor.selection import minimum_history
 from predictor.service import PredictorService
 
 TARGET = "request_rate"
@@ -93,7 +93,9 @@ class PredictorForecaster:
         self._last_bin = -1
         self._closed_steps = 0
         self._version = 0  # changes whenever the forecasts can have changed
-        self._cached: tuple[tuple[int, int, int], float | None] | None = None
+        # answers at the current (version, step, horizon end), per quantile, with their model
+        self._cached: dict[tuple[int, int, int, float], tuple[float | None, str]] = {}
+        self._cached_position: tuple[int, int, int] | None = None
 
     def observe(self, t: float, rate: float) -> None:
         self.now = t
@@ -119,35 +121,42 @@ class PredictorForecaster:
     def _backtestable(self) -> bool:
         """Whether the predictor's model selection can run on the steps seen so far.
 
-        Selection backtests every horizon on the newest ``validation_size`` points and fits on
-        those before them (the naive baseline needs two). With a long warm-up at a short step
-        (22 horizons at 30 s for a 10-minute cold start) that takes more than the service's
-        20-point minimum, and a refit tried earlier fails with a warning at every step.
+        The service itself waits for that many points, but asked at every step it would log
+        that it waits at every step; the simulator asks only once it can succeed.
         """
-        n = self._closed_steps
-        return n - validation_size(n, self.config.max_horizon) >= 2
+        return self._closed_steps >= minimum_history(self.config.max_horizon)
 
-    def upper(self, now: float, horizon_seconds: float) -> float | None:
+    def upper(
+        self, now: float, horizon_seconds: float, quantile: float | None = None
+    ) -> float | None:
+        """The highest upper bound over the horizon, at ``quantile`` (default: the configured
+        one). Model selection and fits do not depend on the quantile (selection scores point
+        accuracy), so one fitted pass answers every quantile."""
         self.now = now
+        q = self.config.quantile if quantile is None else quantile
         key = (
             self._version,
             math.floor(now / self.step),
             math.floor((now + horizon_seconds) / self.step),
+            q,
         )
-        if self._cached is not None and self._cached[0] == key:
-            return self._cached[1]
-        best = self._upper(horizon_seconds)
-        self._cached = (key, best)
+        cached = self._cached.get(key)
+        if cached is not None:
+            self.name = cached[1]
+            return cached[0]
+        best = self._upper(horizon_seconds, q)
+        if key[:3] != self._cached_position:
+            self._cached.clear()
+            self._cached_position = key[:3]
+        self._cached[key] = (best, self.name)
         return best
 
-    def _upper(self, horizon_seconds: float) -> float | None:
+    def _upper(self, horizon_seconds: float, quantile: float) -> float | None:
         best: float | None = None
         model = None
         offsets = [k * self.step for k in range(math.ceil(horizon_seconds / self.step) + 1)]
         for ahead in offsets:
-            forecast = self.service.forecast(
-                TARGET, min(ahead, horizon_seconds), self.config.quantile
-            )
+            forecast = self.service.forecast(TARGET, min(ahead, horizon_seconds), quantile)
             if forecast is not None and (best is None or forecast.upper > best):
                 best, model = forecast.upper, forecast.model
         if model is not None:
@@ -166,12 +175,13 @@ class SharedForecaster:
     tick past the record is passed on to the wrapped forecaster, which carries on from there.
     """
 
-    def __init__(self, inner: LoadForecaster) -> None:
+    def __init__(self, inner: LoadForecaster, quantiles: Sequence[float] = ()) -> None:
         self.inner = inner
         self.name = inner.name
+        self.quantiles = tuple(quantiles)
         self._rates: dict[float, float] = {}
         self._last: float = -math.inf
-        self._uppers: dict[tuple[float, float], tuple[float | None, str]] = {}
+        self._uppers: dict[tuple[float, float, float | None], tuple[float | None, str]] = {}
 
     def observe(self, t: float, rate: float) -> None:
         if t in self._rates:
@@ -190,14 +200,55 @@ class SharedForecaster:
         self._rates[t] = rate
         self._last = t
 
-    def upper(self, now: float, horizon_seconds: float) -> float | None:
-        key = (now, horizon_seconds)
+    def upper(
+        self, now: float, horizon_seconds: float, quantile: float | None = None
+    ) -> float | None:
+        """The recorded bound at ``now``; ``quantile`` (None: the inner forecaster's own) needs
+        an inner forecaster that takes one, and the first run to reach ``now`` records the default
+        and every quantile in ``quantiles`` too, since later runs replay a time the inner has
+        passed (the inner caches per quantile, so the default costs nothing extra)."""
+        key = (now, horizon_seconds, quantile)
         if key not in self._uppers:
             if now != self._last:
                 raise ValueError(f"no recorded forecast at t={now}; observe t first")
-            self._uppers[key] = (self.inner.upper(now, horizon_seconds), self.inner.name)
+            wanted = (quantile, None, *self.quantiles) if self.quantiles else (quantile,)
+            for q in dict.fromkeys(wanted):
+                value = (
+                    self.inner.upper(now, horizon_seconds)
+                    if q is None
+                    else self.inner.upper(now, horizon_seconds, q)  # type: ignore[call-arg]
+                )
+                self._uppers[(now, horizon_seconds, q)] = (value, self.inner.name)
         value, self.name = self._uppers[key]
         return value
+
+    def at_quantile(self, quantile: float) -> LoadForecaster:
+        """This record seen at one quantile: what a run of the predictive policy configured
+        with that quantile consumes. Runs at several quantiles then share one forecast pass,
+        provided ``quantile`` is in ``quantiles``."""
+        if quantile not in self.quantiles:
+            raise ValueError(
+                f"quantile {quantile} is not recorded; this forecaster records {self.quantiles}"
+            )
+        return _AtQuantile(self, quantile)
+
+
+class _AtQuantile:
+    """A :class:`SharedForecaster` answering at a fixed quantile."""
+
+    def __init__(self, shared: SharedForecaster, quantile: float) -> None:
+        self.shared = shared
+        self.quantile = quantile
+
+    @property
+    def name(self) -> str:
+        return self.shared.name
+
+    def observe(self, t: float, rate: float) -> None:
+        self.shared.observe(t, rate)
+
+    def upper(self, now: float, horizon_seconds: float) -> float | None:
+        return self.shared.upper(now, horizon_seconds, self.quantile)
 
 
 class ClairvoyantForecaster:

@@ -65,6 +65,37 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
     }
 
 
+def window_scores(result: SimulationResult, start: float, end: float) -> dict[str, Any]:
+    """SLO breach minutes and GPU-hours of one run within ``[start, end)`` seconds.
+
+    Why: a setting chosen on a trace must be judged on a part of it that did not choose it, so
+    a run is scored on a window. Minutes are whole, as in :func:`summarise` (requests by
+    arrival): a minute belongs to the window its start lies in, so adjacent windows share none.
+    GPU-hours are the replica count after each tick times the tick, over the ticks in the
+    window: what the autoscaler ordered there (a replica draining its last batch after removal
+    is not counted, so the whole-run sum can be slightly below ``summarise``'s billed figure).
+    """
+    if not start < end:
+        raise ValueError("a window needs start < end")
+    cfg = result.config
+    arrivals = result.trace.arrivals
+    minute_start = np.floor(arrivals / 60.0) * 60.0
+    inside = (arrivals >= cfg.score_from) & (minute_start >= start) & (minute_start < end)
+    measured = (result.latency if cfg.slo_on == "latency" else result.queueing)[inside]
+    minute = np.floor(arrivals[inside] / 60.0).astype(np.int64)
+    p99 = _p99_per_minute(minute, np.where(np.isfinite(measured), measured, np.inf))
+    t = np.asarray(result.timeline.t)
+    ticks = (t >= start) & (t < end)  # the count after tick t holds until the next tick
+    ordered = float(np.asarray(result.timeline.replicas)[ticks].sum()) * cfg.tick
+    return {
+        "window_seconds": (start, end),
+        "breach_minutes": int((p99 > cfg.slo_seconds).sum()),
+        "minutes": len(p99),
+        "slo_minutes": float((p99 <= cfg.slo_seconds).mean()) if len(p99) else 1.0,
+        "gpu_hours": ordered / 3600.0,
+    }
+
+
 def _p99_per_minute(minute: np.ndarray, values: np.ndarray) -> np.ndarray:
     """p99 of ``values`` for each distinct minute (``minute`` is sorted, as arrivals are)."""
     if minute.size == 0:

@@ -26,7 +26,7 @@ from autoscaler.simulator.forecast import (
     SharedForecaster,
 )
 from autoscaler.simulator.frontier import FrontierPoint, compare, plot_frontiers
-from autoscaler.simulator.report import summarise
+from autoscaler.simulator.report import summarise, window_scores
 from autoscaler.simulator.trace import TraceError, from_arrivals, load_trace, superpose
 
 SERVICE = ServiceModel(c=0.5, a=0.5, max_batch=4)  # 4 req/s per replica at full batches
@@ -433,6 +433,49 @@ def test_a_shared_forecaster_refuses_a_different_load():
         )
 
 
+def test_one_shared_pass_answers_every_recorded_quantile_as_a_fresh_predictor_would():
+    trace = from_arrivals(poisson(periodic_rate, 2 * 3600, seed=13))
+    base = small_forecast_config(forecast_series="peak")
+    shared = SharedForecaster(predictor_forecaster(base), quantiles=(0.5, 0.9))
+    headline = simulate(trace, base, "predictive", shared)  # the default (0.9) records both
+    bounds = {}
+    for quantile in (0.5, 0.9):
+        cfg = replace(base, forecast_quantile=quantile)
+        alone = simulate(trace, cfg, "predictive")
+        reused = simulate(trace, cfg, "predictive", shared.at_quantile(quantile))
+        np.testing.assert_array_equal(alone.timeline.forecast, reused.timeline.forecast)
+        assert alone.timeline.replicas == reused.timeline.replicas
+        assert alone.forecast_models == reused.forecast_models
+        bounds[quantile] = np.nansum(reused.timeline.forecast)
+    np.testing.assert_array_equal(headline.timeline.forecast, reused.timeline.forecast)
+    assert bounds[0.5] < bounds[0.9]
+    standalone = predictor_forecaster(base)
+    simulate(trace, base, "predictive", standalone)
+    assert shared.inner.refits == standalone.refits  # one pass for all quantiles
+    with pytest.raises(ValueError, match="not recorded"):
+        shared.at_quantile(0.7)
+
+
+def test_window_scores_split_a_run_into_parts_that_add_up_to_the_whole():
+    trace = from_arrivals(poisson(periodic_rate, 3 * 3600, seed=14))
+    cfg = SimulationConfig(service=SERVICE, cold_start=180, slo_seconds=5)
+    result = simulate(trace, cfg, "hpa")
+    whole = summarise(result)
+    assert whole["breach_minutes"] > 0  # the peaks breach, so the split below means something
+    everything = window_scores(result, 0.0, result.end_time + cfg.tick)
+    assert everything["breach_minutes"] == whole["breach_minutes"]
+    assert everything["minutes"] == whole["minutes"]
+    # ordered replica-hours: the billed figure less the draining tails and the first tick
+    assert everything["gpu_hours"] == pytest.approx(whole["gpu_hours"], rel=0.02)
+    # a cut inside a minute: that minute goes to the window its start lies in, not to both
+    first, second = window_scores(result, 0.0, 5430.0), window_scores(result, 5430.0, 1e9)
+    assert first["breach_minutes"] + second["breach_minutes"] == whole["breach_minutes"]
+    assert first["gpu_hours"] + second["gpu_hours"] == pytest.approx(everything["gpu_hours"])
+    assert first["gpu_hours"] > 0 and second["gpu_hours"] > 0
+    with pytest.raises(ValueError, match="start < end"):
+        window_scores(result, 10.0, 10.0)
+
+
 HPA_CURVE = [
     FrontierPoint("hpa", 0.8, 100.0, 400),
     FrontierPoint("hpa", 0.7, 120.0, 200),
@@ -509,3 +552,40 @@ def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(mon
     tally = bench.frontier_verdicts(rows)
     assert set(tally) == {"predictive-mean", "predictive-peak"}
     assert all(sum(t.values()) == 2 for t in tally.values())
+
+
+@pytest.mark.timeout(120)
+def test_bench_quantile_sweep_chooses_on_the_first_part_and_judges_on_the_second(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
+    spec = importlib.util.spec_from_file_location(
+        "bench_autoscaler", Path(__file__).resolve().parents[2] / "bench" / "autoscaler.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    trace = from_arrivals(poisson(periodic_rate, 4 * 3600, seed=15))
+    config = small_forecast_config(forecast_series="peak", slo_seconds=5)
+    shared = SharedForecaster(predictor_forecaster(config), quantiles=(0.5, 0.9))
+    hpa = simulate(trace, config, "hpa")
+    headline = simulate(trace, config, "predictive", shared)
+    sweep = bench.run_quantile_sweep(trace, config, [0.5, 0.9], shared, {0.9: headline}, hpa, 0.5)
+    split = sweep["split_seconds"]
+    assert split % 60 == 0 and trace.duration / 2 - 60 < split <= trace.duration / 2
+    rows = {r["quantile"]: r for r in sweep["rows"]}
+    assert rows[0.9]["reused_from_headline"] and not rows[0.5]["reused_from_headline"]
+    assert rows[0.5]["gpu_hours"] < rows[0.9]["gpu_hours"]  # a lower bound orders less
+    for r in rows.values():
+        for window in ("choose", "judge"):
+            hpa_scores = sweep["hpa"][window]
+            expected = (
+                r[window]["breach_minutes"] < hpa_scores["breach_minutes"]
+                and r[window]["gpu_hours"] <= hpa_scores["gpu_hours"]
+            )
+            assert r[window]["beats_hpa"] == expected
+    winners = [q for q, r in rows.items() if r["choose"]["beats_hpa"]]
+    if winners:
+        chosen = min(winners, key=lambda q: (rows[q]["choose"]["breach_minutes"], q))
+        assert sweep["chosen_quantile"] == chosen
+        assert sweep["chosen_beats_hpa_out_of_sample"] == rows[chosen]["judge"]["beats_hpa"]
+    else:
+        assert sweep["chosen_quantile"] is None
+        assert sweep["chosen_beats_hpa_out_of_sample"] is None
