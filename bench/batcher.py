@@ -605,6 +605,15 @@ def http_plans(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[str
     return plans, labels
 
 
+def server_settings(args: argparse.Namespace) -> list[str]:
+    """Flags every benchmarked server shares: SLO, model name, timeout, warm-up."""
+    return [
+        *("--slo-seconds", str(args.slo), "--model-name", "demo"),
+        *("--default-timeout-seconds", str(args.request_timeout)),
+        *("--warmup-repeats", str(args.warmup_repeats)),
+    ]
+
+
 def http_section(
     args: argparse.Namespace,
     model: str = MODEL,
@@ -613,16 +622,7 @@ def http_section(
 ) -> dict:
     """The HTTP sweep and the interleaved top-rate rounds; ``bench/batcher_gpu.py`` reuses it."""
     print(f"== HTTP, {model} on {device}, one torch thread per server (this machine, now)")
-    common = [
-        "--slo-seconds",
-        str(args.slo),
-        "--model-name",
-        "demo",
-        "--default-timeout-seconds",
-        str(args.request_timeout),
-        "--warmup-repeats",
-        str(args.warmup_repeats),
-    ]
+    common = server_settings(args)
     plans, labels = http_plans(args)
     servers: dict[str, Server] = {}
     peaks: dict[str, dict] = {}

@@ -200,16 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = bench.http_section(args, MODEL, args.device, QUICK_GRID if args.quick else GRID)
     report["sweep"] = sweep
     print("== memory: the adaptive runtime with and without compaction, same stepped load")
-    common = [
-        "--slo-seconds",
-        str(args.slo),
-        "--model-name",
-        "demo",
-        "--default-timeout-seconds",
-        str(args.request_timeout),
-        "--warmup-repeats",
-        str(args.warmup_repeats),
-    ]
+    common = bench.server_settings(args)
     runs = [memory_run(config, sweep["offline_peak"], args, common) for config in COMPACTION]
     memory_table(runs)
     report["memory"] = runs

@@ -59,39 +59,19 @@ def series_specs(traces: Path) -> list[dict]:
     hourly = bin_events(genai["gmt_create"], "1h").to_numpy()
     quarter = bin_events(genai["gmt_create"], "15min").to_numpy()
     conv = bin_events(azure["TIMESTAMP"], "10s").to_numpy()
-    return [
-        dict(name="genai_1h", y=hourly, step=3600, horizons=6, test=7 * 24, reselect=24, goal=True),
-        dict(
-            name="genai_15min", y=quarter, step=900, horizons=4, test=7 * 96, reselect=96, goal=True
-        ),
-        dict(
-            name="genai_1h_earlier_week",
-            y=hourly[: -7 * 24],
-            step=3600,
-            horizons=6,
-            test=7 * 24,
-            reselect=24,
-            goal=False,
-        ),
-        dict(
-            name="genai_15min_earlier_week",
-            y=quarter[: -7 * 96],
-            step=900,
-            horizons=4,
-            test=7 * 96,
-            reselect=96,
-            goal=False,
-        ),
-        dict(
-            name="azure_conv_10s",
-            y=conv,
-            step=10,
-            horizons=6,
-            test=len(conv) // 5,
-            reselect=60,
-            goal=False,
-        ),
+    genai = (("genai_1h", hourly, 3600, 6), ("genai_15min", quarter, 900, 4))
+    weeks = {
+        name: dict(step=step, horizons=h, test=7 * 86400 // step, reselect=86400 // step)
+        for name, _, step, h in genai
+    }
+    specs = [dict(name=name, y=y, goal=True, **weeks[name]) for name, y, _, _ in genai]
+    # The week before each test week, with only the history before it: an out-of-sample check.
+    specs += [
+        dict(name=f"{name}_earlier_week", y=y[: -weeks[name]["test"]], goal=False, **weeks[name])
+        for name, y, _, _ in genai
     ]
+    azure_spec = dict(step=10, horizons=6, test=len(conv) // 5, reselect=60, goal=False)
+    return [*specs, dict(name="azure_conv_10s", y=conv, **azure_spec)]
 
 
 def run_series(spec: dict) -> dict:
