@@ -92,9 +92,24 @@ async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = asyncio.create_task(_stop_when_orphaned(stop)) if config.exit_with_parent else None
     await stop.wait()
+    if watch is not None:
+        watch.cancel()
     finished = await server.shutdown(config.drain_timeout_seconds)
     return 0 if finished else 1
+
+
+async def _stop_when_orphaned(stop: asyncio.Event, every_seconds: float = 1.0) -> None:
+    """Set ``stop`` once this process's parent is gone (it is re-parented, so the id changes).
+
+    A supervisor killed with SIGKILL cannot stop its workers; this way they stop themselves.
+    """
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(every_seconds)
+    log.warning("parent process gone; draining and exiting", extra={"parent_pid": parent})
+    stop.set()
 
 
 if __name__ == "__main__":

@@ -114,6 +114,13 @@ class BatcherConfig:
     web_config_file: str = field(
         default="", metadata={"help": "exporter-toolkit web config (TLS, basic auth)"}
     )
+    exit_with_parent: bool = field(
+        default=False,
+        metadata={
+            "help": "drain and exit when the process that started this one is gone (workers "
+            "of a local process group, so none outlives a killed supervisor)"
+        },
+    )
     log_level: Literal["debug", "info", "warning", "error"] = field(
         default="info", metadata={"help": "log level"}
     )

@@ -407,6 +407,7 @@ class Stack:
             "1",
             "--drain-timeout-seconds",
             "10",
+            "--exit-with-parent",
             "--log-level",
             "debug" if cfg.log_level == "debug" else "warning",
             "--log-format",

@@ -147,3 +147,51 @@ def test_sigterm_drains_queued_and_running_requests_then_exits() -> None:
     assert sorted(r.status_code for r in replies) == [200] * 10
     assert sorted(r.json()["outputs"][1]["data"][0] for r in replies) == list(range(10))
     assert stopped["drained"] is True
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its new parent to reap it does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_a_worker_with_exit_with_parent_stops_when_its_supervisor_is_killed(tmp_path) -> None:
+    """``autoglm up`` killed with SIGKILL cannot stop its workers; they notice and drain."""
+    log_file = tmp_path / "worker.log"
+    supervisor = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "worker = subprocess.Popen([sys.executable, '-m', 'batcher.cli', '--model',"
+            " 'tests.batcher.batcher_test_models:slow_echo', '--listen', '127.0.0.1:0',"
+            " '--warmup-repeats', '0', '--exit-with-parent'],"
+            f" stderr=open({str(log_file)!r}, 'w'), start_new_session=True)\n"
+            "print(worker.pid, flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert supervisor.stdout is not None
+    worker = int(supervisor.stdout.readline())
+    try:
+        deadline = time.monotonic() + 60
+        while '"serving"' not in log_file.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _alive(worker)
+        supervisor.kill()
+        supervisor.wait()
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker), "the worker outlived its supervisor"
+        assert "parent process gone; draining and exiting" in log_file.read_text()
+    finally:
+        if _alive(worker):
+            os.kill(worker, signal.SIGKILL)
