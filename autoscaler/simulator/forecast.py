@@ -11,9 +11,11 @@ The series is the mean of the measured rate over each step, or (``series="peak"`
 ``max_over_time`` would give: a forecast of the peak covers the minute-level noise that the
 reactive metric sees, at the cost of that headroom all the time.
 
-The autoscaler needs capacity for the whole time a new replica takes to become useful, so the
-forecast it consumes is the highest upper bound over ``[now, now + horizon]``: every step that
-overlaps that interval, the open one included.
+The policy consumes what the controller consumes (:mod:`autoscaler.controller.forecasts`): the
+upper bound for the step at the horizon, a new replica's warm-up. Capacity ordered now only
+serves from then on, so the steps before it cannot justify an order; the capacity already running
+through them is held by the scale-down stabilization window, which remembers the recommendations
+made from the forecasts of the last warm-up.
 """
 
 from __future__ import annotations
@@ -93,9 +95,9 @@ class PredictorForecaster:
         self._last_bin = -1
         self._closed_steps = 0
         self._version = 0  # changes whenever the forecasts can have changed
-        # answers at the current (version, step, horizon end), per quantile, with their model
+        # answers at the current (version, step), per horizon and quantile, with their model
         self._cached: dict[tuple[int, int, int, float], tuple[float | None, str]] = {}
-        self._cached_position: tuple[int, int, int] | None = None
+        self._cached_position: tuple[int, int] | None = None
 
     def observe(self, t: float, rate: float) -> None:
         self.now = t
@@ -129,39 +131,23 @@ class PredictorForecaster:
     def upper(
         self, now: float, horizon_seconds: float, quantile: float | None = None
     ) -> float | None:
-        """The highest upper bound over the horizon, at ``quantile`` (default: the configured
-        one). Model selection and fits do not depend on the quantile (selection scores point
-        accuracy), so one fitted pass answers every quantile."""
+        """The upper bound for the step ``horizon_seconds`` ahead, at ``quantile`` (default: the
+        configured one), as the controller asks the predictor. Model selection and fits do not
+        depend on the quantile (selection scores point accuracy), so one fitted pass answers
+        every quantile."""
         self.now = now
         q = self.config.quantile if quantile is None else quantile
-        key = (
-            self._version,
-            math.floor(now / self.step),
-            math.floor((now + horizon_seconds) / self.step),
-            q,
-        )
+        key = (self._version, math.floor(now / self.step), math.floor(horizon_seconds), q)
         cached = self._cached.get(key)
-        if cached is not None:
-            self.name = cached[1]
-            return cached[0]
-        best = self._upper(horizon_seconds, q)
-        if key[:3] != self._cached_position:
-            self._cached.clear()
-            self._cached_position = key[:3]
-        self._cached[key] = (best, self.name)
-        return best
-
-    def _upper(self, horizon_seconds: float, quantile: float) -> float | None:
-        best: float | None = None
-        model = None
-        offsets = [k * self.step for k in range(math.ceil(horizon_seconds / self.step) + 1)]
-        for ahead in offsets:
-            forecast = self.service.forecast(TARGET, min(ahead, horizon_seconds), quantile)
-            if forecast is not None and (best is None or forecast.upper > best):
-                best, model = forecast.upper, forecast.model
-        if model is not None:
-            self.name = model
-        return best
+        if cached is None:
+            forecast = self.service.forecast(TARGET, horizon_seconds, q)
+            cached = (None, self.name) if forecast is None else (forecast.upper, forecast.model)
+            if key[:2] != self._cached_position:
+                self._cached.clear()
+                self._cached_position = key[:2]
+            self._cached[key] = cached
+        self.name = cached[1]
+        return cached[0]
 
 
 class SharedForecaster:

@@ -222,10 +222,12 @@ def test_peak_series_forecasts_the_highest_rate_of_each_step():
     for t in np.arange(15.0, 3600.0 + 1, 15.0):
         for forecaster in rates.values():
             forecaster.observe(t, 5.0 if t % 60 == 30 else 1.0)
-    peak = rates["peak"].upper(3600.0, 135.0)
-    mean = rates["mean"].upper(3600.0, 135.0)
+    peak = rates["peak"].upper(3600.0, 60.0)
+    mean = rates["mean"].upper(3600.0, 60.0)
     assert peak == pytest.approx(5.0, rel=0.05)
     assert mean == pytest.approx(2.0, rel=0.05)
+    # as the controller asks the predictor: a step beyond the configured horizons has no bound
+    assert rates["peak"].upper(3600.0, 600.0) is None
     assert rates["peak"].refits == 1  # fitted once 20 steps were seen; the day has not passed
     with pytest.raises(ValueError, match="series"):
         PredictorForecaster(60.0, 60.0, series="median")
@@ -512,6 +514,41 @@ def test_frontier_plot_is_written(tmp_path):
     path = tmp_path / "frontier.png"
     plot_frontiers({"a": [*HPA_CURVE, FrontierPoint("p", 0.7, 110.0, 250)]}, path, "t")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_reachability_names_the_limits_no_forecast_moves(monkeypatch):
+    """The static-share floor is static's utilization over the target; an HPA without breach
+    minutes leaves nothing for 'fewer' to improve on; goals are reported as each run met them."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
+    spec = importlib.util.spec_from_file_location(
+        "bench_autoscaler", Path(__file__).resolve().parents[2] / "bench" / "autoscaler.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def row(trace, label, util, breaches, goals=None):
+        r = {"trace": trace, "label": label, "target_utilization": 0.7}
+        r.update(mean_utilization=util, breach_minutes=breaches)
+        return r | ({"goals": goals} if goals else {})
+
+    rows = [
+        row("flat", "static", 0.462, 0),
+        row("flat", "hpa", 0.58, 0),
+        row("flat", "predictive", 0.55, 0, {"gpu_hours_at_most_hpa": False}),
+        row("flat", "clairvoyant", 0.58, 0, {"gpu_hours_at_most_hpa": True}),
+        row("bursty", "static", 0.07, 0),
+        row("bursty", "hpa", 0.45, 12),
+        row("bursty", "predictive", 0.40, 3, {"gpu_hours_at_most_hpa": False}),
+        row("bursty", "clairvoyant", 0.45, 1, {"gpu_hours_at_most_hpa": True}),
+    ]
+    reach = bench.reachability(rows)
+    assert reach["flat"]["static_share_floor"] == pytest.approx(0.66)
+    assert reach["flat"]["static_share_floor_with_tolerance"] == pytest.approx(0.6)
+    assert not reach["flat"]["fewer_breaches_possible"]
+    assert reach["bursty"]["fewer_breaches_possible"]
+    assert reach["bursty"]["static_share_floor"] == pytest.approx(0.1)
+    assert reach["bursty"]["predictive"] == {"gpu_hours_at_most_hpa": False}
+    assert reach["bursty"]["clairvoyant"] == {"gpu_hours_at_most_hpa": True}
 
 
 @pytest.mark.timeout(120)
