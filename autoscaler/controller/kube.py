@@ -6,6 +6,12 @@ GPUAutoscaler custom resources and their status, the scale subresource of the ta
 causes a 409 that we answer by re-reading, not a lost update), the pods behind the target's
 selector, and Events. Client errors are turned into :class:`KubeError` with the HTTP status and
 the API's reason so that callers can count and report them by kind.
+
+Events repeat: a metric that stays unreachable is reported at every reconcile. As client-go's
+event recorder does, an Event identical to one this process recorded (same object, type, reason
+and message) is not created again: the existing one's ``count`` and ``lastTimestamp`` are patched,
+so ``kubectl describe`` shows "x12 over 3m" instead of twelve objects in etcd. An Event the API
+server has already expired (404 on the patch) is created anew.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,6 +88,15 @@ def _wrap(action: str, exc: Exception) -> KubeError:
 
 _CLIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
+# Events remembered for de-duplication (client-go's event cache holds 4096).
+EVENT_CACHE_SIZE = 4096
+
+
+@dataclass
+class _RecordedEvent:
+    name: str
+    count: int
+
 
 class KubeAPI:
     """Typed access to the few API endpoints the controller uses."""
@@ -104,6 +120,8 @@ class KubeAPI:
         self.clock = clock
         self.max_conflict_retries = max_conflict_retries
         self.conflicts_retried = 0
+        # (namespace, object uid or name, type, reason, message) -> the Event recorded for it
+        self._events: OrderedDict[tuple[str, ...], _RecordedEvent] = OrderedDict()
 
     # --- GPUAutoscaler objects -----------------------------------------------------------------
 
@@ -227,8 +245,49 @@ class KubeAPI:
         reason: str,
         message: str,
     ) -> None:
-        """Record a core/v1 Event on ``involved`` (a GPUAutoscaler object); failures are logged."""
+        """Record a core/v1 Event on ``involved`` (a GPUAutoscaler object), or count a repeat of
+        one already recorded; failures are logged, never raised (an Event is a courtesy)."""
         now = datetime.fromtimestamp(self.clock(), tz=UTC)
+        meta = involved.get("metadata") or {}
+        message = message[:1024]
+        key = (namespace, meta.get("uid") or meta.get("name", ""), event_type, reason, message)
+        try:
+            if not self._count_repeat(namespace, key, now):
+                self._create_event(namespace, key, involved, event_type, reason, message, now)
+        except _CLIENT_ERRORS as exc:
+            log.warning(
+                "could not record event",
+                extra={"reason": reason, "error": str(_wrap("record event", exc))},
+            )
+
+    def _count_repeat(self, namespace: str, key: tuple[str, ...], now: datetime) -> bool:
+        """Patch the count of the Event recorded under ``key``; False when there is none (never
+        recorded, or expired by the API server)."""
+        recorded = self._events.get(key)
+        if recorded is None:
+            return False
+        body = {"count": recorded.count + 1, "lastTimestamp": now.isoformat()}
+        try:
+            self.core.patch_namespaced_event(recorded.name, namespace, body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            del self._events[key]
+            return False
+        recorded.count += 1
+        self._events.move_to_end(key)
+        return True
+
+    def _create_event(
+        self,
+        namespace: str,
+        key: tuple[str, ...],
+        involved: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        message: str,
+        now: datetime,
+    ) -> None:
         meta = involved.get("metadata") or {}
         event = kubernetes.client.CoreV1Event(
             metadata=kubernetes.client.V1ObjectMeta(
@@ -244,7 +303,7 @@ class KubeAPI:
             ),
             type=event_type,
             reason=reason,
-            message=message[:1024],
+            message=message,
             count=1,
             first_timestamp=now,
             last_timestamp=now,
@@ -252,13 +311,10 @@ class KubeAPI:
             reporting_component=COMPONENT,
             reporting_instance=self.identity,
         )
-        try:
-            self.core.create_namespaced_event(namespace, event)
-        except _CLIENT_ERRORS as exc:
-            log.warning(
-                "could not record event",
-                extra={"reason": reason, "error": str(_wrap("create event", exc))},
-            )
+        created = self.core.create_namespaced_event(namespace, event)
+        self._events[key] = _RecordedEvent(created.metadata.name, 1)
+        if len(self._events) > EVENT_CACHE_SIZE:
+            self._events.popitem(last=False)
 
 
 def _pod_sample(pod: kubernetes.client.V1Pod) -> PodSample:

@@ -8,7 +8,7 @@ sends (objects with ``metadata.resourceVersion``, ``Status`` objects for errors 
 
 - ``apis/apps/v1/namespaces/{ns}/{deployments,statefulsets}/{name}/scale``: GET, PUT, PATCH
 - ``api/v1/namespaces/{ns}/pods``: GET with ``labelSelector``
-- ``api/v1/namespaces/{ns}/events``: POST
+- ``api/v1/namespaces/{ns}/events[/{name}]``: POST; PATCH (merge patch) of one Event
 - ``apis/{group}/{version}/namespaces/{ns}/{plural}[/{name}[/status]]``: GET, list, PATCH status
 - ``apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]``: GET, POST, PUT
 """
@@ -213,6 +213,7 @@ class FakeKube:
             (rf"{workload}/scale", self._scale),
             (rf"/api/v1/namespaces/{ns}/pods", self._pods),
             (rf"/api/v1/namespaces/{ns}/events", self._events),
+            (rf"/api/v1/namespaces/{ns}/events/{name}", self._event),
             (leases, self._leases),
             (rf"{leases}/{name}", self._lease),
             (custom, self._customs),
@@ -305,6 +306,25 @@ class FakeKube:
         meta.update(self._meta(ns, meta["name"]))
         self.objects[("events", ns, meta["name"])] = body
         return 201, body
+
+    def _event(self, req: Request, ns: str, name: str) -> tuple[int, dict]:
+        if req.method != "PATCH":
+            raise ApiError(405, "MethodNotAllowed", "only patch is served for an event here")
+        if "merge-patch" not in req.content_type:
+            raise ApiError(415, "UnsupportedMediaType", f"unsupported {req.content_type}")
+        key = ("events", ns, name)
+        if key not in self.objects:
+            raise self._not_found("events", "", name)
+        event = self.objects[key]
+        event.update(copy.deepcopy(req.body or {}))
+        event["metadata"]["resourceVersion"] = self.next_rv()
+        return 200, event
+
+    def expire_events(self, namespace: str) -> None:
+        """Drop every Event, as the API server does once their TTL (1 h by default) passes."""
+        with self.lock:
+            for key in [k for k in self.objects if k[0] == "events" and k[1] == namespace]:
+                del self.objects[key]
 
     def _leases(self, req: Request, ns: str) -> tuple[int, dict]:
         if req.method != "POST":

@@ -562,3 +562,32 @@ def test_a_stale_forecast_is_ignored(h):
         )
         == 1
     )
+
+
+def test_a_repeated_event_is_counted_on_the_first_not_created_again(h, caplog):
+    """As client-go's recorder: identical Events patch count and lastTimestamp; a different
+    message is a new Event; one the API server expired is created anew; a failing write is
+    logged and never raised."""
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+    obj = h.fake.get("gpuautoscalers", NS, "llm")
+    for _ in range(3):
+        h.kube.create_event(NS, obj, "Warning", "FailedGetPodsMetric", "prometheus unreachable")
+        h.clock.now += 15
+    (event,) = h.fake.events(NS)
+    assert event["count"] == 3
+    assert event["firstTimestamp"] < event["lastTimestamp"]
+    assert [r.method for r in h.fake.writes("/events")] == ["POST", "PATCH", "PATCH"]
+
+    h.kube.create_event(NS, obj, "Warning", "FailedGetPodsMetric", "query returned NaN")
+    assert sorted(e["count"] for e in h.fake.events(NS)) == [1, 3]
+
+    h.fake.expire_events(NS)
+    h.kube.create_event(NS, obj, "Warning", "FailedGetPodsMetric", "prometheus unreachable")
+    (renewed,) = h.fake.events(NS)
+    assert renewed["count"] == 1 and renewed["message"] == "prometheus unreachable"
+
+    h.fake.inject("PATCH", r"/events/", 500, "InternalError")
+    h.kube.create_event(NS, obj, "Warning", "FailedGetPodsMetric", "prometheus unreachable")
+    assert "could not record event" in caplog.text
+    h.kube.create_event(NS, obj, "Warning", "FailedGetPodsMetric", "prometheus unreachable")
+    assert h.fake.events(NS)[0]["count"] == 2  # the failed repeat is not counted

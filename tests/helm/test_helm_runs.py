@@ -384,16 +384,24 @@ def test_autoscaler_rbac_is_exactly_what_the_controller_uses(tmp_path):
         _scenario(kube, prom)
         fake = kube.fake
 
+        scaled_back = []
+
         def scaled_and_renewed() -> bool:
             lease_renewals = [
                 r for r in fake.requests if r.method == "PUT" and "/leases/" in r.path
             ]
-            return (
+            scaled = (
                 fake.replicas(WATCHED, "llm") == 4
                 and fake.replicas(WATCHED, "cache", "statefulsets") == 4
                 and len(fake.events(WATCHED)) >= 2
                 and bool(lease_renewals)
             )
+            if scaled and not scaled_back:
+                # scaled back by someone: the same rescale again is counted on its first Event
+                fake.set_replicas(WATCHED, "llm", 2)
+                scaled_back.append(True)
+                return False
+            return scaled and any(e.get("count", 1) > 1 for e in fake.events(WATCHED))
 
         _run_charts_autoscaler(objects, kube, prom, tmp_path, scaled_and_renewed)
         fake.set_replicas(WATCHED, "llm", 2)  # someone scaled it back; the by-name run re-scales
