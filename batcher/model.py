@@ -12,6 +12,14 @@ Either may carry ``input_specs`` / ``output_specs`` (lists of :class:`TensorSpec
 with ``name``, ``datatype``, ``shape``), giving per-item shapes (no batch dimension; -1 = any) and
 KServe v2 datatypes. Without them one ``FP32`` input ``input__0`` of any shape is assumed, and one
 output ``output__0``, the names Triton's PyTorch backend uses.
+
+Two datatypes have no torch tensor of the same kind, so a torch module sees them as follows:
+``BYTES`` inputs arrive as the numpy object arrays of ``bytes`` the protocol decodes (torch has no
+string tensors; a tokenizer inside ``forward`` takes them from there), and ``BF16`` inputs, numpy
+arrays of ``ml_dtypes.bfloat16`` (see :mod:`batcher.oip`), arrive as ``torch.bfloat16`` tensors.
+Each output may be a tensor (``torch.bfloat16`` ones are answered as BF16), a numpy array, or a list
+of ``str``/``bytes`` (answered as BYTES; inside a mapping or tuple of outputs, since a bare list
+is read as one entry per output).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import torch
 
@@ -42,6 +51,50 @@ class TensorSpec:
     def metadata(self) -> dict[str, Any]:
         """KServe v2 tensor metadata: the shape includes the batch dimension as -1."""
         return {"name": self.name, "datatype": self.datatype, "shape": [-1, *self.shape]}
+
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Rows of nothing for padding and synthetic batches: zeros, or empty ``bytes`` for BYTES.
+
+    ``np.zeros`` of an object array holds the integer 0, which a text model would choke on.
+    """
+    if dtype == np.dtype(np.object_):
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=dtype)
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A model's output as a numpy array on the host.
+
+    ``torch.bfloat16`` becomes ``ml_dtypes.bfloat16`` bit for bit (``Tensor.numpy`` refuses it);
+    lists of ``str``/``bytes`` become object arrays (the fixed-width ``S``/``U`` dtypes numpy
+    would pick drop trailing NUL characters).
+    """
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to("cpu")
+        if value.dtype == torch.bfloat16:
+            return value.view(torch.int16).numpy().view(BFLOAT16)
+        return value.numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    array = np.asarray(value)
+    return np.array(value, dtype=object) if array.dtype.kind in "SU" else array
+
+
+def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor | np.ndarray:
+    """A batch input as the module takes it: a tensor on ``device``; BYTES stay object arrays."""
+    if array.dtype == np.dtype(np.object_):
+        return array
+    if array.dtype == BFLOAT16:
+        return (
+            torch.from_numpy(array.view(np.int16))
+            .view(torch.bfloat16)
+            .to(device, non_blocking=True)
+        )
+    return torch.from_numpy(array).to(device, non_blocking=True)
 
 
 DEFAULT_INPUTS = (TensorSpec("input__0", "FP32", (-1,)),)
@@ -113,13 +166,13 @@ class ModuleRunner:
         for spec in self.inputs:
             stacked = np.concatenate([p[spec.name] for p in payloads], axis=0)
             if target > rows:
-                filler = np.zeros((target - rows, *stacked.shape[1:]), dtype=stacked.dtype)
+                filler = zeros((target - rows, *stacked.shape[1:]), stacked.dtype)
                 stacked = np.concatenate([stacked, filler], axis=0)
-            tensors.append(torch.from_numpy(stacked).to(self.device, non_blocking=True))
+            tensors.append(to_torch(stacked, self.device))
         with torch.inference_mode():
             produced = self.module(*tensors)
         named = _name_outputs(produced, self.outputs)
-        arrays = {name: value.detach().to("cpu").numpy()[:rows] for name, value in named.items()}
+        arrays = {name: to_numpy(value)[:rows] for name, value in named.items()}
         results = []
         offset = 0
         for count in counts:
@@ -140,7 +193,7 @@ class CallableRunner:
         if len(produced) != len(payloads):
             raise ValueError(f"model returned {len(produced)} results for {len(payloads)} requests")
         return [
-            {name: _as_array(value) for name, value in _name_outputs(item, self.outputs).items()}
+            {name: to_numpy(value) for name, value in _name_outputs(item, self.outputs).items()}
             for item in produced
         ]
 
@@ -156,12 +209,6 @@ def _name_outputs(produced: Any, outputs: Sequence[TensorSpec]) -> dict[str, Any
             )
         return {spec.name: value for spec, value in zip(outputs, produced, strict=True)}
     return {outputs[0].name: produced}
-
-
-def _as_array(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu").numpy()
-    return np.asarray(value)
 
 
 def _specs(raw: Any, default: tuple[TensorSpec, ...], what: str) -> tuple[TensorSpec, ...]:

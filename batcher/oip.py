@@ -7,6 +7,21 @@ or nested, row-major) and the binary tensor data extension (a JSON header of
 announcing its ``binary_data_size``). Request parameters follow Triton's schedule-policy extension:
 ``priority`` (1 highest, 0 default) and ``timeout`` in microseconds.
 
+Every KServe v2 datatype is carried, and what the model sees is chosen so text and bfloat16 models
+need no protocol code of their own:
+
+* ``BYTES`` (strings: the input of a model with its tokenizer inside): JSON ``data`` holds strings,
+  sent to the model as their UTF-8 bytes; in binary, each element is a 4-byte little-endian length
+  followed by that many bytes. The model receives a numpy **object array of ``bytes``** (numpy's
+  fixed-width ``S`` dtype would drop trailing NUL bytes). A model may answer with ``str`` or
+  ``bytes`` elements (object, ``U`` or ``S`` arrays); JSON answers carry them as strings, so bytes
+  that are not UTF-8 need the binary extension.
+* ``BF16``: numpy has no bfloat16, so arrays use ``ml_dtypes.bfloat16``, the numpy dtype JAX,
+  TensorFlow and Triton's own Python client use. It keeps the 16 bits exact (a float32 stand-in
+  would silently turn BF16 answers into FP32 ones) and ``astype(np.float32)`` is lossless. Torch
+  modules get ``torch.bfloat16`` tensors (:mod:`batcher.model` converts both ways). In JSON, BF16
+  values are numbers, rounded to the nearest bfloat16.
+
 Everything is checked before the request reaches the model: a malformed request raises
 :class:`ProtocolError` whose message names the problem and the fix, answered with HTTP 400.
 """
@@ -15,10 +30,12 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from batcher.model import TensorSpec
@@ -36,8 +53,12 @@ DATATYPES: dict[str, np.dtype] = {
     "FP16": np.dtype(np.float16),
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "BYTES": np.dtype(np.object_),
 }
 _BY_DTYPE = {dtype: name for name, dtype in DATATYPES.items()}
+_TEXT_KINDS = "OSU"  # object, bytes and str arrays all travel as BYTES
+_ELEMENT_LENGTH = struct.Struct("<I")  # the length before each BYTES element in binary data
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MICROSECONDS = 1e-6
 
@@ -60,7 +81,9 @@ class InferRequest:
 
 
 def datatype_of(array: np.ndarray) -> str:
-    """The protocol's name for an array's dtype."""
+    """The protocol's name for an array's dtype (str, bytes and object arrays are BYTES)."""
+    if array.dtype.kind in _TEXT_KINDS:
+        return "BYTES"
     name = _BY_DTYPE.get(array.dtype.newbyteorder("="))
     if name is None:
         raise ProtocolError(f"the model produced dtype {array.dtype}, which KServe v2 cannot carry")
@@ -136,17 +159,14 @@ def encode_infer_response(
         if name not in result:
             raise ProtocolError(f"the model did not produce output {name!r}")
         array = np.ascontiguousarray(result[name])
-        entry: dict[str, Any] = {
-            "name": name,
-            "datatype": datatype_of(array),
-            "shape": list(array.shape),
-        }
+        datatype = datatype_of(array)
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if name in request.binary_outputs:
-            raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+            raw = _binary_output(name, datatype, array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             buffers.append(raw)
         else:
-            entry["data"] = array.ravel().tolist()
+            entry["data"] = _json_output(name, datatype, array)
         tensors.append(entry)
     document: dict[str, Any] = {"model_name": model_name, "model_version": "1", "outputs": tensors}
     if request.id is not None:
@@ -155,6 +175,48 @@ def encode_infer_response(
     if not buffers:
         return header, None
     return header + b"".join(buffers), len(header)
+
+
+def encode_bytes_elements(elements: Sequence[bytes]) -> bytes:
+    """BYTES elements in the binary extension's layout: each a 4-byte LE length, then the bytes."""
+    return b"".join(_ELEMENT_LENGTH.pack(len(item)) + item for item in elements)
+
+
+def decode_bytes_elements(raw: bytes, name: str, shape: Sequence[int]) -> np.ndarray:
+    """The object array of ``bytes`` that ``raw`` (length-prefixed elements) holds, in ``shape``.
+
+    Raises :class:`ProtocolError` when a length prefix is cut off or runs past the buffer, or when
+    the element count does not match the shape.
+    """
+    count = math.prod(shape)
+    items: list[bytes] = []
+    position = 0
+    while position < len(raw):
+        if len(items) == count:  # stop here: a flood of empty elements costs no more than this
+            raise ProtocolError(
+                f"input {name!r}: binary data holds more than the {count} BYTES elements shape "
+                f"{list(shape)} needs; check binary_data_size"
+            )
+        if position + _ELEMENT_LENGTH.size > len(raw):
+            raise ProtocolError(
+                f"input {name!r}: binary data ends inside the 4-byte length of BYTES element "
+                f"{len(items)}; check binary_data_size"
+            )
+        (length,) = _ELEMENT_LENGTH.unpack_from(raw, position)
+        position += _ELEMENT_LENGTH.size
+        if position + length > len(raw):
+            raise ProtocolError(
+                f"input {name!r}: BYTES element {len(items)} announces {length} bytes but only "
+                f"{len(raw) - position} remain in its binary_data_size"
+            )
+        items.append(raw[position : position + length])
+        position += length
+    if len(items) != count:
+        raise ProtocolError(
+            f"input {name!r}: binary data holds {len(items)} BYTES elements but shape "
+            f"{list(shape)} needs {count}"
+        )
+    return _object_array(items, shape)
 
 
 def error_body(message: str) -> bytes:
@@ -234,7 +296,7 @@ def _decode_tensor(
         size = params["binary_data_size"]
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ProtocolError(f"input {name!r}: binary_data_size must be a byte count")
-        if size != count * dtype.itemsize:
+        if spec.datatype != "BYTES" and size != count * dtype.itemsize:
             raise ProtocolError(
                 f"input {name!r}: binary_data_size is {size} but shape {shape} of {datatype} "
                 f"needs {count * dtype.itemsize} bytes"
@@ -244,11 +306,62 @@ def _decode_tensor(
                 f"input {name!r}: binary data ends after {len(binary) - offset} of {size} bytes"
             )
         raw = binary[offset : offset + size]
-        array = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
-        return array, offset + size
+        return _decode_binary_data(raw, name, spec.datatype, dtype, shape), offset + size
     if "data" not in tensor:
         raise ProtocolError(f'input {name!r} has neither "data" nor binary_data_size')
+    if spec.datatype == "BYTES":
+        return _decode_json_strings(tensor["data"], name, shape, count), offset
     return _decode_json_data(tensor["data"], name, spec.datatype, dtype, shape, count), offset
+
+
+def _decode_binary_data(
+    raw: bytes, name: str, datatype: str, dtype: np.dtype, shape: list[int]
+) -> np.ndarray:
+    if datatype == "BYTES":
+        return decode_bytes_elements(raw, name, shape)
+    if datatype == "BF16":
+        return np.frombuffer(raw, dtype="<u2").astype(np.uint16).view(dtype).reshape(shape)
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+
+
+def _decode_json_strings(data: Any, name: str, shape: list[int], count: int) -> np.ndarray:
+    if not isinstance(data, list):
+        raise ProtocolError(f'input {name!r}: "data" must be a list of strings for BYTES')
+    try:
+        loose = np.array(data, dtype=object)
+    except ValueError:
+        loose = None
+    # numpy keeps ragged nesting as lists inside an object array (or refuses it outright)
+    if loose is None or any(isinstance(item, list) for item in loose.ravel()):
+        raise ProtocolError(
+            f"input {name!r}: data is ragged; nested lists must all have the same length"
+        )
+    if loose.size != count:
+        raise ProtocolError(
+            f"input {name!r}: data has {loose.size} values but shape {shape} needs {count}"
+        )
+    items = []
+    for position, item in enumerate(loose.ravel()):
+        if not isinstance(item, str):
+            raise ProtocolError(
+                f"input {name!r}: BYTES data must be strings; element {position} is "
+                f"{type(item).__name__} {item!r}"
+            )
+        try:
+            items.append(item.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ProtocolError(
+                f"input {name!r}: element {position} is not valid Unicode (a lone surrogate); "
+                "send raw bytes with the binary extension"
+            ) from None
+    return _object_array(items, shape)
+
+
+def _object_array(items: list[bytes], shape: Sequence[int]) -> np.ndarray:
+    # Filled element by element: np.array(items) would give the NUL-stripping ``S`` dtype.
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(shape)
 
 
 def _decode_json_data(
@@ -282,7 +395,54 @@ def _decode_json_data(
             )
     elif kind not in "iuf":
         raise ProtocolError(f"input {name!r}: {datatype} data must be numbers")
-    return loose.astype(dtype).reshape(shape)
+    with np.errstate(over="ignore"):  # beyond the range is infinity, as in torch
+        return loose.astype(dtype).reshape(shape)
+
+
+# --- encoding helpers ---------------------------------------------------------------------------
+
+
+def _binary_output(name: str, datatype: str, array: np.ndarray) -> bytes:
+    if datatype == "BYTES":
+        return encode_bytes_elements(_output_bytes(name, array))
+    if datatype == "BF16":
+        return array.view(np.uint16).astype("<u2", copy=False).tobytes()
+    return array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _json_output(name: str, datatype: str, array: np.ndarray) -> list:
+    if datatype == "BYTES":
+        try:
+            return [item.decode("utf-8") for item in _output_bytes(name, array)]
+        except UnicodeDecodeError:
+            raise ProtocolError(
+                f"output {name!r} holds bytes that are not UTF-8, which JSON cannot carry; "
+                'ask for it as binary data (outputs: [{"name": ..., "parameters": '
+                '{"binary_data": true}}])'
+            ) from None
+    if datatype == "BF16":
+        return array.astype(np.float32).ravel().tolist()
+    return array.ravel().tolist()
+
+
+def _output_bytes(name: str, array: np.ndarray) -> list[bytes]:
+    items = []
+    for position, item in enumerate(array.ravel().tolist()):
+        if isinstance(item, bytes):
+            items.append(item)
+        elif isinstance(item, str):
+            try:
+                items.append(item.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ProtocolError(
+                    f"output {name!r}: element {position} is not valid Unicode"
+                ) from None
+        else:
+            raise ProtocolError(
+                f"output {name!r}: BYTES elements must be str or bytes; element {position} "
+                f"is {type(item).__name__}"
+            )
+    return items
 
 
 def _request_id(document: dict) -> str | None:

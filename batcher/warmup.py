@@ -21,11 +21,9 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from batcher.config import BatcherConfig
 from batcher.engine import Batcher
-from batcher.model import Payload, ServedModel, TensorSpec
+from batcher.model import Payload, ServedModel, TensorSpec, zeros
 from batcher.oip import DATATYPES
 
 log = logging.getLogger(__name__)
@@ -86,8 +84,8 @@ def example_batch(inputs: Sequence[TensorSpec], items: int) -> list[Payload]:
     """One synthetic request of ``items`` rows of zeros (a dimension of any size becomes 1)."""
     return [
         {
-            spec.name: np.zeros(
-                (items, *(d if d > 0 else 1 for d in spec.shape)), dtype=DATATYPES[spec.datatype]
+            spec.name: zeros(
+                (items, *(d if d > 0 else 1 for d in spec.shape)), DATATYPES[spec.datatype]
             )
             for spec in inputs
         }

@@ -161,3 +161,11 @@ async def test_a_model_that_rejects_synthetic_input_is_served_anyway() -> None:
     await batcher.drain()
     assert measured == {} and buckets is None
     assert answer["output__0"].tolist() == [[1.0, 1.0]]
+
+
+def test_example_batch_gives_text_inputs_empty_strings_not_integer_zeros():
+    """A text model warmed up on integer zeros would fail at start-up and serve uncalibrated."""
+
+    (payload,) = example_batch([TensorSpec("text", "BYTES", ()), TensorSpec("x", "FP32", (-1,))], 3)
+    assert payload["text"].dtype == object and payload["text"].tolist() == [b"", b"", b""]
+    assert payload["x"].shape == (3, 1) and payload["x"].dtype == np.float32
