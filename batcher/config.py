@@ -57,6 +57,14 @@ class BatcherConfig:
         default=1024,
         metadata={"help": "items allowed to wait; more are refused at once with HTTP 429"},
     )
+    refuse_past_slo: bool = field(
+        default=True,
+        metadata={
+            "help": "refuse at once (HTTP 429) a request predicted to finish past "
+            "--slo-seconds, instead of serving it late; requests with their own timeout are "
+            "judged by it instead"
+        },
+    )
     default_timeout_seconds: float = field(
         default=30.0,
         metadata={"help": "a request not started by then is answered with a timeout"},

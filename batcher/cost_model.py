@@ -63,6 +63,15 @@ class CostModel:
         return bool(self._sizes)
 
     @property
+    def fitted(self) -> bool:
+        """Whether a line was ever fitted (two sizes or more observed).
+
+        Before it, a size never seen is guessed proportional to the one seen: an upper bound for
+        a sublinear model, fine for sizing batches but too pessimistic to refuse anyone with.
+        """
+        return self._shape is not None
+
+    @property
     def fixed_seconds(self) -> float:
         """The prior's c: the cost of a batch regardless of its size."""
         return self._fixed

@@ -8,8 +8,9 @@ simulated time (the tests do).
 
 Guarantees:
 * every accepted request is answered exactly once: a result, or an error saying why;
-* a request is refused at admission (never queued) when the queue is full or when the work ahead
-  of it cannot finish within its timeout;
+* a request is refused at admission (never queued) when the queue is full, when its batch is
+  predicted to complete past the latency SLO (``refuse_past_slo``, for requests that set no
+  timeout of their own), or when the work ahead of it cannot start within its timeout;
 * a batch that runs out of memory is split in two and both halves retried before anything else;
   a single request that still does not fit fails alone; other model errors fail only that batch;
 * ``drain`` stops admission, runs what is queued and in flight, and returns when all is answered.
@@ -41,6 +42,7 @@ from batcher.policy import (
     CAP_LOAD_HEADROOM,
     CAP_MARGIN_STDDEVS,
     AdaptiveCap,
+    Backlog,
     DeadlinePolicy,
     DispatchPolicy,
     DispatchState,
@@ -73,16 +75,28 @@ class InvalidRequest(BatcherError):
 
 
 class Rejected(BatcherError):
-    """Refused at admission: the queue is full or the wait would outlast the timeout."""
+    """Refused at admission: the queue is full or the answer would come past its deadline.
+
+    ``reason`` labels the rejection metric; ``retry_after`` (seconds) is when the work ahead
+    should have drained enough to accept the same request, for HTTP's ``Retry-After``.
+    """
 
     status = 429
     outcome = "rejected"
+
+    def __init__(self, message: str, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
 
 
 class ShuttingDown(Rejected):
     """Refused because the runtime is draining."""
 
     status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="shutting_down")
 
 
 class RequestTimedOut(BatcherError):
@@ -141,6 +155,7 @@ class Batcher:
         utilization_cap: float = 1.0,
         policy: DispatchPolicy | None = None,
         adaptive_cap: bool = True,
+        refuse_past_slo: bool = True,
         memory: MemoryMonitor | None = None,
         metrics: BatcherMetrics | None = None,
     ) -> None:
@@ -154,6 +169,7 @@ class Batcher:
         self.utilization_cap = utilization_cap
         self.policy = policy or DeadlinePolicy()
         self.adaptive = adaptive_cap
+        self.refuse_past_slo = refuse_past_slo
         self.memory = memory
         self.metrics = metrics or BatcherMetrics(
             CollectorRegistry(), "model", slo_seconds, max_batch_size
@@ -276,8 +292,10 @@ class Batcher:
         Raises a :class:`BatcherError` subclass when the request is not served.
         """
         if not self._accepting:
-            self.metrics.answered("rejected", None, self.slo_seconds)
-            raise ShuttingDown("not accepting requests: the runtime is shutting down")
+            self.metrics.rejected("shutting_down", self.slo_seconds)
+            raise ShuttingDown(
+                "not accepting requests: the runtime is shutting down; send it to another replica"
+            )
         level = priority or self.default_priority
         if not 1 <= level <= self.priority_levels:
             self.metrics.answered("invalid", None, self.slo_seconds)
@@ -300,20 +318,24 @@ class Batcher:
             if self.priority_levels == 1
             else sum(r.size for r in self._queue if r.level <= level)
         )
-        cap = self.cap
-        reason = admission_refusal(
-            queued_items=self._queued_items,
-            items_ahead=ahead,
-            size=size,
-            max_queue=self.max_queue,
-            cap=cap,
-            cost=self._cost_of,
-            busy_for=max(0.0, self._busy_until - now),
-            timeout_seconds=wait_limit,
+        refusal = admission_refusal(
+            Backlog(
+                queued_items=self._queued_items,
+                items_ahead=ahead,
+                cap=self.cap,
+                busy_for=max(0.0, self._busy_until - now),
+                arrival_rate=self._items_rate(now),
+            ),
+            size,
+            self.max_queue,
+            self._cost_of,
+            wait_limit,
+            expected=self._expected_cost_of,
+            slo_seconds=self.slo_seconds if self._judged_by_slo(timeout) else None,
         )
-        if reason is not None:
-            self.metrics.answered("rejected", None, self.slo_seconds)
-            raise Rejected(reason)
+        if refusal is not None:
+            self.metrics.rejected(refusal.reason, self.slo_seconds)
+            raise Rejected(refusal.message, refusal.reason, refusal.retry_after)
         request = _Request(
             payload=payload,
             size=size,
@@ -332,6 +354,14 @@ class Batcher:
             if self._unqueue(request):
                 self.metrics.answered("cancelled", None, self.slo_seconds)
             raise
+
+    def _judged_by_slo(self, timeout: float | None) -> bool:
+        """Whether admission refuses this request when predicted to finish past the SLO.
+
+        Not when the request set its own timeout (its client says how long it tolerates), and not
+        before the cost model has fitted a line (its first guesses are pessimistic upper bounds).
+        """
+        return self.refuse_past_slo and timeout is None and self.cost.fitted
 
     # --- queue -------------------------------------------------------------------------------
 
@@ -536,7 +566,7 @@ class Batcher:
         executed = self.executor.batch_size_for(items)
         started = loop.time()
         planned = self.cost.estimate(executed)
-        self._busy_until = started + planned
+        self._busy_until = started + self.cost.mean(executed)  # admission predicts with the mean
         self.metrics.in_flight_requests.set(len(batch))
         try:
             outcome = await self.executor.execute([r.payload for r in batch])
@@ -658,6 +688,7 @@ def from_config(
         utilization_cap=config.utilization_cap,
         policy=policy,
         adaptive_cap=not fixed,
+        refuse_past_slo=config.refuse_past_slo,
         memory=memory,
         metrics=metrics,
     )

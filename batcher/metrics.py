@@ -25,6 +25,8 @@ OUTCOMES = (
     "cancelled",
     "shutdown",
 )
+# why a request was refused at admission (all counted as outcome "rejected" as well)
+REJECTION_REASONS = ("queue_full", "past_deadline", "shutting_down")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # allocator statistic -> (metric suffix, help, is a counter)
@@ -92,6 +94,17 @@ class BatcherMetrics:
         )
         for outcome in OUTCOMES:
             self.requests.labels(model, outcome)
+        self.rejections = Counter(
+            f"{PREFIX}_rejections",
+            "Requests refused at admission, by reason: queue_full (the queue bound), "
+            "past_deadline (predicted to finish past the latency SLO or not to start within "
+            "its timeout), shutting_down (draining). Each is also a requests_total "
+            'outcome="rejected".',
+            ["model", "reason"],
+            registry=registry,
+        )
+        for reason in REJECTION_REASONS:
+            self.rejections.labels(model, reason)
         self.slo_misses = Counter(
             f"{PREFIX}_slo_misses",
             "Requests answered after the latency SLO or not answered successfully.",
@@ -212,6 +225,11 @@ class BatcherMetrics:
     def watch_memory(self, read: Callable[[], dict[str, float]]) -> None:
         """Export allocator statistics from ``read`` at each scrape."""
         self.registry.register(_MemoryCollector(self.model, read))
+
+    def rejected(self, reason: str, slo_seconds: float) -> None:
+        """Count one request refused at admission for ``reason`` (one of REJECTION_REASONS)."""
+        self.rejections.labels(self.model, reason).inc()
+        self.answered("rejected", None, slo_seconds)
 
     def answered(self, outcome: str, total_seconds: float | None, slo_seconds: float) -> None:
         """Count one answered request; ``total_seconds`` only for requests that got a result."""

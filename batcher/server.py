@@ -13,6 +13,7 @@ import asyncio
 import importlib.metadata
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from prometheus_client.exposition import choose_encoder
 from autoglm.config import ConfigError, parse_listen
 from autoglm.webconfig import WebConfig
 from batcher import oip
-from batcher.engine import Batcher, BatcherError
+from batcher.engine import Batcher, BatcherError, Rejected
 from batcher.model import ServedModel
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,20 @@ def _json(data: Any, status: int = 200) -> web.Response:
     )
 
 
-def _error(message: str, status: int) -> web.Response:
+def _error(message: str, status: int, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
-        status=status, body=oip.error_body(message), content_type="application/json"
+        status=status,
+        body=oip.error_body(message),
+        content_type="application/json",
+        headers=headers,
     )
+
+
+def _refusal_headers(error: BatcherError) -> dict[str, str] | None:
+    """``Retry-After`` (whole seconds, at least 1) for a request refused at admission."""
+    if not isinstance(error, Rejected) or error.retry_after is None:
+        return None
+    return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
 
 
 class BatcherServer:
@@ -203,7 +214,7 @@ class BatcherServer:
                 timeout=parsed.timeout_seconds,
             )
         except BatcherError as exc:
-            return _error(str(exc), exc.status)
+            return _error(str(exc), exc.status, _refusal_headers(exc))
         try:
             body, header_length = oip.encode_infer_response(self.model.name, parsed, result)
         except oip.ProtocolError as exc:

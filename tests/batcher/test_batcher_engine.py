@@ -72,6 +72,13 @@ async def poisson(
     return list(await asyncio.gather(*tasks))
 
 
+def rejections(batcher: Batcher) -> dict[str, float]:
+    return {
+        reason: batcher.metrics.rejections.labels("sim", reason)._value.get()
+        for reason in ("queue_full", "past_deadline", "shutting_down")
+    }
+
+
 def outcomes(batcher: Batcher) -> dict[str, float]:
     return {
         outcome: batcher.metrics.requests.labels("sim", outcome)._value.get()
@@ -137,6 +144,64 @@ def test_overload_is_refused_at_once_and_accepted_requests_keep_their_deadline(
     counts = outcomes(batcher)
     assert counts["rejected"] == len(refused)
     assert counts["ok"] == len(served)
+    assert rejections(batcher)["queue_full"] == len(refused)
+
+
+def linear_device() -> SimulatedModel:
+    return SimulatedModel(0.030, 0.0025)  # peak 32 rows / 110 ms = 290.9/s
+
+
+async def load_linear(rate: float, refuse_past_slo: bool, **kwargs) -> tuple[list[Answer], Batcher]:
+    """3000 seeded Poisson requests on the linear device, SLO 0.6 s: the answers, the batcher."""
+    batcher = make(linear_device(), slo_seconds=0.6, refuse_past_slo=refuse_past_slo)
+    await batcher.start()
+    answers = await poisson(batcher, rate=rate, count=3000, seed=5, **kwargs)
+    await batcher.drain()
+    return answers, batcher
+
+
+def p99(latencies: list[float]) -> float:
+    return sorted(latencies)[int(0.99 * len(latencies)) - 1]
+
+
+def test_over_the_peak_slo_admission_refuses_the_doomed_and_the_rest_meet_the_slo(
+    run_virtual,
+) -> None:
+    # 1.1x the peak: whatever the batching, a backlog grows and every request behind it is late.
+    answers, batcher = run_virtual(lambda: load_linear(1.1 * 290.9, refuse_past_slo=True))
+    served = [a for a in answers if a.error is None]
+    refused = [a for a in answers if a.error is not None]
+    assert len(served) + len(refused) == 3000  # every request answered, none lost
+    assert [a.result for a in served] == [a.id for a in served]  # each its own answer, once
+    assert all(isinstance(a.error, Rejected) and a.latency == 0 for a in refused)
+    assert all(a.error.reason == "past_deadline" for a in refused)
+    assert all("latency SLO" in str(a.error) for a in refused)
+    # About the excess over the peak is refused (9% at steady state), and no more than that.
+    assert 0.03 * 3000 < len(refused) < 0.1 * 3000
+    assert max(a.latency for a in served) <= 0.6  # exact: the device's times are known
+    assert outcomes(batcher)["rejected"] == len(refused) == rejections(batcher)["past_deadline"]
+    assert outcomes(batcher)["ok"] == len(served)
+
+    unrefused, _ = run_virtual(lambda: load_linear(1.1 * 290.9, refuse_past_slo=False))
+    assert all(a.error is None for a in unrefused)
+    assert p99([a.latency for a in unrefused]) > 2 * 0.6  # served, but far past the SLO
+
+
+def test_at_light_load_slo_admission_refuses_nothing(run_virtual) -> None:
+    answers, batcher = run_virtual(lambda: load_linear(0.5 * 290.9, refuse_past_slo=True))
+    assert all(a.error is None for a in answers)
+    assert sum(rejections(batcher).values()) == 0
+
+
+def test_a_request_with_its_own_long_timeout_is_not_refused_by_the_slo(run_virtual) -> None:
+    # The same overload, every request with a 10 s timeout of its own (a batch client): it
+    # tolerates late answers, so the SLO rule leaves it alone and all are served.
+    answers, batcher = run_virtual(
+        lambda: load_linear(1.1 * 290.9, refuse_past_slo=True, timeout=10.0)
+    )
+    assert all(a.error is None for a in answers)
+    assert max(a.latency for a in answers) > 0.6
+    assert sum(rejections(batcher).values()) == 0
 
 
 def test_cap_backs_off_when_the_model_slows_and_grows_back(run_virtual) -> None:
@@ -266,7 +331,7 @@ def test_model_error_fails_only_its_batch(run_virtual) -> None:
 def test_drain_finishes_queued_and_running_work_then_refuses(run_virtual) -> None:
     model = SimulatedModel(0.020, 0.002)
 
-    async def main() -> tuple[list[Answer], bool, Exception | None]:
+    async def main() -> tuple[list[Answer], bool, Exception | None, dict[str, float]]:
         batcher = make(model, max_batch_size=8, slo_seconds=1.0)
         await batcher.start()
         tasks = [asyncio.create_task(ask(batcher, SimPayload(i))) for i in range(50)]
@@ -274,12 +339,13 @@ def test_drain_finishes_queued_and_running_work_then_refuses(run_virtual) -> Non
         drained = await batcher.drain()
         answers = list(await asyncio.gather(*tasks))
         late = await ask(batcher, SimPayload(99))
-        return answers, drained, late.error
+        return answers, drained, late.error, rejections(batcher)
 
-    answers, drained, late_error = run_virtual(main)
+    answers, drained, late_error, refused = run_virtual(main)
     assert drained
     assert [a.result for a in answers] == list(range(50))
     assert isinstance(late_error, ShuttingDown)
+    assert refused == {"queue_full": 0, "past_deadline": 0, "shutting_down": 1}
 
 
 def test_drain_timeout_answers_what_is_left(run_virtual) -> None:

@@ -2,7 +2,7 @@
 
 A session with a GPU has a few minutes of device time, so ``bench/batcher_gpu.py`` has to run
 end to end unattended. Its ``--device cpu --quick`` mode runs the same code with a small model:
-six real servers, the HTTP sweep and top-rate round, both memory configurations, the JSON.
+seven real servers, the HTTP sweep and top-rate round, both memory configurations, the JSON.
 """
 
 from __future__ import annotations
@@ -37,10 +37,16 @@ def test_quick_cpu_mode_runs_the_sweep_and_both_memory_configurations(tmp_path: 
         "no-batching",
         "fixed-delay",
         "greedy",
+        "adaptive-no-adm",
         "adaptive",
     ]
     assert all(len(row["values"]) == 1 for row in sweep["top_rates"])  # one quick round
-    assert set(sweep["ratios"]) == {"adaptive/fixed-delay", "adaptive/greedy"}
+    assert set(sweep["ratios"]) == {
+        "adaptive/fixed-delay",
+        "adaptive/greedy",
+        "adaptive/adaptive-no-adm",
+        "adaptive-no-adm/fixed-delay",
+    }
 
     compaction, none = report["memory"]
     assert (compaction["config"], none["config"]) == ("compaction", "none")

@@ -304,7 +304,42 @@ def test_full_queue_is_refused_with_429_and_accepted_work_completes(serve) -> No
     second.join(timeout=30)
     assert refused.status_code == 429
     assert "queue full" in refused.json()["error"]
+    assert int(refused.headers["Retry-After"]) >= 1
     assert replies["running"].status_code == 200 and replies["queued"].status_code == 200
+
+
+def test_a_request_predicted_past_the_slo_is_refused_with_429_and_retry_after(serve) -> None:
+    # Every batch takes 0.4 s; SLO 0.6 s. Sent within 0.2 s of a batch starting, a new request
+    # would finish after 0.6 s: refused at once. One with its own 10 s timeout is served.
+    model = EchoModel(delay_seconds=0.4)
+    server = serve(model, max_batch_size=2, slo_seconds=0.6, warmup_repeats=2)
+    model.entered.clear()  # set by the start-up warm-up
+    url = f"{server.url}/v2/models/echo/infer"
+    replies: dict[str, requests.Response] = {}
+
+    def post(tag: str, **extra: object) -> None:
+        body = json_request([[1, 2, 3]], [[1]], **extra)
+        replies[tag] = requests.post(url, json=body, timeout=30)
+
+    first = threading.Thread(target=post, args=("running",))
+    first.start()
+    assert model.entered.wait(timeout=10)
+    refused = requests.post(url, json=json_request([[1, 2, 3]], [[1]]), timeout=10)
+    patient = threading.Thread(
+        target=post, args=("patient",), kwargs={"parameters": {"timeout": 10_000_000}}
+    )
+    patient.start()
+    first.join(timeout=30)
+    patient.join(timeout=30)
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert "past the 0.600 s latency SLO" in error and "another replica" in error
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert replies["running"].status_code == 200 and replies["patient"].status_code == 200
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    assert 'autoglm_batcher_rejections_total{model="echo",reason="past_deadline"} 1.0' in text
+    assert 'autoglm_batcher_rejections_total{model="echo",reason="queue_full"} 0.0' in text
+    assert 'autoglm_batcher_requests_total{model="echo",outcome="rejected"} 1.0' in text
 
 
 def test_metrics_endpoint_counts_outcomes(serve) -> None:

@@ -10,6 +10,7 @@ from batcher.cost_model import FORGET_AFTER, CostModel
 from batcher.policy import (
     BATCH_BUDGET_FRACTION,
     AdaptiveCap,
+    Backlog,
     DeadlinePolicy,
     DispatchState,
     FixedDelayPolicy,
@@ -20,6 +21,7 @@ from batcher.policy import (
     dispatch_deadline,
     fitting_prefix,
     next_start_for_utilization,
+    predicted_finish,
     split_index,
 )
 
@@ -221,61 +223,81 @@ def test_broken_by_execution_separates_overruns_from_backlog() -> None:
     assert broken_by_execution([0.9, 0.6, 0.1], 0.5, 0.2, 1.0)
 
 
-class TestAdmission:
-    def test_full_queue_is_refused(self) -> None:
-        reason = admission_refusal(
-            queued_items=100,
-            items_ahead=100,
-            size=1,
-            max_queue=100,
-            cap=10,
-            cost=linear(0.01, 0.0),
-            busy_for=0.0,
-            timeout_seconds=30.0,
-        )
-        assert reason is not None and "queue full" in reason
+def backlog(ahead: int, cap: int = 10, busy_for: float = 0.0, rate: float = 0.0) -> Backlog:
+    return Backlog(
+        queued_items=ahead, items_ahead=ahead, cap=cap, busy_for=busy_for, arrival_rate=rate
+    )
 
-    def test_work_ahead_longer_than_the_timeout_is_refused(self) -> None:
+
+class TestAdmission:
+    def test_full_queue_is_refused_with_the_time_until_room(self) -> None:
+        # 100 items queued in batches of 10 at 0.01 s: one batch frees room for the newcomer.
+        refusal = admission_refusal(backlog(100), 1, 100, linear(0.01, 0.0), 30.0)
+        assert refusal is not None and refusal.reason == "queue_full"
+        assert "queue full" in refusal.message
+        assert refusal.retry_after == pytest.approx(0.01)
+
+    def test_work_ahead_that_cannot_start_within_the_timeout_is_refused(self) -> None:
         # 50 items ahead in batches of 10 at 0.1 s each, plus 0.2 s left on the running batch.
-        reason = admission_refusal(
-            queued_items=50,
-            items_ahead=50,
-            size=1,
-            max_queue=1000,
-            cap=10,
-            cost=linear(0.1, 0.0),
-            busy_for=0.2,
-            timeout_seconds=0.6,
-        )
-        assert reason is not None and "0.700 s" in reason
+        ahead = backlog(50, busy_for=0.2)
+        refusal = admission_refusal(ahead, 1, 1000, linear(0.1, 0.0), 0.6)
+        assert refusal is not None and refusal.reason == "past_deadline"
+        assert "0.700 s" in refusal.message
+        assert refusal.retry_after == pytest.approx(0.1)
+        assert admission_refusal(ahead, 1, 1000, linear(0.1, 0.0), 0.8) is None
+
+    def test_predicted_finish_past_the_slo_is_refused_naming_finish_slo_and_fix(self) -> None:
+        # 0.2 s running, 5 full batches of 10 ahead (0.5 s), then its own batch (0.1 s): 0.8 s.
+        ahead = backlog(50, busy_for=0.2)
+        cost = linear(0.1, 0.0)
+        refusal = admission_refusal(ahead, 1, 1000, cost, 30.0, slo_seconds=0.75)
+        assert refusal is not None and refusal.reason == "past_deadline"
+        assert "0.800 s" in refusal.message and "0.750 s" in refusal.message
+        assert "another replica" in refusal.message and "--slo-seconds" in refusal.message
+        assert refusal.retry_after == pytest.approx(0.05)
+        assert admission_refusal(ahead, 1, 1000, cost, 30.0, slo_seconds=0.85) is None
+
+    def test_the_slo_rule_predicts_with_the_expected_cost_not_the_margin(self) -> None:
+        ahead = backlog(50, busy_for=0.2)
+        pessimistic, expected = linear(0.2, 0.0), linear(0.1, 0.0)
         assert (
             admission_refusal(
-                queued_items=50,
-                items_ahead=50,
-                size=1,
-                max_queue=1000,
-                cap=10,
-                cost=linear(0.1, 0.0),
-                busy_for=0.2,
-                timeout_seconds=0.8,
+                ahead, 1, 1000, pessimistic, 30.0, expected=expected, slo_seconds=0.85
             )
             is None
         )
+        assert admission_refusal(ahead, 1, 1000, pessimistic, 30.0, slo_seconds=0.85) is not None
+
+    def test_its_own_batch_fills_with_what_arrives_before_it_starts(self) -> None:
+        # Nothing queued, 0.2 s left on the running batch, 50 items/s arriving: by the time the
+        # device frees, 10 more wait and its batch runs full (0.15 s), not alone (0.06 s).
+        cost = linear(0.05, 0.01)
+        assert predicted_finish(backlog(0, busy_for=0.2), 1, cost) == pytest.approx((0.2, 0.26))
+        busy = backlog(0, busy_for=0.2, rate=50.0)
+        assert predicted_finish(busy, 1, cost) == pytest.approx((0.2, 0.35))
+        assert admission_refusal(busy, 1, 1000, cost, 30.0, slo_seconds=0.3) is not None
+        assert (
+            admission_refusal(backlog(0, busy_for=0.2), 1, 1000, cost, 30.0, slo_seconds=0.3)
+            is None
+        )
+
+    def test_a_request_the_model_cannot_serve_within_the_slo_even_alone_is_served(self) -> None:
+        # An SLO below the model's own time would otherwise refuse every request.
+        cost = linear(0.3, 0.0)
+        assert (
+            admission_refusal(backlog(5, busy_for=0.2), 1, 1000, cost, 30.0, slo_seconds=0.25)
+            is None
+        )
+
+    def test_without_the_slo_rule_only_the_timeout_judges(self) -> None:
+        # A request with its own 10 s timeout (or with the rule off) tolerates a late answer.
+        ahead = backlog(50, busy_for=0.2)
+        assert admission_refusal(ahead, 1, 1000, linear(0.1, 0.0), 10.0) is None
 
     def test_lower_priority_work_does_not_count_ahead(self) -> None:
-        assert (
-            admission_refusal(
-                queued_items=500,
-                items_ahead=0,
-                size=1,
-                max_queue=1000,
-                cap=10,
-                cost=linear(0.1, 0.0),
-                busy_for=0.0,
-                timeout_seconds=0.5,
-            )
-            is None
-        )
+        behind = Backlog(queued_items=500, items_ahead=0, cap=10, busy_for=0.0)
+        cost = linear(0.1, 0.0)
+        assert admission_refusal(behind, 1, 1000, cost, 0.5, slo_seconds=0.25) is None
 
 
 def test_fitting_prefix_takes_an_oversized_head_alone() -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from autoglm.config import ConfigError, build_config
+from autoglm.config import ConfigError, build_config, load_config
 from batcher.config import BatcherConfig
 from batcher.engine import Batcher, OutOfMemory
 from batcher.execution import ThreadExecutor, run_guarded
@@ -219,6 +219,17 @@ class TestConfig:
         assert config.listen == ":8000"
         assert BatcherConfig(max_batch_size=24).buckets == (1, 2, 4, 8, 16, 24)
         assert BatcherConfig(max_batch_size=24, pad_buckets=[6, 12]).buckets == (6, 12, 24)
+
+    def test_slo_admission_is_on_by_default_and_off_by_flag_or_yaml(self, tmp_path) -> None:
+        assert BatcherConfig().refuse_past_slo
+        assert not load_config(BatcherConfig, ["--no-refuse-past-slo"], "t").refuse_past_slo
+        path = tmp_path / "batcher.yaml"
+        path.write_text("refuse_past_slo: false\n")
+        assert not load_config(BatcherConfig, ["--config", str(path)], "t").refuse_past_slo
+        with pytest.raises(
+            ConfigError, match=r"--refuse-past-slo: .sometimes. is not a valid bool"
+        ):
+            build_config(BatcherConfig, {"refuse_past_slo": "sometimes"})
 
     @pytest.mark.parametrize(
         ("values", "message"),
