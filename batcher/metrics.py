@@ -72,6 +72,22 @@ class _MemoryCollector(Collector):
             yield family
 
 
+def _counter_by(
+    registry: CollectorRegistry,
+    model: str,
+    name: str,
+    documentation: str,
+    label: str,
+    values: Iterable[str],
+) -> Counter:
+    """A counter by ``label`` with every known value exported from the start: a series that
+    appears only at its first increment makes ``rate()`` miss that increment."""
+    counter = Counter(f"{PREFIX}_{name}", documentation, ["model", label], registry=registry)
+    for value in values:
+        counter.labels(model, value)
+    return counter
+
+
 class BatcherMetrics:
     """Every series the runtime exports, registered on one registry."""
 
@@ -85,26 +101,26 @@ class BatcherMetrics:
         self.registry = registry
         self.model = model
         label = ["model"]
-        self.requests = Counter(
-            f"{PREFIX}_requests",
+        self.requests = _counter_by(
+            registry,
+            model,
+            "requests",
             "Requests answered, by outcome (ok, model_error, out_of_memory, timeout, rejected, "
             "invalid, cancelled, shutdown).",
-            ["model", "outcome"],
-            registry=registry,
+            "outcome",
+            OUTCOMES,
         )
-        for outcome in OUTCOMES:
-            self.requests.labels(model, outcome)
-        self.rejections = Counter(
-            f"{PREFIX}_rejections",
+        self.rejections = _counter_by(
+            registry,
+            model,
+            "rejections",
             "Requests refused at admission, by reason: queue_full (the queue bound), "
             "past_deadline (predicted to finish past the latency SLO or not to start within "
             "its timeout), shutting_down (draining). Each is also a requests_total "
             'outcome="rejected".',
-            ["model", "reason"],
-            registry=registry,
+            "reason",
+            REJECTION_REASONS,
         )
-        for reason in REJECTION_REASONS:
-            self.rejections.labels(model, reason)
         self.slo_misses = Counter(
             f"{PREFIX}_slo_misses",
             "Requests answered after the latency SLO or not answered successfully.",

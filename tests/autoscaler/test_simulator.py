@@ -516,15 +516,21 @@ def test_frontier_plot_is_written(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_reachability_names_the_limits_no_forecast_moves(monkeypatch):
-    """The static-share floor is static's utilization over the target; an HPA without breach
-    minutes leaves nothing for 'fewer' to improve on; goals are reported as each run met them."""
+@pytest.fixture
+def bench(monkeypatch):
+    """``bench/autoscaler.py`` as a module (it is a script, not a package member)."""
     monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
     spec = importlib.util.spec_from_file_location(
         "bench_autoscaler", Path(__file__).resolve().parents[2] / "bench" / "autoscaler.py"
     )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_reachability_names_the_limits_no_forecast_moves(bench):
+    """The static-share floor is static's utilization over the target; an HPA without breach
+    minutes leaves nothing for 'fewer' to improve on; goals are reported as each run met them."""
 
     def row(trace, label, util, breaches, goals=None):
         r = {"trace": trace, "label": label, "target_utilization": 0.7}
@@ -552,13 +558,7 @@ def test_bench_reachability_names_the_limits_no_forecast_moves(monkeypatch):
 
 
 @pytest.mark.timeout(120)
-def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(monkeypatch):
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
-    spec = importlib.util.spec_from_file_location(
-        "bench_autoscaler", Path(__file__).resolve().parents[2] / "bench" / "autoscaler.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(bench):
     trace = from_arrivals(poisson(periodic_rate, 2 * 3600, seed=12))
     config = small_forecast_config()
     forecasters = {
@@ -592,13 +592,7 @@ def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(mon
 
 
 @pytest.mark.timeout(120)
-def test_bench_quantile_sweep_chooses_on_the_first_part_and_judges_on_the_second(monkeypatch):
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
-    spec = importlib.util.spec_from_file_location(
-        "bench_autoscaler", Path(__file__).resolve().parents[2] / "bench" / "autoscaler.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_bench_quantile_sweep_chooses_on_the_first_part_and_judges_on_the_second(bench):
     trace = from_arrivals(poisson(periodic_rate, 4 * 3600, seed=15))
     config = small_forecast_config(forecast_series="peak", slo_seconds=5)
     shared = SharedForecaster(predictor_forecaster(config), quantiles=(0.5, 0.9))
