@@ -283,6 +283,7 @@ def admission_refusal(
       within ``timeout_seconds`` (the time a request may wait to start, as in Triton). A client
       that set a long timeout of its own tolerates a late answer and is judged by this rule only.
     """
+    mean = expected or cost
     excess = backlog.queued_items + size - max_queue
     if excess > 0:
         batches = math.ceil(excess / max(backlog.cap, 1))
@@ -290,13 +291,13 @@ def admission_refusal(
             "queue_full",
             f"queue full ({backlog.queued_items} of {max_queue} items waiting); "
             "retry later or send it to another replica",
-            backlog.busy_for + batches * (expected or cost)(backlog.cap),
+            backlog.busy_for + batches * mean(backlog.cap),
         )
     if slo_seconds is not None:
-        _, finish = predicted_finish(backlog, size, expected or cost)
+        _, finish = predicted_finish(backlog, size, mean)
         # Alone on an idle device it would be late too: the SLO is below what the model can do,
         # and refusing would fail every such request; serve it (the SLO-miss metrics show it).
-        if finish > slo_seconds and (expected or cost)(size) <= slo_seconds:
+        if finish > slo_seconds and mean(size) <= slo_seconds:
             return Refusal(
                 "past_deadline",
                 f"would finish in about {finish:.3f} s, past the {slo_seconds:.3f} s latency "

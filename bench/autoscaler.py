@@ -106,6 +106,7 @@ from autoscaler.simulator.forecast import (  # noqa: E402
 from autoscaler.simulator.frontier import FrontierPoint, compare, plot_frontiers  # noqa: E402
 from autoscaler.simulator.report import plot, summarise, window_scores, write_json  # noqa: E402
 from autoscaler.simulator.trace import load_trace, superpose  # noqa: E402
+from autoscaler.spec import DEFAULT_TOLERANCE  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "autoscaling-traces"
 ALIBABA = TRACES / "alibaba-genai-2026" / "lora_request_trace.csv"
@@ -296,8 +297,8 @@ def reachability(rows: list[dict]) -> dict[str, dict]:
     * ``static_share_floor``: the lowest share of static GPU-hours a fleet can reach while its
       mean utilization stays at the target (the work served is the same for every policy, so
       GPU-hours are at least work / target); ``..._with_tolerance`` lets the utilization sit at
-      the HPA's tolerance edge (target x 1.1) the whole time, which no fleet that must scale up
-      ahead of load does.
+      the HPA's tolerance edge (target x (1 + tolerance)) the whole time, which no fleet that
+      must scale up ahead of load does.
     """
     out: dict[str, dict] = {}
     for trace in dict.fromkeys(r["trace"] for r in rows):
@@ -311,7 +312,7 @@ def reachability(rows: list[dict]) -> dict[str, dict]:
             "hpa_breach_minutes": hpa["breach_minutes"],
             "fewer_breaches_possible": hpa["breach_minutes"] > 0,
             "static_share_floor": floor,
-            "static_share_floor_with_tolerance": floor / 1.1,
+            "static_share_floor_with_tolerance": floor / (1 + DEFAULT_TOLERANCE),
         }
     return out
 
@@ -328,7 +329,8 @@ def print_reachability(reach: dict[str, dict]) -> None:
             f"    HPA breach minutes {r['hpa_breach_minutes']}"
             + ("" if r["fewer_breaches_possible"] else " (none to improve on: 'fewer' impossible)")
             + f"; static-share floor at the target {r['static_share_floor']:.2f}"
-            f" ({r['static_share_floor_with_tolerance']:.2f} at target x 1.1 throughout)"
+            f" ({r['static_share_floor_with_tolerance']:.2f} at the tolerance edge, target x "
+            f"{1 + DEFAULT_TOLERANCE:g}, throughout)"
         )
 
 
