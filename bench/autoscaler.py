@@ -91,13 +91,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # The script's own folder holds bench/predictor.py, which would shadow the predictor package.
 sys.path[0] = str(ROOT)
 
+from autoscaler.core.slo_sizing import ServiceModel  # noqa: E402
 from autoscaler.simulator.engine import (  # noqa: E402
     SimulationConfig,
     SimulationResult,
     predictor_forecaster,
     simulate,
 )
-from autoscaler.simulator.fleet import ServiceModel  # noqa: E402
 from autoscaler.simulator.forecast import (  # noqa: E402
     ClairvoyantForecaster,
     LoadForecaster,
@@ -141,7 +141,9 @@ def alibaba_setup(tenants: int, cold_start: float) -> tuple:
     own = load_trace(ALIBABA, time_column="gmt_create", work_column="num_images_per_prompt")
     trace = superpose(own, tenants, jitter_seconds=900.0, seed=0)
     # work is normalised to a mean of 1 request, so a is per average request
-    service = ServiceModel(c=per_image.c, a=per_image.a * trace.mean_work_raw, max_batch=1)
+    service = ServiceModel(
+        per_image.fixed_seconds, per_image.per_item_seconds * trace.mean_work_raw, max_batch=1
+    )
     config = SimulationConfig(
         service=service,
         cold_start=cold_start,
@@ -154,7 +156,8 @@ def alibaba_setup(tenants: int, cold_start: float) -> tuple:
     )
     note = (
         f"{tenants} tenants (+-15 min), one request per replica at a time, "
-        f"t = {per_image.c:.1f} s + {per_image.a:.2f} s/image (fit on {len(ok)} requests), "
+        f"t = {per_image.fixed_seconds:.1f} s + {per_image.per_item_seconds:.2f} s/image "
+        f"(fit on {len(ok)} requests), "
         "SLO: p99 end-to-end <= 60 s"
     )
     return trace, config, note
@@ -163,7 +166,7 @@ def alibaba_setup(tenants: int, cold_start: float) -> tuple:
 def azure_setup(cold_start: float) -> tuple:
     trace = load_trace(AZURE, time_column="TIMESTAMP")
     config = SimulationConfig(
-        service=ServiceModel(c=1.5, a=0.4, max_batch=8),
+        service=ServiceModel(fixed_seconds=1.5, per_item_seconds=0.4, max_batch=8),
         cold_start=cold_start,
         tick=TICK,
         target_utilization=0.7,

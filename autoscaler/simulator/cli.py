@@ -15,8 +15,8 @@ from typing import Literal
 
 from autoglm.config import ConfigError, load_config
 from autoglm.logs import setup_logging
+from autoscaler.core.slo_sizing import ServiceModel
 from autoscaler.simulator.engine import SimulationConfig, simulate
-from autoscaler.simulator.fleet import ServiceModel
 from autoscaler.simulator.report import plot, summarise, write_json
 from autoscaler.simulator.trace import TraceError, load_trace
 
@@ -121,8 +121,8 @@ def simulate_main(argv: list[str] | None) -> int:
             speed=settings.speed,
         )
         service = ServiceModel(
-            c=settings.c,
-            a=trace.mean_work_raw if settings.a_from_work else settings.a,
+            fixed_seconds=settings.c,
+            per_item_seconds=trace.mean_work_raw if settings.a_from_work else settings.a,
             max_batch=settings.max_batch,
         )
         behavior = None

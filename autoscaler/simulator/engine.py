@@ -26,7 +26,8 @@ from typing import Any, Literal
 import numpy as np
 
 from autoscaler.core import MetricInput, ScalingState, decide, record_scale
-from autoscaler.simulator.fleet import Fleet, ServiceModel
+from autoscaler.core.slo_sizing import ServiceModel
+from autoscaler.simulator.fleet import Fleet
 from autoscaler.simulator.forecast import LoadForecaster, PredictorForecaster
 from autoscaler.simulator.trace import Trace
 from autoscaler.spec import GPUAutoscalerSpec, parse_spec

@@ -17,37 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class ServiceModel:
-    """Batch service time ``c + a * b`` seconds for ``b`` average requests."""
-
-    c: float
-    a: float
-    max_batch: int = 1
-
-    def __post_init__(self) -> None:
-        if self.c < 0 or self.a < 0 or self.c + self.a <= 0:
-            raise ValueError("service time needs c >= 0, a >= 0 and c + a > 0 (seconds)")
-        if self.max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
-
-    @property
-    def capacity_rps(self) -> float:
-        """Average requests per second one busy replica serves at full batches."""
-        return self.max_batch / (self.c + self.a * self.max_batch)
-
-    @classmethod
-    def calibrate(
-        cls, batch_sizes: np.ndarray, seconds: np.ndarray, max_batch: int
-    ) -> ServiceModel:
-        """Least-squares fit of ``c`` and ``a`` to measured (batch size, batch seconds) pairs."""
-        b = np.asarray(batch_sizes, float)
-        y = np.asarray(seconds, float)
-        if b.size < 2 or np.ptp(b) == 0:
-            raise ValueError("calibration needs measurements at two or more batch sizes")
-        a, c = np.polyfit(b, y, 1)
-        return cls(c=max(0.0, float(c)), a=max(0.0, float(a)), max_batch=max_batch)
+from autoscaler.core.slo_sizing import ServiceModel
 
 
 @dataclass
@@ -156,7 +126,7 @@ class Fleet:
         queue = self._queue
         size = min(self.service.max_batch, len(queue))
         batch = [queue.popleft() for _ in range(size)]
-        duration = self.service.c + self.service.a * float(self.work[batch].sum())
+        duration = self.service.batch_seconds(float(self.work[batch].sum()))
         self.started[batch] = t
         self.finished[batch] = t + duration
         self.busy_seconds += duration

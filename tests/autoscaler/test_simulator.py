@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autoscaler.core.slo_sizing import ServiceModel
 from autoscaler.simulator.cli import simulate_main
 from autoscaler.simulator.engine import (
     SimulationConfig,
@@ -19,7 +20,7 @@ from autoscaler.simulator.engine import (
     predictor_forecaster,
     simulate,
 )
-from autoscaler.simulator.fleet import Fleet, ServiceModel
+from autoscaler.simulator.fleet import Fleet
 from autoscaler.simulator.forecast import (
     ClairvoyantForecaster,
     PredictorForecaster,
@@ -29,7 +30,7 @@ from autoscaler.simulator.frontier import FrontierPoint, compare, plot_frontiers
 from autoscaler.simulator.report import summarise, window_scores
 from autoscaler.simulator.trace import TraceError, from_arrivals, load_trace, superpose
 
-SERVICE = ServiceModel(c=0.5, a=0.5, max_batch=4)  # 4 req/s per replica at full batches
+SERVICE = ServiceModel(0.5, 0.5, max_batch=4)  # 4 req/s per replica at full batches
 
 
 def poisson(rate_fn, duration, seed=0):
@@ -55,11 +56,11 @@ def test_fleet_serves_every_request_exactly_once_in_fifo_batches():
 
 
 def test_cold_start_delays_service_and_scale_down_drains_busy_replicas():
-    fleet = Fleet(np.array([0.0, 0.1]), np.ones(2), ServiceModel(c=5, a=0, max_batch=1), 30, 0)
+    fleet = Fleet(np.array([0.0, 0.1]), np.ones(2), ServiceModel(5, 0, max_batch=1), 30, 0)
     fleet.scale_to(1)
     fleet.advance(100)
     assert fleet.started[0] == pytest.approx(30.0)  # waited for the cold start
-    fleet2 = Fleet(np.array([0.0]), np.ones(1), ServiceModel(c=50, a=0), 0, 1)
+    fleet2 = Fleet(np.array([0.0]), np.ones(1), ServiceModel(50, 0, max_batch=1), 0, 1)
     fleet2.advance(10)
     fleet2.scale_to(0)
     assert fleet2.replica_count == 0

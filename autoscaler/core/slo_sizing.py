@@ -1,0 +1,215 @@
+"""How many replicas an arrival rate needs for its latency SLO, from the batch cost model.
+
+A replica serves batches of up to ``max_batch`` requests in ``t(b) = fixed + per_item * b``
+seconds (the batcher fits and exports both terms). Requests wait in one queue that every replica
+drains, so the fleet is a multi-server queue whose servers grow more efficient as their batches
+fill. A utilization target cannot express that: the same 0.7 is lavish for a large fleet and
+tight for a small one, and it ignores how long a batch takes against the SLO. This module asks
+the question the SLO poses directly: the fewest replicas whose modelled p99 latency holds.
+
+Why an Erlang C approximation (M/G/n with a Kingman-style tail) rather than a look-ahead
+simulation: the answer must be monotone in the rate and in the replica count (or the autoscaler
+flaps on noise), cost microseconds (the simulator asks every tick of a month-long replay), and
+be explainable in one status line. The model is built so that it errs on the side of capacity:
+
+* a request that has to wait is served in a full batch (``t(max_batch)``), the slowest kind;
+* the fleet drains a backlog at full-batch throughput, and the chance that a request waits at
+  all is Erlang C at the offered load in full-batch replicas;
+* the wait beyond that decays exponentially at the backlog's drain rate, halved for
+  deterministic batch times as in Kingman's formula (``service_scv`` adds service variance);
+* once batches form (one replica could not keep up serving requests one by one), every replica
+  is busy and a request also waits for the next one to free up.
+
+The simulator's fleet model is the referee: tests and the bench compare this p99 with the
+simulated one over a grid of rates, fleet sizes and cost models.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# An infeasible SLO is answered with the fewest replicas whose p99 is within this share of the
+# best reachable one: when no count meets the SLO, more replicas than that buy nothing.
+_BEST_EFFORT_SLACK = 0.01
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """Batch service time ``fixed_seconds + per_item_seconds * b`` for ``b <= max_batch``."""
+
+    fixed_seconds: float
+    per_item_seconds: float
+    max_batch: int
+
+    def __post_init__(self) -> None:
+        values = (self.fixed_seconds, self.per_item_seconds)
+        if not all(math.isfinite(v) and v >= 0 for v in values) or sum(values) <= 0:
+            raise ValueError(
+                "service time needs fixed_seconds >= 0, per_item_seconds >= 0 and a positive "
+                f"sum (seconds), got {self.fixed_seconds!r} and {self.per_item_seconds!r}"
+            )
+        if isinstance(self.max_batch, bool) or int(self.max_batch) != self.max_batch:
+            raise ValueError(f"max_batch must be a whole number, got {self.max_batch!r}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+
+    def batch_seconds(self, size: float) -> float:
+        """Seconds one replica takes for a batch of ``size`` average requests."""
+        return self.fixed_seconds + self.per_item_seconds * size
+
+    @property
+    def capacity_rps(self) -> float:
+        """Average requests per second one busy replica serves at full batches."""
+        return self.max_batch / self.batch_seconds(self.max_batch)
+
+    @classmethod
+    def calibrate(
+        cls, batch_sizes: np.ndarray, seconds: np.ndarray, max_batch: int
+    ) -> ServiceModel:
+        """Least-squares fit of both terms to measured (batch size, batch seconds) pairs."""
+        b = np.asarray(batch_sizes, float)
+        y = np.asarray(seconds, float)
+        if b.size < 2 or np.ptp(b) == 0:
+            raise ValueError("calibration needs measurements at two or more batch sizes")
+        per_item, fixed = np.polyfit(b, y, 1)
+        return cls(max(0.0, float(fixed)), max(0.0, float(per_item)), max_batch)
+
+
+@dataclass(frozen=True)
+class SloSizing:
+    replicas: int
+    modelled_p99_seconds: float  # at ``replicas``; math.inf when the fleet cannot keep up
+    feasible: bool  # False when even max_replicas cannot hold the SLO
+    reason: str  # one sentence for status conditions and events
+
+
+def erlang_c(servers: int, offered_erlangs: float) -> float:
+    """Probability that an arrival finds all ``servers`` busy (M/M/n), 1.0 when unstable."""
+    if offered_erlangs <= 0:
+        return 0.0
+    if offered_erlangs >= servers:
+        return 1.0
+    blocking = 1.0  # Erlang B by its stable recurrence
+    for k in range(1, servers + 1):
+        blocking = offered_erlangs * blocking / (k + offered_erlangs * blocking)
+    return servers * blocking / (servers - offered_erlangs * (1.0 - blocking))
+
+
+def modelled_p99(
+    rate_rps: float,
+    replicas: int,
+    model: ServiceModel,
+    *,
+    quantile: float = 0.99,
+    service_scv: float = 0.0,
+) -> float:
+    """The modelled ``quantile`` of end-to-end latency (seconds) at ``rate_rps`` on ``replicas``.
+
+    ``service_scv`` is the squared coefficient of variation of batch service times (0 for
+    deterministic ones). Returns ``math.inf`` when the replicas cannot keep up at full batches.
+    """
+    _check_rate(rate_rps)
+    _check_quantile(quantile)
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
+    if not (math.isfinite(service_scv) and service_scv >= 0):
+        raise ValueError(f"service_scv must be a finite number >= 0, got {service_scv!r}")
+    single = model.batch_seconds(1)
+    if rate_rps == 0:
+        return single
+    drain_rps = replicas * model.capacity_rps - rate_rps
+    if drain_rps <= 0:
+        return math.inf
+    # Served one by one, the replicas would be all busy this often (always, once batches form).
+    waits = erlang_c(replicas, min(rate_rps * single, float(replicas)))
+    if waits <= 1.0 - quantile:
+        return single
+    # A waiting request waits for the next replica to free up, then for the backlog ahead of it
+    # to drain at full-batch throughput, and rides a full batch.
+    next_free = model.batch_seconds(_steady_batch(rate_rps, replicas, model)) / replicas
+    backlog = math.log(waits / (1.0 - quantile)) * (1.0 + service_scv) / 2.0 / drain_rps
+    return next_free + backlog + model.batch_seconds(model.max_batch)
+
+
+def replicas_for_slo(
+    rate_rps: float,
+    slo_seconds: float,
+    model: ServiceModel,
+    *,
+    min_replicas: int,
+    max_replicas: int,
+    quantile: float = 0.99,
+    service_scv: float = 0.0,
+) -> SloSizing:
+    """The fewest replicas in ``[min_replicas, max_replicas]`` whose modelled p99 meets the SLO.
+
+    When none does, the answer is flagged infeasible and names the fewest replicas that come
+    within 1% of the best p99 reachable (more would cost without helping), so an SLO below the
+    batch time itself does not drive the fleet to its maximum.
+    """
+    _check_rate(rate_rps)
+    _check_quantile(quantile)
+    if not (math.isfinite(slo_seconds) and slo_seconds > 0):
+        raise ValueError(f"slo_seconds must be a finite number > 0, got {slo_seconds!r}")
+    if not 1 <= min_replicas <= max_replicas:
+        raise ValueError(
+            f"need 1 <= min_replicas <= max_replicas, got {min_replicas} and {max_replicas}"
+        )
+
+    def p99(n: int) -> float:
+        return modelled_p99(rate_rps, n, model, quantile=quantile, service_scv=service_scv)
+
+    at_max = p99(max_replicas)
+    feasible = at_max <= slo_seconds
+    limit = slo_seconds if feasible else at_max * (1.0 + _BEST_EFFORT_SLACK)
+    # p99 falls as replicas are added, so the fewest that meet the limit are found by bisection.
+    lo, hi = (max_replicas if math.isinf(at_max) else min_replicas), max_replicas
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if p99(mid) <= limit:
+            hi = mid
+        else:
+            lo = mid + 1
+    latency = p99(lo)
+    pct = f"p{_quantile_label(quantile)}"
+    if feasible:
+        reason = (
+            f"{lo} replicas: modelled {pct} {latency:.3g} s <= SLO {slo_seconds:g} s "
+            f"at {rate_rps:.4g} req/s"
+        )
+    elif math.isinf(at_max):
+        reason = (
+            f"SLO {slo_seconds:g} s out of reach: {max_replicas} replicas cannot keep up with "
+            f"{rate_rps:.4g} req/s (at most {max_replicas * model.capacity_rps:.4g} req/s)"
+        )
+    else:
+        reason = (
+            f"SLO {slo_seconds:g} s out of reach at {rate_rps:.4g} req/s: the best modelled "
+            f"{pct} is {at_max:.3g} s; {lo} replicas come within 1% of it"
+        )
+    return SloSizing(replicas=lo, modelled_p99_seconds=latency, feasible=feasible, reason=reason)
+
+
+def _steady_batch(rate_rps: float, replicas: int, model: ServiceModel) -> float:
+    """The batch size at which busy replicas just keep up (``b = rate * t(b) / replicas``)."""
+    spare = replicas - rate_rps * model.per_item_seconds
+    if spare <= 0:
+        return float(model.max_batch)
+    return min(float(model.max_batch), max(1.0, rate_rps * model.fixed_seconds / spare))
+
+
+def _check_rate(rate_rps: float) -> None:
+    if not (math.isfinite(rate_rps) and rate_rps >= 0):
+        raise ValueError(f"rate_rps must be a finite number >= 0 requests/s, got {rate_rps!r}")
+
+
+def _check_quantile(quantile: float) -> None:
+    if not 0 < quantile < 1:
+        raise ValueError(f"quantile must be in (0, 1), e.g. 0.99, got {quantile!r}")
+
+
+def _quantile_label(quantile: float) -> str:
+    return f"{quantile * 100:.10g}".replace(".", "")

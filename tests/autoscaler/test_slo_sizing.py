@@ -1,0 +1,190 @@
+"""SLO-driven sizing: the queueing model's guarantees, its validation, and its fit to the fleet."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.core.slo_sizing import (
+    ServiceModel,
+    SloSizing,
+    erlang_c,
+    modelled_p99,
+    replicas_for_slo,
+)
+from autoscaler.simulator.fleet import Fleet
+
+BATCHED = ServiceModel(fixed_seconds=1.5, per_item_seconds=0.4, max_batch=8)
+ONE_BY_ONE = ServiceModel(fixed_seconds=22.0, per_item_seconds=2.5, max_batch=1)
+FAST = ServiceModel(fixed_seconds=0.05, per_item_seconds=0.01, max_batch=32)
+
+models = st.builds(
+    ServiceModel,
+    fixed_seconds=st.floats(0.0, 30.0),
+    per_item_seconds=st.floats(0.001, 5.0),
+    max_batch=st.integers(1, 64),
+)
+
+
+def test_erlang_c_matches_the_closed_form_for_two_servers():
+    # M/M/2: C = A^2 / (2 + A) / (1 + A + A^2 / (2 + A)) ... written as 2 rho^2 / (1 + rho)
+    for offered in (0.2, 1.0, 1.7):
+        rho = offered / 2
+        assert erlang_c(2, offered) == pytest.approx(2 * rho**2 / (1 + rho))
+    assert erlang_c(3, 0.0) == 0.0
+    assert erlang_c(3, 3.0) == 1.0
+
+
+def test_service_model_rejects_what_no_batcher_measures():
+    with pytest.raises(ValueError, match="fixed_seconds"):
+        ServiceModel(0.0, 0.0, 4)
+    with pytest.raises(ValueError, match="fixed_seconds"):
+        ServiceModel(-1.0, 0.5, 4)
+    with pytest.raises(ValueError, match="fixed_seconds"):
+        ServiceModel(math.nan, 0.5, 4)
+    with pytest.raises(ValueError, match="max_batch"):
+        ServiceModel(1.0, 0.5, 0)
+    with pytest.raises(ValueError, match="whole number"):
+        ServiceModel(1.0, 0.5, 2.5)
+
+
+def test_calibrate_recovers_the_cost_terms():
+    sizes = np.array([1, 2, 4, 8, 1, 8])
+    fitted = ServiceModel.calibrate(sizes, 0.3 + 0.05 * sizes, max_batch=8)
+    assert fitted.fixed_seconds == pytest.approx(0.3)
+    assert fitted.per_item_seconds == pytest.approx(0.05)
+    assert fitted.capacity_rps == pytest.approx(8 / 0.7)
+    with pytest.raises(ValueError, match="two or more batch sizes"):
+        ServiceModel.calibrate(np.array([4, 4]), np.array([1.0, 1.1]), 8)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: modelled_p99(-1.0, 2, BATCHED), "rate_rps"),
+        (lambda: modelled_p99(math.nan, 2, BATCHED), "rate_rps"),
+        (lambda: modelled_p99(1.0, 0, BATCHED), "replicas"),
+        (lambda: modelled_p99(1.0, 2, BATCHED, quantile=1.0), "quantile"),
+        (lambda: modelled_p99(1.0, 2, BATCHED, quantile=0.0), "quantile"),
+        (lambda: modelled_p99(1.0, 2, BATCHED, service_scv=-0.1), "service_scv"),
+        (lambda: replicas_for_slo(-1, 5, BATCHED, min_replicas=1, max_replicas=4), "rate_rps"),
+        (lambda: replicas_for_slo(1, 0, BATCHED, min_replicas=1, max_replicas=4), "slo_seconds"),
+        (lambda: replicas_for_slo(1, -2, BATCHED, min_replicas=1, max_replicas=4), "slo_seconds"),
+        (
+            lambda: replicas_for_slo(1, math.inf, BATCHED, min_replicas=1, max_replicas=4),
+            "slo_seconds",
+        ),
+        (
+            lambda: replicas_for_slo(1, 5, BATCHED, min_replicas=1, max_replicas=4, quantile=1.5),
+            "quantile",
+        ),
+        (lambda: replicas_for_slo(1, 5, BATCHED, min_replicas=5, max_replicas=4), "min_replicas"),
+        (lambda: replicas_for_slo(1, 5, BATCHED, min_replicas=0, max_replicas=4), "min_replicas"),
+    ],
+)
+def test_bad_inputs_are_refused_with_the_name_of_the_problem(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_an_idle_fleet_is_modelled_at_one_request_service_time():
+    assert modelled_p99(0.0, 3, BATCHED) == pytest.approx(1.9)
+
+
+def test_a_fleet_that_cannot_keep_up_has_unbounded_latency():
+    assert math.isinf(modelled_p99(2 * BATCHED.capacity_rps, 2, BATCHED))
+
+
+def test_sizing_answers_with_a_status_sentence():
+    sizing = replicas_for_slo(5.0, 8.0, BATCHED, min_replicas=1, max_replicas=64)
+    assert isinstance(sizing, SloSizing)
+    assert sizing.feasible
+    assert sizing.modelled_p99_seconds <= 8.0
+    assert modelled_p99(5.0, sizing.replicas - 1, BATCHED) > 8.0
+    assert sizing.reason.startswith(f"{sizing.replicas} replicas: modelled p99 ")
+    assert "<= SLO 8 s at 5 req/s" in sizing.reason
+
+
+def test_an_slo_below_the_batch_time_is_infeasible_without_buying_the_whole_fleet():
+    sizing = replicas_for_slo(0.5, 1.0, BATCHED, min_replicas=2, max_replicas=50)
+    assert not sizing.feasible
+    assert sizing.replicas < 50
+    best = modelled_p99(0.5, 50, BATCHED)
+    assert sizing.modelled_p99_seconds <= best * 1.01
+    assert "out of reach" in sizing.reason
+
+
+def test_a_rate_beyond_the_largest_fleet_is_infeasible_at_max_replicas():
+    sizing = replicas_for_slo(100.0, 10.0, BATCHED, min_replicas=1, max_replicas=10)
+    assert (sizing.replicas, sizing.feasible) == (10, False)
+    assert math.isinf(sizing.modelled_p99_seconds)
+    assert "cannot keep up" in sizing.reason
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    models,
+    st.floats(0.0, 500.0),
+    st.floats(0.0, 500.0),
+    st.floats(0.5, 200.0),
+    st.integers(1, 20),
+    st.integers(0, 80),
+)
+def test_sizing_is_monotone_in_rate_and_stays_within_bounds(model, r1, r2, slo, lo, span):
+    low, high = sorted((r1, r2))
+    a = replicas_for_slo(low, slo, model, min_replicas=lo, max_replicas=lo + span)
+    b = replicas_for_slo(high, slo, model, min_replicas=lo, max_replicas=lo + span)
+    assert lo <= a.replicas <= b.replicas <= lo + span
+    assert a.feasible or not b.feasible
+    if a.feasible:
+        assert a.modelled_p99_seconds <= slo
+        if a.replicas > lo:  # the fewest: one fewer would breach the SLO
+            assert modelled_p99(low, a.replicas - 1, model) > slo
+
+
+@settings(max_examples=150, deadline=None)
+@given(models, st.floats(0.0, 200.0), st.integers(1, 60))
+def test_modelled_latency_falls_as_replicas_are_added(model, rate, replicas):
+    assert modelled_p99(rate, replicas + 1, model) <= modelled_p99(rate, replicas, model)
+
+
+@settings(max_examples=100, deadline=None)
+@given(models, st.floats(0.5, 200.0), st.integers(1, 20), st.integers(0, 40))
+def test_zero_rate_needs_only_min_replicas(model, slo, lo, span):
+    sizing = replicas_for_slo(0.0, slo, model, min_replicas=lo, max_replicas=lo + span)
+    assert sizing.replicas == lo
+    assert sizing.feasible == (model.batch_seconds(1) <= slo)
+
+
+@settings(max_examples=100, deadline=None)
+@given(models, st.floats(0.0, 500.0), st.floats(0.5, 200.0), st.integers(1, 30))
+def test_infeasible_means_no_allowed_count_meets_the_slo(model, rate, slo, top):
+    sizing = replicas_for_slo(rate, slo, model, min_replicas=1, max_replicas=top)
+    if not sizing.feasible:
+        assert modelled_p99(rate, top, model) > slo
+
+
+def _simulated_p99(rate: float, replicas: int, model: ServiceModel, requests: int) -> float:
+    """p99 latency of Poisson arrivals through the simulator's fleet model (warm-up dropped)."""
+    rng = np.random.default_rng(7)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, requests))
+    fleet = Fleet(arrivals, np.ones(requests), model, cold_start=0.0, initial_replicas=replicas)
+    fleet.advance(float(arrivals[-1]) + 1e6)
+    latency = (fleet.finished - arrivals)[requests // 10 :]
+    return float(np.percentile(latency, 99))
+
+
+@pytest.mark.parametrize("model", [BATCHED, ONE_BY_ONE, FAST], ids=["batched", "single", "fast"])
+@pytest.mark.parametrize("replicas", [2, 8, 32])
+@pytest.mark.parametrize("load", [0.5, 0.85])
+def test_the_model_tracks_the_fleet_it_sizes(model, replicas, load):
+    """The referee is the simulator's own fleet: the model may overstate the p99 (it assumes a
+    waiting request rides a full batch) but never understates it by more than a sixth."""
+    rate = load * replicas * model.capacity_rps
+    simulated = _simulated_p99(rate, replicas, model, 20000)
+    ratio = modelled_p99(rate, replicas, model) / simulated
+    assert 0.83 <= ratio <= 2.5, f"model/simulated p99 = {ratio:.2f}"
