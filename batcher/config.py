@@ -76,6 +76,38 @@ class BatcherConfig:
     default_priority: int = field(
         default=1, metadata={"help": "level of requests that give no priority"}
     )
+    best_effort_priority: int = field(
+        default=0,
+        metadata={
+            "help": "integer priority from which a request is best-effort (as tritonclient "
+            'sends priority=N; "best-effort" also works); 0: one past --priority-levels'
+        },
+    )
+    best_effort_quantum_seconds: float = field(
+        default=0.0,
+        metadata={
+            "help": "longest predicted run of one best-effort batch, so an arriving online "
+            "request waits at most about this long (0: a tenth of --slo-seconds)"
+        },
+    )
+    best_effort_max_queue: int = field(
+        default=0,
+        metadata={
+            "help": "best-effort items allowed to wait; more are refused at once with HTTP 429 "
+            "(0: two quantum-sized batches)"
+        },
+    )
+    best_effort_slack_margin: float = field(
+        default=0.1,
+        metadata={
+            "help": "best-effort backs off while the online slack (SLO minus recent online p99) "
+            "is under this fraction of --slo-seconds, and stops when it is gone"
+        },
+    )
+    best_effort_window_seconds: float = field(
+        default=10.0,
+        metadata={"help": "window of recent online latencies whose p99 gives the slack"},
+    )
     utilization_cap: float = field(
         default=1.0,
         metadata={"help": "largest busy fraction of the device, to leave room for co-tenants"},
@@ -166,6 +198,23 @@ class BatcherConfig:
             raise ConfigError(
                 f"--default-priority must be within 1..{self.priority_levels} (--priority-levels)"
             )
+        if self.best_effort_priority < 0 or 0 < self.best_effort_priority <= self.priority_levels:
+            raise ConfigError(
+                f"--best-effort-priority must be 0 (one past --priority-levels) or above "
+                f"--priority-levels {self.priority_levels}, e.g. {self.priority_levels + 1}"
+            )
+        if self.best_effort_quantum_seconds < 0:
+            raise ConfigError(
+                "--best-effort-quantum-seconds must be >= 0 (0: a tenth of --slo-seconds)"
+            )
+        if self.best_effort_max_queue < 0:
+            raise ConfigError("--best-effort-max-queue must be >= 0 (0: two quantum batches)")
+        if not 0 <= self.best_effort_slack_margin < 1:
+            raise ConfigError(
+                "--best-effort-slack-margin must be in [0, 1), a fraction of --slo-seconds"
+            )
+        if self.best_effort_window_seconds <= 0:
+            raise ConfigError("--best-effort-window-seconds must be > 0, e.g. 10")
         if not 0 < self.utilization_cap <= 1:
             raise ConfigError("--utilization-cap must be in (0, 1], e.g. 0.5 to share a GPU")
         if self.torch_threads < 0:

@@ -14,6 +14,13 @@ Guarantees:
 * a batch that runs out of memory is split in two and both halves retried before anything else;
   a single request that still does not fit fails alone; other model errors fail only that batch;
 * ``drain`` stops admission, runs what is queued and in flight, and returns when all is answered.
+
+Best-effort requests (:mod:`batcher.best_effort`) wait in a queue of their own, which online
+admission never looks at: they run only when no online request waits to start, in batches cut to
+the quantum, paced to the share of device time the slack controller allows, and are refused at
+once when there is no such capacity. They are answered on the same terms (exactly once, also on
+drain and after an out-of-memory split) but counted only in the per-class series, never in the
+online latency histograms, SLO misses or the slack that throttles them.
 """
 
 from __future__ import annotations
@@ -32,6 +39,20 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from batcher.best_effort import (
+    BEST_EFFORT,
+    ONLINE,
+    STEPS_PER_WINDOW,
+    LatencyWindow,
+    PriorityError,
+    SlackController,
+    classify_priority,
+    effective_quantum,
+    next_start_for_share,
+    quantum_batch_limit,
+    queue_full_retry_after,
+    throttled_retry_after,
+)
 from batcher.config import BatcherConfig
 from batcher.cost_model import CostModel
 from batcher.execution import BatchExecutor, Outcome, describe
@@ -130,6 +151,11 @@ class _Request:
     seq: int
     future: asyncio.Future = field(repr=False)
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    best_effort: bool = False
+
+    @property
+    def request_class(self) -> str:
+        return BEST_EFFORT if self.best_effort else ONLINE
 
     @property
     def key(self) -> tuple[int, float, int]:
@@ -156,6 +182,11 @@ class Batcher:
         policy: DispatchPolicy | None = None,
         adaptive_cap: bool = True,
         refuse_past_slo: bool = True,
+        best_effort_priority: int = 0,
+        best_effort_quantum_seconds: float = 0.0,
+        best_effort_max_queue: int = 0,
+        best_effort_slack_margin: float = 0.1,
+        best_effort_window_seconds: float = 10.0,
         memory: MemoryMonitor | None = None,
         metrics: BatcherMetrics | None = None,
     ) -> None:
@@ -197,6 +228,17 @@ class Batcher:
         self._target = max_batch_size
         self._floor = 1  # no SLO back-off below this: the smallest size keeping up with arrivals
         self.batches = 0
+        self.best_effort_priority = best_effort_priority or priority_levels + 1
+        self.configured_quantum = best_effort_quantum_seconds
+        self.best_effort_max_queue = best_effort_max_queue
+        self.slack_margin = best_effort_slack_margin * slo_seconds
+        self.online_latencies = LatencyWindow(best_effort_window_seconds)
+        self.controller = SlackController(
+            self.slack_margin, best_effort_window_seconds / STEPS_PER_WINDOW
+        )
+        self._best_effort: deque[_Request] = deque()
+        self._best_effort_items = 0
+        self._best_effort_last: tuple[float, float] = (-math.inf, 0.0)  # (end, seconds)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -246,6 +288,7 @@ class Batcher:
         self._task = asyncio.create_task(self._dispatch_loop(), name="autoglm-batcher-dispatch")
         self._accepting = True
         self.metrics.ready.set(1)
+        self.metrics.best_effort_share.set(self.controller.share)
         self._publish()
 
     @property
@@ -282,27 +325,32 @@ class Batcher:
         payload: Any,
         *,
         size: int = 1,
-        priority: int = 0,
+        priority: int | str = 0,
         timeout: float | None = None,
     ) -> Any:
         """Queue one request of ``size`` items and wait for its result.
 
-        ``priority``: 1 is the highest level, 0 means the default level (Triton's convention).
+        ``priority``: 1 is the highest online level, 0 means the default level (Triton's
+        convention); ``"best-effort"`` or an integer from ``best_effort_priority`` up makes it
+        best-effort (see :func:`~batcher.best_effort.classify_priority`).
         ``timeout``: seconds the request may wait to start (default: the configured timeout).
         Raises a :class:`BatcherError` subclass when the request is not served.
         """
+        try:
+            request_class = classify_priority(
+                priority, self.priority_levels, self.default_priority, self.best_effort_priority
+            )
+        except PriorityError as exc:
+            self.metrics.answered("invalid", None, self.slo_seconds)
+            raise InvalidRequest(str(exc)) from None
+        if request_class.name == BEST_EFFORT:
+            return await self._submit_best_effort(payload, size, timeout)
         if not self._accepting:
             self.metrics.rejected("shutting_down", self.slo_seconds)
             raise ShuttingDown(
                 "not accepting requests: the runtime is shutting down; send it to another replica"
             )
-        level = priority or self.default_priority
-        if not 1 <= level <= self.priority_levels:
-            self.metrics.answered("invalid", None, self.slo_seconds)
-            raise InvalidRequest(
-                f"priority {priority} is outside 0..{self.priority_levels} "
-                "(1 is the highest, 0 the default)"
-            )
+        level = request_class.level
         wait_limit = self.default_timeout if timeout is None else timeout
         if wait_limit <= 0 or not 1 <= size <= self.max_batch_size:
             self.metrics.answered("invalid", None, self.slo_seconds)
@@ -354,6 +402,119 @@ class Batcher:
             if self._unqueue(request):
                 self.metrics.answered("cancelled", None, self.slo_seconds)
             raise
+
+    async def _submit_best_effort(self, payload: Any, size: int, timeout: float | None) -> Any:
+        """Queue a best-effort request if there is idle capacity for it, else refuse at once."""
+        if not self._accepting:
+            self.metrics.refused_best_effort("shutting_down")
+            raise ShuttingDown(
+                "not accepting requests: the runtime is shutting down; send it to another replica"
+            )
+        wait_limit = self.default_timeout if timeout is None else timeout
+        if wait_limit <= 0 or not 1 <= size <= self.max_batch_size:
+            self.metrics.answered_best_effort("invalid")
+            raise InvalidRequest(
+                f"timeout must be > 0 and a request must hold 1..{self.max_batch_size} items "
+                f"(got timeout {wait_limit} s, {size} items); send fewer items per request"
+            )
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._steer(now)
+        if self.controller.throttled:
+            clears = self.online_latencies.clears_at(now, self.slo_seconds - self.slack_margin)
+            self.metrics.refused_best_effort("throttled")
+            raise Rejected(
+                "best-effort work is paused: online latency is near its SLO; retry after the "
+                "Retry-After delay",
+                "throttled",
+                throttled_retry_after(clears, now, self.controller.interval),
+            )
+        limit = self.best_effort_batch_limit()
+        bound = self.best_effort_max_queue or 2 * limit
+        if self._best_effort_items and self._best_effort_items + size > bound:
+            self.metrics.refused_best_effort("queue_full")
+            raise Rejected(
+                f"best-effort queue full ({self._best_effort_items} of {bound} items waiting): "
+                "no idle capacity now; retry after the Retry-After delay",
+                "queue_full",
+                queue_full_retry_after(
+                    self._best_effort_items + size - bound,
+                    limit,
+                    self._expected_cost_of(limit),
+                    self.controller.share,
+                    max(0.0, self._busy_until - now),
+                ),
+            )
+        request = _Request(
+            payload=payload,
+            size=size,
+            level=0,
+            arrival=now,
+            deadline=now + wait_limit,
+            expiry=now + wait_limit,
+            seq=next(self._seq),
+            future=loop.create_future(),
+            best_effort=True,
+        )
+        self._best_effort.append(request)
+        self._best_effort_items += size
+        self._publish()
+        self._wakeup.set()
+        request.timer = loop.call_at(request.expiry, self._expire, request)
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            if self._unqueue(request):
+                self.metrics.answered_best_effort("cancelled")
+            raise
+
+    @property
+    def quantum(self) -> float:
+        """The best-effort quantum in force (seconds): configured or derived, at least t(1)."""
+        return effective_quantum(
+            self.configured_quantum, self.slo_seconds, self._expected_cost_of(1)
+        )
+
+    def best_effort_batch_limit(self, budget: float | None = None) -> int:
+        """Largest best-effort batch predicted to run within ``budget`` (default: the quantum).
+
+        With nothing measured yet: one item, the only size whose time is not a guess.
+        """
+        if not self.cost.known:
+            return 1
+        return quantum_batch_limit(
+            self._cost_of_batch,
+            self.quantum if budget is None else budget,
+            min(self.max_batch_size, self.cap_state.ceiling),
+            self._allowed,
+        )
+
+    def _steer(self, now: float) -> None:
+        """A slack-controller step, when one is due: the share follows the online slack."""
+        if now < self.controller.next_step_at():
+            return
+        p99 = self.online_latencies.p99(now)
+        slack = self.slo_seconds if p99 is None else self.slo_seconds - p99
+        change = self.controller.step(now, slack)
+        if change is None:
+            return
+        self.metrics.online_latency_slack.set(slack)
+        self.metrics.best_effort_share.set(change.after)
+        self.metrics.best_effort_throttled.set(1 if change.throttled else 0)
+        if change.throttle_changed:
+            fields = {
+                "slack_seconds": round(slack, 6),
+                "online_p99_seconds": None if p99 is None else round(p99, 6),
+                "margin_seconds": round(self.slack_margin, 6),
+                "share": round(change.after, 3),
+                "best_effort_queued_items": self._best_effort_items,
+            }
+            if change.throttled:
+                log.warning(
+                    "best-effort throttled: online latency slack under the margin", extra=fields
+                )
+            else:
+                log.info("best-effort resumed: online latency slack is back", extra=fields)
 
     def _judged_by_slo(self, timeout: float | None) -> bool:
         """Whether admission refuses this request when predicted to finish past the SLO.
@@ -415,6 +576,7 @@ class Batcher:
         )
         self.metrics.cost_fixed.set(self.cost.fixed_seconds)
         self.metrics.cost_per_item.set(self.cost.per_item_seconds)
+        self.metrics.best_effort_quantum.set(self.quantum)
 
     def _items_rate(self, now: float) -> float:
         """Items per second arriving recently (0 before two arrivals)."""
@@ -466,6 +628,13 @@ class Batcher:
         """Take a request out of the queue (timeout, cancellation); False if it already left."""
         if request.timer is not None:
             request.timer.cancel()
+        if request.best_effort:
+            if request not in self._best_effort:
+                return False
+            self._best_effort.remove(request)
+            self._best_effort_items -= request.size
+            self._publish()
+            return True
         index = bisect.bisect_left(self._keys, request.key)
         if index < len(self._queue) and self._queue[index] is request:
             del self._queue[index], self._keys[index]
@@ -484,10 +653,23 @@ class Batcher:
         self._publish()
         return batch
 
+    def _pop_best_effort(self, limit: int) -> list[_Request]:
+        """The next best-effort batch: the longest queue prefix within ``limit`` items."""
+        head = list(itertools.islice(self._best_effort, limit + 1))
+        count, items, _ = fitting_prefix([r.pending() for r in head], limit)
+        batch = [self._best_effort.popleft() for _ in range(count)]
+        self._best_effort_items -= items
+        for request in batch:
+            if request.timer is not None:
+                request.timer.cancel()
+        self._publish()
+        return batch
+
     def _take_all_queued(self) -> list[_Request]:
         queued = self._pop_front(len(self._queue))
         while self._retry:
             queued.extend(self._retry.popleft())
+        queued.extend(self._pop_best_effort(self._best_effort_items))
         return queued
 
     def _expire(self, request: _Request) -> None:
@@ -504,6 +686,7 @@ class Batcher:
     def _publish(self) -> None:
         self.metrics.queue_items.set(self._queued_items)
         self.metrics.queue_requests.set(len(self._queue))
+        self.metrics.best_effort_queue_items.set(self._best_effort_items)
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -511,10 +694,18 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
+            self._steer(now)
             if self._retry:
                 await self._execute(self._retry.popleft())
                 continue
             if not self._queue:
+                if self._best_effort:
+                    start_at = self._best_effort_start(now)
+                    if start_at <= now:
+                        await self._execute(self._pop_best_effort(self.best_effort_batch_limit()))
+                    else:
+                        await self._sleep_until(loop, min(start_at, self.controller.next_step_at()))
+                    continue
                 if self._closing:
                     return
                 await self._idle(loop)
@@ -537,7 +728,29 @@ class Batcher:
             if decision.take:
                 await self._execute(self._pop_front(decision.take))
                 continue
-            await self._sleep_until(loop, decision.wake_at)
+            wake_at = decision.wake_at
+            if self._best_effort and wake_at is not None:
+                # The online batch is filling: a best-effort batch may use the gap if it ends
+                # before the online batch is due to start.
+                gap = min(self.quantum, wake_at - now)
+                if self._best_effort_start(now) <= now and self._cost_of_batch(1) <= gap:
+                    await self._execute(self._pop_best_effort(self.best_effort_batch_limit(gap)))
+                    continue
+                later = [self._best_effort_start(now), self.controller.next_step_at()]
+                wake_at = min([wake_at, *(t for t in later if t > now)])
+            await self._sleep_until(loop, wake_at)
+
+    def _cost_of_batch(self, items: int) -> float:
+        """Time of a best-effort batch of ``items`` as the quantum judges it."""
+        return self.cost.estimate(self.executor.batch_size_for(items), CAP_MARGIN_STDDEVS)
+
+    def _best_effort_start(self, now: float) -> float:
+        """Earliest start of the next best-effort batch: the share's pacing and the utilization
+        cap (``inf`` while throttled); at once while draining, so everything accepted is run."""
+        if self._closing:
+            return now
+        end, seconds = self._best_effort_last
+        return max(next_start_for_share(end, seconds, self.controller.share), self._earliest_start)
 
     async def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
         due = self.memory.release_due(self._last_end) if self.memory else None
@@ -561,7 +774,9 @@ class Batcher:
             await asyncio.wait_for(self._wakeup.wait(), delay)
 
     async def _execute(self, batch: list[_Request]) -> None:
+        """Run one batch (all of one class) and answer its requests."""
         loop = asyncio.get_running_loop()
+        best_effort = batch[0].best_effort
         items = sum(r.size for r in batch)
         executed = self.executor.batch_size_for(items)
         started = loop.time()
@@ -577,17 +792,23 @@ class Batcher:
         self._busy_until = ended
         self.metrics.in_flight_requests.set(0)
         self.batches += 1
-        self._account_busy(started, ended, outcome)
+        self._account_busy(started, ended, outcome, batch[0].request_class)
+        if best_effort:
+            self._best_effort_last = (ended, outcome.seconds)
         if outcome.out_of_memory:
             self._recover_from_oom(batch, items, outcome)
             return
         if outcome.seconds > 0:
             self.cost.observe(executed, outcome.seconds)
             self._retarget(ended)
-        self.metrics.batch_size.observe(items)
-        self.metrics.compute_latency.observe(outcome.seconds)
-        for request in batch:
-            self.metrics.queue_latency.observe(started - request.arrival)
+        self.metrics.class_batch_size.labels(self.metrics.model, batch[0].request_class).observe(
+            items
+        )
+        if not best_effort:
+            self.metrics.batch_size.observe(items)
+            self.metrics.compute_latency.observe(outcome.seconds)
+            for request in batch:
+                self.metrics.queue_latency.observe(started - request.arrival)
         if not outcome.ok:
             log.warning(
                 "batch failed",
@@ -598,7 +819,7 @@ class Batcher:
             return
         for request, result in zip(batch, outcome.results, strict=True):
             self._succeed(request, result, ended)
-        if self.adaptive:
+        if self.adaptive and not best_effort:
             backed_off = self.cap_state.on_batch(
                 size=items,
                 started=started,
@@ -622,10 +843,12 @@ class Batcher:
                 )
             self.metrics.cap.set(self.cap)
 
-    def _account_busy(self, started: float, ended: float, outcome: Outcome) -> None:
+    def _account_busy(
+        self, started: float, ended: float, outcome: Outcome, request_class: str
+    ) -> None:
         self._last_end = ended
         self._busy.append((started, ended))
-        self.metrics.busy_seconds.inc(outcome.seconds)
+        self.metrics.busy(request_class, outcome.seconds)
         self.metrics.busy_ratio.set(self.busy_ratio(ended))
         self._earliest_start = next_start_for_utilization(
             ended, outcome.seconds, self.utilization_cap
@@ -649,17 +872,27 @@ class Batcher:
 
     def _succeed(self, request: _Request, result: Any, ended: float) -> None:
         if request.future.done():
-            self.metrics.answered("cancelled", None, self.slo_seconds)
+            self._count(request, "cancelled", None)
             return
         request.future.set_result(result)
-        self.metrics.answered("ok", ended - request.arrival, self.slo_seconds)
+        self._count(request, "ok", ended)
 
     def _fail(self, request: _Request, error: BatcherError) -> None:
         if request.future.done():
-            self.metrics.answered("cancelled", None, self.slo_seconds)
+            self._count(request, "cancelled", None)
             return
         request.future.set_exception(error)
-        self.metrics.answered(error.outcome, None, self.slo_seconds)
+        self._count(request, error.outcome, None)
+
+    def _count(self, request: _Request, outcome: str, ended: float | None) -> None:
+        """Count an answer in its class's series; online results also feed the slack window."""
+        if request.best_effort:
+            self.metrics.answered_best_effort(outcome)
+            return
+        latency = None if ended is None else ended - request.arrival
+        self.metrics.answered(outcome, latency, self.slo_seconds)
+        if latency is not None:
+            self.online_latencies.add(ended, latency)
 
 
 def from_config(
@@ -689,6 +922,11 @@ def from_config(
         policy=policy,
         adaptive_cap=not fixed,
         refuse_past_slo=config.refuse_past_slo,
+        best_effort_priority=config.best_effort_priority,
+        best_effort_quantum_seconds=config.best_effort_quantum_seconds,
+        best_effort_max_queue=config.best_effort_max_queue,
+        best_effort_slack_margin=config.best_effort_slack_margin,
+        best_effort_window_seconds=config.best_effort_window_seconds,
         memory=memory,
         metrics=metrics,
     )

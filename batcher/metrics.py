@@ -27,6 +27,9 @@ OUTCOMES = (
 )
 # why a request was refused at admission (all counted as outcome "rejected" as well)
 REJECTION_REASONS = ("queue_full", "past_deadline", "shutting_down")
+REQUEST_CLASSES = ("online", "best_effort")
+# why a best-effort request was refused at once (each is also a class_requests_total "rejected")
+BEST_EFFORT_REFUSAL_REASONS = ("throttled", "queue_full", "shutting_down")
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # allocator statistic -> (metric suffix, help, is a counter)
@@ -231,6 +234,76 @@ class BatcherMetrics:
             label,
             registry=registry,
         ).labels(model)
+        self.class_busy_seconds = _counter_by(
+            registry,
+            model,
+            "class_busy_seconds",
+            "Time the device spent executing batches, by request class (online, best_effort); "
+            "their sum is device_busy_seconds_total.",
+            "class",
+            REQUEST_CLASSES,
+        )
+        self.class_requests = Counter(
+            f"{PREFIX}_class_requests",
+            "Requests answered, by request class and outcome. The online class is what "
+            "requests_total counts; best-effort requests appear only here.",
+            ["model", "class", "outcome"],
+            registry=registry,
+        )
+        for request_class in REQUEST_CLASSES:
+            for outcome in OUTCOMES:
+                self.class_requests.labels(model, request_class, outcome)
+        self.class_batch_size = Histogram(
+            f"{PREFIX}_class_batch_size",
+            "Items per executed batch (before padding), by request class.",
+            ["model", "class"],
+            buckets=[float(b) for b in size_buckets],
+            registry=registry,
+        )
+        for request_class in REQUEST_CLASSES:
+            self.class_batch_size.labels(model, request_class)
+        self.best_effort_share = Gauge(
+            f"{PREFIX}_best_effort_share",
+            "Fraction of device time best-effort batches may use now (the slack controller's "
+            "share, 0..1).",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.online_latency_slack = Gauge(
+            f"{PREFIX}_online_latency_slack_seconds",
+            "Latency SLO minus the p99 of recent online requests (the SLO itself when none).",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.online_latency_slack.set(slo_seconds)
+        self.best_effort_quantum = Gauge(
+            f"{PREFIX}_best_effort_quantum_seconds",
+            "Longest predicted run of one best-effort batch: about the most an arriving online "
+            "request waits for best-effort work.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.best_effort_refusals = _counter_by(
+            registry,
+            model,
+            "best_effort_refusals",
+            "Best-effort requests refused at once, by reason: throttled (the slack controller "
+            "holds the share at 0), queue_full (the best-effort queue bound), shutting_down.",
+            "reason",
+            BEST_EFFORT_REFUSAL_REASONS,
+        )
+        self.best_effort_queue_items = Gauge(
+            f"{PREFIX}_best_effort_queue_items",
+            "Best-effort items waiting for idle capacity (not in queue_items, which is online).",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.best_effort_throttled = Gauge(
+            f"{PREFIX}_best_effort_throttled",
+            "1 while the slack controller holds best-effort work at a share of 0.",
+            label,
+            registry=registry,
+        ).labels(model)
         self.ready = Gauge(
             f"{PREFIX}_ready",
             "1 while accepting requests, 0 while starting or draining.",
@@ -243,13 +316,28 @@ class BatcherMetrics:
         self.registry.register(_MemoryCollector(self.model, read))
 
     def rejected(self, reason: str, slo_seconds: float) -> None:
-        """Count one request refused at admission for ``reason`` (one of REJECTION_REASONS)."""
+        """Count one online request refused at admission for ``reason`` (of REJECTION_REASONS)."""
         self.rejections.labels(self.model, reason).inc()
         self.answered("rejected", None, slo_seconds)
 
+    def refused_best_effort(self, reason: str) -> None:
+        """Count one best-effort request refused at once (one of BEST_EFFORT_REFUSAL_REASONS)."""
+        self.best_effort_refusals.labels(self.model, reason).inc()
+        self.answered_best_effort("rejected")
+
+    def answered_best_effort(self, outcome: str) -> None:
+        """Count one answered best-effort request: never in the online series or SLO misses."""
+        self.class_requests.labels(self.model, "best_effort", outcome).inc()
+
+    def busy(self, request_class: str, seconds: float) -> None:
+        """Count ``seconds`` of device time spent on a batch of ``request_class``."""
+        self.busy_seconds.inc(seconds)
+        self.class_busy_seconds.labels(self.model, request_class).inc(seconds)
+
     def answered(self, outcome: str, total_seconds: float | None, slo_seconds: float) -> None:
-        """Count one answered request; ``total_seconds`` only for requests that got a result."""
+        """Count one answered online request; ``total_seconds`` only for those with a result."""
         self.requests.labels(self.model, outcome).inc()
+        self.class_requests.labels(self.model, "online", outcome).inc()
         if total_seconds is not None:
             self.request_latency.observe(total_seconds)
         if outcome in ("invalid", "cancelled"):

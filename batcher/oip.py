@@ -5,7 +5,8 @@ with JSON, perf_analyzer) work unchanged. Both tensor encodings are handled: JSO
 or nested, row-major) and the binary tensor data extension (a JSON header of
 ``Inference-Header-Content-Length`` bytes followed by raw little-endian buffers, each input
 announcing its ``binary_data_size``). Request parameters follow Triton's schedule-policy extension:
-``priority`` (1 highest, 0 default) and ``timeout`` in microseconds.
+``priority`` (1 highest, 0 default; ``"best-effort"`` or a level from ``--best-effort-priority``
+up marks a best-effort request, ``"online"`` the default level) and ``timeout`` in microseconds.
 
 Every KServe v2 datatype is carried, and what the model sees is chosen so text and bfloat16 models
 need no protocol code of their own:
@@ -74,7 +75,7 @@ class InferRequest:
     id: str | None
     inputs: dict[str, np.ndarray]
     size: int
-    priority: int
+    priority: int | str
     timeout_seconds: float | None
     outputs: tuple[str, ...]
     binary_outputs: frozenset[str]
@@ -452,10 +453,17 @@ def _request_id(document: dict) -> str | None:
     return request_id
 
 
-def _priority(parameters: dict) -> int:
+def _priority(parameters: dict) -> int | str:
+    """An integer level as Triton takes it, or a request class by name (checked by the engine,
+    which knows the configured levels)."""
     value = parameters.get("priority", 0)
+    if isinstance(value, str):
+        return value
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ProtocolError("parameters.priority must be an integer >= 0 (1 is the highest)")
+        raise ProtocolError(
+            'parameters.priority must be an integer >= 0 (1 is the highest) or "online" or '
+            '"best-effort"'
+        )
     return value
 
 

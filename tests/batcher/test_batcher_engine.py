@@ -407,7 +407,8 @@ def test_bad_priority_and_oversized_requests_are_invalid(run_virtual) -> None:
     model = SimulatedModel(0.010, 0.001)
 
     async def main() -> list[Answer]:
-        batcher = make(model, max_batch_size=4, priority_levels=2)
+        # 3 is neither an online level (1..2) nor best-effort (from 4 up)
+        batcher = make(model, max_batch_size=4, priority_levels=2, best_effort_priority=4)
         await batcher.start()
         answers = [
             await ask(batcher, SimPayload(1), priority=3),

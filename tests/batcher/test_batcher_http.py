@@ -83,7 +83,7 @@ def test_infer_with_json_over_requests(serve) -> None:
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
 def test_infer_with_tritonclient(serve, binary: bool) -> None:
-    server = serve(EchoModel(), priority_levels=2)
+    server = serve(EchoModel(), priority_levels=2, best_effort_priority=4)
     client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
     try:
         x = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -98,7 +98,7 @@ def test_infer_with_tritonclient(serve, binary: bool) -> None:
         )
         np.testing.assert_array_equal(result.as_numpy("y"), x * 2)
         np.testing.assert_array_equal(result.as_numpy("k_out"), k)
-        with pytest.raises(InferenceServerException, match="priority 3 is outside"):
+        with pytest.raises(InferenceServerException, match="priority 3 is neither an online"):
             client.infer("echo", triton_inputs(x, k, binary), priority=3)
     finally:
         client.close()
