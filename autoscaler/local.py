@@ -37,7 +37,11 @@ class TargetScale:
 
 
 class ScaleTarget(Protocol):
-    """Something with a replica count that can be read and set, and pods behind it."""
+    """Something with a replica count that can be read and set, and pods behind it.
+
+    ``set_replicas`` applies to the scale as last read by ``get_scale``: a target that others can
+    change too (a Deployment) refuses the write with a conflict when it changed in between.
+    """
 
     description: str
 
@@ -55,14 +59,18 @@ class KubernetesScaleTarget:
         self.api, self.namespace, self.kind, self.name = api, namespace, kind, name
         self.description = f"{kind}/{name}"
         self._selector = ""
+        self._read_version = ""
 
     def get_scale(self) -> TargetScale:
         scale = self.api.get_scale(self.namespace, self.kind, self.name)
         self._selector = scale.selector
+        self._read_version = scale.resource_version
         return TargetScale(scale.replicas, scale.status_replicas)
 
     def set_replicas(self, replicas: int) -> None:
-        self.api.set_scale(self.namespace, self.kind, self.name, replicas)
+        """Write with the version :meth:`get_scale` read; a change since then raises a conflict
+        (:class:`~autoscaler.controller.kube.KubeError` with ``conflict``)."""
+        self.api.set_scale(self.namespace, self.kind, self.name, replicas, self._read_version)
 
     def pods(self) -> list[PodSample]:
         """Pods of the selector read from the scale subresource by the last :meth:`get_scale`."""

@@ -80,6 +80,13 @@ class AutoscalerMetrics:
             (*_AS, "direction"),
             registry=r,
         )
+        self.conflicts = Counter(
+            "autoglm_autoscaler_scale_conflicts_total",
+            "Scale writes refused with 409 because another writer changed the scale after it "
+            "was read; each drops its decision and decides again on the next reconcile.",
+            _AS,
+            registry=r,
+        )
         self.errors = Counter(
             "autoglm_autoscaler_errors_total",
             "Errors by kind (prometheus_unreachable, metric_nan, get_scale, update_scale, ...).",

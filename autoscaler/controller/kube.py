@@ -110,7 +110,6 @@ class KubeAPI:
         plural: str = PLURAL,
         identity: str = COMPONENT,
         clock: Callable[[], float] = time.time,
-        max_conflict_retries: int = 5,
     ) -> None:
         self.apps = kubernetes.client.AppsV1Api(api_client)
         self.core = kubernetes.client.CoreV1Api(api_client)
@@ -118,8 +117,6 @@ class KubeAPI:
         self.group, self.version, self.plural = group, version, plural
         self.identity = identity
         self.clock = clock
-        self.max_conflict_retries = max_conflict_retries
-        self.conflicts_retried = 0
         # (namespace, object uid or name, type, reason, message) -> the Event recorded for it
         self._events: OrderedDict[tuple[str, ...], _RecordedEvent] = OrderedDict()
 
@@ -173,45 +170,32 @@ class KubeAPI:
             scale = read(name, namespace)
         except _CLIENT_ERRORS as exc:
             raise _wrap(f"get {kind}/{name} scale", exc) from exc
-        return ScaleInfo(
-            replicas=int(scale.spec.replicas or 0) if scale.spec else 0,
-            status_replicas=int(scale.status.replicas or 0) if scale.status else 0,
-            selector=(scale.status.selector or "") if scale.status else "",
-            resource_version=scale.metadata.resource_version or "",
-        )
+        return _scale_info(scale)
 
-    def set_scale(self, namespace: str, kind: str, name: str, replicas: int) -> ScaleInfo:
-        """Write ``spec.replicas`` with optimistic concurrency; re-read and retry on 409."""
+    def set_scale(
+        self, namespace: str, kind: str, name: str, replicas: int, resource_version: str
+    ) -> ScaleInfo:
+        """Write ``spec.replicas`` only if the scale is still at ``resource_version``.
+
+        The version must be the one the decision was made from: re-reading here would turn a
+        concurrent change (a ``kubectl scale``, a second controller) into a silent overwrite.
+        A 409 is raised as a :class:`KubeError` with ``conflict`` set and never retried here,
+        because the number being written was computed from data that is now stale.
+        """
         _, replace = self._methods(kind)
-        for attempt in range(self.max_conflict_retries + 1):
-            current = self.get_scale(namespace, kind, name)
-            body = kubernetes.client.V1Scale(
-                api_version="autoscaling/v1",
-                kind="Scale",
-                metadata=kubernetes.client.V1ObjectMeta(
-                    name=name, namespace=namespace, resource_version=current.resource_version
-                ),
-                spec=kubernetes.client.V1ScaleSpec(replicas=replicas),
-            )
-            try:
-                scale = replace(name, namespace, body)
-            except _CLIENT_ERRORS as exc:
-                err = _wrap(f"update {kind}/{name} scale", exc)
-                if err.conflict and attempt < self.max_conflict_retries:
-                    self.conflicts_retried += 1
-                    log.info(
-                        "scale update conflicted; re-reading and retrying",
-                        extra={"target": f"{kind}/{name}", "attempt": attempt + 1},
-                    )
-                    continue
-                raise err from exc
-            return ScaleInfo(
-                replicas=int(scale.spec.replicas or 0),
-                status_replicas=int(scale.status.replicas or 0) if scale.status else 0,
-                selector=(scale.status.selector or "") if scale.status else "",
-                resource_version=scale.metadata.resource_version or "",
-            )
-        raise AssertionError("unreachable: the loop returns or raises")
+        body = kubernetes.client.V1Scale(
+            api_version="autoscaling/v1",
+            kind="Scale",
+            metadata=kubernetes.client.V1ObjectMeta(
+                name=name, namespace=namespace, resource_version=resource_version
+            ),
+            spec=kubernetes.client.V1ScaleSpec(replicas=replicas),
+        )
+        try:
+            scale = replace(name, namespace, body)
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"update {kind}/{name} scale", exc) from exc
+        return _scale_info(scale)
 
     # --- pods ----------------------------------------------------------------------------------
 
@@ -315,6 +299,15 @@ class KubeAPI:
         self._events[key] = _RecordedEvent(created.metadata.name, 1)
         if len(self._events) > EVENT_CACHE_SIZE:
             self._events.popitem(last=False)
+
+
+def _scale_info(scale: kubernetes.client.V1Scale) -> ScaleInfo:
+    return ScaleInfo(
+        replicas=int(scale.spec.replicas or 0) if scale.spec else 0,
+        status_replicas=int(scale.status.replicas or 0) if scale.status else 0,
+        selector=(scale.status.selector or "") if scale.status else "",
+        resource_version=scale.metadata.resource_version or "",
+    )
 
 
 def _pod_sample(pod: kubernetes.client.V1Pod) -> PodSample:

@@ -14,6 +14,7 @@ core's; this module only does the I/O around it and keeps the safety rules at th
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -124,6 +125,8 @@ class Reconciler:
         inputs = [self._read(metric, pods, count_error) for metric in spec.metrics]
         result.errors.extend(i.error for i in inputs if i.error)
 
+        # A decision made from a scale that changes before the write must leave no trace.
+        before = copy.deepcopy(state)
         decision = decide(spec, current, inputs, state, now, status_replicas=scale.status_replicas)
         result.decision = decision
         for ctype, (ok, reason, message) in decision.conditions.items():
@@ -158,11 +161,13 @@ class Reconciler:
                 result.errors.append("lost leadership before scaling")
                 return result
             else:
-                self._scale(labels, target, state, decision, conditions, status, result, notify)
+                current = self._scale(
+                    labels, target, state, before, decision, conditions, status, result, notify
+                )
         else:
             log.info("decision", extra=context)
 
-        self.m.current.labels(*labels).set(current if not result.scaled else desired)
+        self.m.current.labels(*labels).set(current)
         self.m.desired.labels(*labels).set(desired)
         self.m.reactive.labels(*labels).set(nan_if_none(decision.reactive_proposal))
         self.m.predictive.labels(*labels).set(nan_if_none(decision.predictive_proposal))
@@ -170,7 +175,7 @@ class Reconciler:
         self._export_conditions(labels, conditions)
 
         status.update(
-            currentReplicas=desired if result.scaled else current,
+            currentReplicas=current,
             desiredReplicas=desired,
             conditions=conditions.as_list(),
             currentMetrics=_metric_statuses(spec, decision),
@@ -198,22 +203,21 @@ class Reconciler:
             upper = _per_pod(upper, reading.pods)
         return MetricInput(reading.spec, reading.pods, reading.value, upper, reading.error)
 
-    def _scale(self, labels, target, state, decision, conditions, status, result, notify):
+    def _scale(
+        self, labels, target, state, before, decision, conditions, status, result, notify
+    ) -> int:
+        """Write the decision; the target's replica count afterwards, as far as it is known."""
         current, desired = decision.current_replicas, decision.desired_replicas
         try:
             target.set_replicas(desired)
-        except (KubeError, OSError, ValueError) as exc:
-            self.m.error_counter(*labels)("update_scale")
-            result.errors.append(str(exc))
-            message = f"the HPA controller was unable to update the target scale: {exc}"
-            conditions.set("AbleToScale", False, "FailedUpdateScale", message)
-            notify(
-                "Warning",
-                "FailedRescale",
-                f"New size: {desired}; reason: {decision.reason}; error: {exc}",
-            )
-            log.error("scaling failed", extra=_ctx(labels, desired=desired, error=str(exc)))
-            return
+        except KubeError as exc:
+            if exc.conflict:
+                return self._conflict(labels, target, state, before, decision, conditions, notify)
+            self._failed_scale(labels, decision, conditions, result, notify, exc)
+            return current
+        except (OSError, ValueError) as exc:
+            self._failed_scale(labels, decision, conditions, result, notify, exc)
+            return current
         now = self.clock()
         record_scale(state, now, current, desired)
         result.scaled = True
@@ -234,6 +238,44 @@ class Reconciler:
             "scaled",
             extra=_ctx(labels, current=current, desired=desired, driver=decision.driver),
         )
+        return desired
+
+    def _failed_scale(self, labels, decision, conditions, result, notify, exc) -> None:
+        desired = decision.desired_replicas
+        self.m.error_counter(*labels)("update_scale")
+        result.errors.append(str(exc))
+        message = f"the HPA controller was unable to update the target scale: {exc}"
+        conditions.set("AbleToScale", False, "FailedUpdateScale", message)
+        notify(
+            "Warning",
+            "FailedRescale",
+            f"New size: {desired}; reason: {decision.reason}; error: {exc}",
+        )
+        log.error("scaling failed", extra=_ctx(labels, desired=desired, error=str(exc)))
+
+    def _conflict(self, labels, target, state, before, decision, conditions, notify) -> int:
+        """Someone else changed the scale after it was read: drop the decision entirely (its
+        recommendation too) and let the next reconcile decide from the new count; never write
+        the old number again."""
+        state.restore(before)
+        self.m.conflicts.labels(*labels).inc()
+        now_replicas = decision.current_replicas
+        try:
+            now_replicas = target.get_scale().replicas
+        except (KubeError, OSError) as exc:
+            log.warning(
+                "cannot re-read the scale after a conflict", extra=_ctx(labels, error=str(exc))
+            )
+        message = (
+            f"the target's scale changed after it was read ({decision.current_replicas} -> "
+            f"{now_replicas} replicas) by another writer; the decision to scale to "
+            f"{decision.desired_replicas} was made from stale data and was dropped; the next "
+            "reconcile decides again"
+        )
+        conditions.set("AbleToScale", False, "ScaleConflict", message)
+        notify("Warning", "ScaleConflict", message)
+        log.warning("scale conflict; decision dropped", extra=_ctx(labels, now=now_replicas))
+        return now_replicas
 
     def _export_metrics(self, labels, spec, inputs, decision) -> None:
         by_name = {o.name: o for o in decision.per_metric}

@@ -14,6 +14,7 @@ the same state can be kept in memory, persisted as a dict, or replayed in a simu
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,11 @@ class ScalingState:
     recommendations: list[TimedRecommendation] = field(default_factory=list)
     scale_up_events: list[ScaleEvent] = field(default_factory=list)
     scale_down_events: list[ScaleEvent] = field(default_factory=list)
+
+    def restore(self, snapshot: ScalingState) -> None:
+        """Go back to ``snapshot`` (a deep copy taken earlier), forgetting what happened since:
+        a decision that could not be applied because its inputs went stale leaves no trace."""
+        self.__dict__.update(copy.deepcopy(snapshot).__dict__)
 
     def to_dict(self) -> dict[str, Any]:
         return {

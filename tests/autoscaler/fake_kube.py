@@ -69,9 +69,11 @@ class FakeKube:
     requests: list[Request] = field(default_factory=list)
     # Injected faults: (method, path regex, remaining count, status code, reason)
     faults: list[list] = field(default_factory=list)
-    # Writes to a workload's scale that arrive while this many "other writers" are pending fail
-    # with 409 after the object's resourceVersion is bumped, as if someone else wrote first.
-    concurrent_scale_writers: int = 0
+    # Other writers racing the client: before each incoming write to a workload's scale, the
+    # next count in this list is written first, as a `kubectl scale` or a second controller would
+    # (spec.replicas changes and the resourceVersion moves on), so a write that carries the
+    # version it read gets 409 and a write that re-read just before it silently overwrites.
+    concurrent_scale_changes: list[int] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
     _rv: itertools.count = field(default_factory=lambda: itertools.count(1000))
 
@@ -248,8 +250,9 @@ class FakeKube:
             body = req.body or {}
             if req.method == "PATCH" and "merge-patch" not in req.content_type:
                 raise ApiError(415, "UnsupportedMediaType", f"unsupported {req.content_type}")
-            if self.concurrent_scale_writers > 0:
-                self.concurrent_scale_writers -= 1
+            if self.concurrent_scale_changes:
+                other = self.concurrent_scale_changes.pop(0)
+                obj["spec"]["replicas"] = obj["status"]["replicas"] = other
                 obj["metadata"]["resourceVersion"] = self.next_rv()
             sent_rv = (body.get("metadata") or {}).get("resourceVersion")
             if req.method == "PUT" and not sent_rv:
