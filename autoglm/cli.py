@@ -6,22 +6,30 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from autoglm.version import package_version
+
 COMPONENTS = {
     "up": ("autoglm.up.cli", "the whole loop on this machine: GPUs, workers, forecasts, scaling"),
     "exporter": ("exporter.cli", "NVML-backed, dcgm-exporter-compatible Prometheus exporter"),
     "batcher": ("batcher.cli", "dynamic batching runtime for torch models (KServe v2)"),
     "predictor": ("predictor.cli", "forecasts with prediction intervals, selected by backtest"),
     "autoscaler": ("autoscaler.cli", "HPA-exact predictive autoscaler, local mode and simulator"),
+    "job": ("jobs.cli", "batch inference job on idle capacity: a JSONL file, resumable"),
+    "datasets": ("autoglm.datasets.cli", "public traces: list, fetch into a cache, verify, locate"),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: autoglm <component> [args...]\n\ncomponents:")
+        print("usage: autoglm <component> [args...]\n       autoglm --version\n\ncomponents:")
         for name, (_, summary) in COMPONENTS.items():
             print(f"  {name:<12} {summary}")
+        print("\n`autoglm <component> --help` lists a component's flags.")
         return 0 if args else 2
+    if args[0] == "--version":
+        print(f"autoglm {package_version()}")
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMPONENTS:
         print(

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from autoglm.datasets import resolve as resolve_trace
+
 PROFILE_FORMS = (
     "constant:RATIO, diurnal:period=SECONDS:low=RATIO:high=RATIO[:peak=SECONDS], "
     "trace:PATH[:speed=N][:container=mean|each|ID][:unit=percent|ratio]"
@@ -119,7 +121,7 @@ def load_profile(spec: str) -> LoadProfile:
         unit = opts.get("unit", "auto")
         if unit not in ("auto", "percent", "ratio"):
             raise ValueError(f"profile {spec!r}: unit must be percent or ratio, not {unit!r}")
-        series = read_trace(Path(path), opts.get("container", "mean"), unit)
+        series = read_trace(resolve_trace(path), opts.get("container", "mean"), unit)
         return TraceProfile(series, speed, spec)
     raise ValueError(f"unknown load profile {spec!r}; use one of: {PROFILE_FORMS}")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoglm.config import ConfigError
+from autoglm.datasets import expected_path, fetch_hint
 from autoglm.up.config import UpConfig
 from autoglm.up.data import derive
 from autoglm.up.loadgen import Arrivals, RequestLog, RoundRobin, infer_body, percentile
@@ -16,7 +17,7 @@ from autoglm.up.profiles import ShapeProfile, TraceProfile, profile_from_config,
 from batcher.oip import parse_infer_request
 
 REPO = Path(__file__).resolve().parents[2]
-TRACE = REPO.parent / "shared/autoscaling-traces/alibaba-genai-2026/lora_request_trace.csv"
+TRACE = expected_path("genai-requests")
 
 
 def test_arrivals_follow_a_changing_rate() -> None:
@@ -112,6 +113,9 @@ def test_bad_trace_files_are_named(tmp_path: Path) -> None:
         read_trace(tmp_path / "missing.csv")
 
 
+@pytest.mark.skipif(
+    not TRACE.is_file(), reason=f"needs the whole trace: {fetch_hint('genai-requests')}"
+)
 def test_shipped_excerpt_is_derived_from_the_trace() -> None:
     shipped = (REPO / "autoglm/up/data/genai_requests_15min.csv").read_text()
     assert derive.derive(TRACE) == shipped
