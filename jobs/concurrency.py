@@ -1,0 +1,88 @@
+"""How many requests a job keeps in flight: additive increase, multiplicative decrease (AIMD).
+
+A best-effort job must take whatever capacity the online traffic leaves and give it back at
+once when asked. The batcher asks by refusing (429, or 503 while it drains) with a Retry-After;
+TCP's congestion rule fits that signal: grow the limit by one after each window of ``limit``
+successes, halve it on a refusal. Refusals of requests sent before the last decrease belong to
+the same congestion event and do not halve again (each send carries the ``epoch`` it was made
+in), so one burst of refusals costs one halving, not ``limit`` of them.
+
+Pure state, no clock and no I/O: callers pass in what happened and read ``limit``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass
+class AIMDLimit:
+    """The concurrency limit of one job; ``limit`` is always within ``[minimum, maximum]``."""
+
+    minimum: int = 1
+    maximum: int = 64
+    initial: int = 4
+    decrease_factor: float = 0.5
+    limit: int = field(init=False)
+    epoch: int = field(init=False, default=0)
+    _window_successes: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.minimum <= self.maximum:
+            raise ValueError("need 1 <= minimum <= maximum")
+        if not 0 < self.decrease_factor < 1:
+            raise ValueError("decrease_factor must be in (0, 1)")
+        self.limit = min(max(self.initial, self.minimum), self.maximum)
+
+    def on_success(self) -> bool:
+        """A request was answered; returns True when this success grew the limit."""
+        self._window_successes += 1
+        if self._window_successes < self.limit or self.limit >= self.maximum:
+            return False
+        self._window_successes = 0
+        self.limit += 1
+        return True
+
+    def on_refusal(self, sent_epoch: int) -> bool:
+        """A request sent in ``sent_epoch`` was refused; returns True when the limit shrank."""
+        if sent_epoch < self.epoch:
+            return False
+        self.epoch += 1
+        self._window_successes = 0
+        self.limit = max(self.minimum, math.floor(self.limit * self.decrease_factor))
+        return True
+
+
+def retry_delay(
+    attempt: int,
+    retry_after: float | None,
+    base: float = 0.5,
+    cap: float = 30.0,
+    rng: random.Random | None = None,
+) -> float:
+    """Seconds to wait before sending a refused or failed request again.
+
+    The server's Retry-After wins when it gave one (capped, so a wild value cannot park a job);
+    otherwise exponential back-off from ``base`` with full jitter, so many pods of one Indexed Job
+    refused together do not come back together.
+    """
+    if retry_after is not None and retry_after >= 0:
+        return min(retry_after, cap)
+    ceiling = min(cap, base * 2 ** max(attempt - 1, 0))
+    return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header in its delay-seconds form; None when absent or not one.
+
+    The HTTP-date form is not used by the batcher and is treated as absent.
+    """
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None

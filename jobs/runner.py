@@ -1,0 +1,573 @@
+"""Drive a JSONL file of inference requests through a batcher endpoint as best-effort traffic.
+
+:func:`prepare` checks everything it can before any work (files, journal, settings) and opens the
+shard's result files where the journal says the last run stopped. :class:`JobRunner` then reads
+the shard's remaining lines, keeps as many requests in flight as the AIMD limit allows
+(:mod:`jobs.concurrency`), retries what was refused or failed, and commits answers through the
+journal (:mod:`jobs.results`). A stop (SIGTERM from Kubernetes, Ctrl-C) waits a short while for
+requests in flight, commits, and exits 3: a rerun resumes. :func:`run_job` is the library call.
+
+Exit codes (also :attr:`JobSummary.exit_code`): 0 every line answered; 1 every line done but some
+are in the errors file; 2 bad settings, found before any work; 3 stopped before the end (signal,
+patience exhausted, credentials refused) -- run again with the same settings to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from prometheus_client import CollectorRegistry
+
+from autoglm.config import ConfigError
+from jobs.concurrency import AIMDLimit, parse_retry_after, retry_delay
+from jobs.config import JobConfig
+from jobs.input import MalformedLine, WorkItem, count_shard_lines, parse_line, shard_lines
+from jobs.journal import Journal, ResumePoint
+from jobs.metrics import JobMetrics
+from jobs.progress import ProgressDisplay, RateWindow, Snapshot
+from jobs.results import Completion, ResultLog
+
+log = logging.getLogger(__name__)
+
+EXIT_DONE = 0
+EXIT_DONE_WITH_ERRORS = 1
+EXIT_INCOMPLETE = 3
+_REFUSED = (429, 503)
+_DENIED = (401, 403)
+_DISPLAY_TICK_SECONDS = 0.5
+
+
+@dataclass
+class JobPlan:
+    """A prepared job: settings checked, journal read, result files open at the resume point."""
+
+    config: JobConfig
+    total: int
+    resume: ResumePoint
+    invalid_before: int
+    results: ResultLog
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """How a run ended; ``done`` counts earlier runs' lines too."""
+
+    job_name: str
+    total: int
+    done: int
+    ok: int
+    invalid: int
+    invalid_before: int
+    refusals: int
+    stopped: str  # "" when the shard was finished, else why the run stopped
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.done
+
+    @property
+    def exit_code(self) -> int:
+        if self.remaining > 0:
+            return EXIT_INCOMPLETE
+        return EXIT_DONE_WITH_ERRORS if self.invalid + self.invalid_before else EXIT_DONE
+
+
+def prepare(config: JobConfig) -> JobPlan:
+    """Check the files and open the shard's journal; a problem is a :class:`ConfigError`."""
+    _check_readable(Path(config.input), "--input")
+    for flag, name in (
+        ("--ca-file", config.ca_file),
+        ("--cert-file", config.cert_file),
+        ("--key-file", config.key_file),
+        ("--password-file", config.password_file),
+    ):
+        if name:
+            _check_readable(Path(name), flag)
+    output, errors, journal_path = config.sharded_output, config.errors_path, config.journal_path
+    for path, flag in ((output, "--output"), (errors, "--errors"), (journal_path, "--journal")):
+        _check_writable(path, flag)
+    if not journal_path.exists() and output.exists() and output.stat().st_size > 0:
+        raise ConfigError(
+            f"--output {str(output)!r} already holds results but has no journal "
+            f"{str(journal_path)!r} to resume from; remove it or choose another --output"
+        )
+    header = {
+        "shard_index": config.shard_index,
+        "shard_count": config.shard_count,
+        "order": config.order,
+    }
+    try:
+        journal, resume = Journal.open(journal_path, header)
+    except OSError as exc:
+        raise ConfigError(f"--journal {str(journal_path)!r}: {exc.strerror}") from None
+    try:
+        results = ResultLog(output, errors, journal, resume, ordered=config.order == "input")
+    except OSError as exc:
+        journal.close()
+        raise ConfigError(f"cannot open the result files: {exc}") from None
+    except ConfigError:
+        journal.close()
+        raise
+    with errors.open("rb") as handle:
+        invalid_before = handle.read(resume.errors_bytes).count(b"\n")
+    total = count_shard_lines(config.input, config.shard_index, config.shard_count)
+    return JobPlan(config, total, resume, invalid_before, results)
+
+
+def _check_readable(path: Path, flag: str) -> None:
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {str(path)!r} cannot be read: {exc.strerror}") from None
+    if path.is_dir():
+        raise ConfigError(f"{flag} {str(path)!r} is a directory, not a file")
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    directory = path.parent
+    if not directory.is_dir():
+        raise ConfigError(f"{flag} {str(path)!r}: directory {str(directory)!r} does not exist")
+    if path.exists():
+        if path.is_dir() or not os.access(path, os.W_OK):
+            raise ConfigError(f"{flag} {str(path)!r} is not a writable file")
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {str(path)!r}: directory {str(directory)!r} is not writable")
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """What one send got back: kind is ok, refused, invalid, denied, connection, timeout or
+    server_error."""
+
+    kind: str
+    status: int = 0
+    answer: dict[str, Any] | None = None
+    message: str = ""
+    retry_after: float | None = None
+
+
+class JobRunner:
+    """One run over a prepared shard; :meth:`run` returns when it is done or stopped."""
+
+    def __init__(
+        self,
+        plan: JobPlan,
+        metrics: JobMetrics,
+        display: ProgressDisplay,
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plan = plan
+        self.config = plan.config
+        self.results = plan.results
+        self.metrics = metrics
+        self.display = display
+        self.stop_requested = stop
+        self.clock = clock
+        config = self.config
+        self.limit = AIMDLimit(
+            minimum=config.min_concurrency,
+            maximum=config.max_concurrency,
+            initial=config.initial_concurrency,
+        )
+        self.window = max(4 * config.max_concurrency, 2 * config.commit_every)
+        self.in_flight = 0
+        self.ok = 0
+        self.invalid = 0
+        self.refusals = 0
+        self.stopped = ""
+        self.rate = RateWindow()
+        self._done_before = len(plan.resume.done)
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._last_answer = clock()
+        metrics.lines_in_shard.set(plan.total)
+        metrics.lines_remaining.set(plan.total - self._done_before)
+        metrics.concurrency.set(self.limit.limit)
+
+    @property
+    def done(self) -> int:
+        return self._done_before + self.ok + self.invalid
+
+    async def run(self) -> JobSummary:
+        config = self.config
+        watcher = asyncio.create_task(self._watch_stop())
+        timeout = aiohttp.ClientTimeout(total=config.request_timeout_seconds)
+        connector = aiohttp.TCPConnector(limit=config.max_concurrency, ssl=self._ssl_context())
+        try:
+            async with aiohttp.ClientSession(
+                timeout=timeout, connector=connector, auth=self._auth()
+            ) as session:
+                await self._preflight(session)
+                log.info(
+                    "job started",
+                    extra={
+                        "job_name": config.name,
+                        "shard": f"{config.shard_index}/{config.shard_count}",
+                        "lines": self.plan.total,
+                        "done_before": self._done_before,
+                        "output": str(config.sharded_output),
+                    },
+                )
+                self.display.start(self.plan.total, self._done_before)
+                ticker = asyncio.create_task(self._tick())
+                try:
+                    await self._dispatch(session)
+                finally:
+                    ticker.cancel()
+                    self._commit()
+                    self.display.update(self.clock(), self._snapshot(), force=True)
+                    self.display.stop()
+        finally:
+            watcher.cancel()
+            self.results.close()
+        summary = JobSummary(
+            job_name=config.name,
+            total=self.plan.total,
+            done=self.done,
+            ok=self.ok,
+            invalid=self.invalid,
+            invalid_before=self.plan.invalid_before,
+            refusals=self.refusals,
+            stopped=self.stopped if self.done < self.plan.total else "",
+        )
+        log.info(
+            "job finished" if summary.remaining == 0 else "job stopped; run again to resume",
+            extra={
+                "job_name": config.name,
+                "done": summary.done,
+                "total": summary.total,
+                "ok": summary.ok,
+                "invalid": summary.invalid + summary.invalid_before,
+                "refusals": summary.refusals,
+                "reason": summary.stopped,
+                "exit_code": summary.exit_code,
+            },
+        )
+        return summary
+
+    # --- dispatch ---------------------------------------------------------------------------
+
+    async def _dispatch(self, session: aiohttp.ClientSession) -> None:
+        config = self.config
+        tasks: set[asyncio.Task[None]] = set()
+        seq = 0
+        lines = shard_lines(
+            config.input, config.shard_index, config.shard_count, self.plan.resume.done
+        )
+        for line, raw in lines:
+            if self._stop.is_set():
+                break
+            try:
+                item = parse_line(raw, line, config.model, config.priority)
+            except MalformedLine as exc:
+                log.warning("malformed line", extra={"line": line, "error": str(exc)})
+                record = {"line": line, "id": exc.id, "reason": "malformed", "error": str(exc)}
+                self._complete(Completion(seq, line, "invalid", record))
+                seq += 1
+                continue
+            await self._wait_for_slot(seq)
+            if self._stop.is_set():
+                break
+            self.in_flight += 1
+            task = asyncio.create_task(self._serve(session, item, seq))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            seq += 1
+        if not tasks:
+            return
+        if not self._stop.is_set():
+            await asyncio.wait(set(tasks))
+            return
+        _, pending = await asyncio.wait(set(tasks), timeout=config.drain_seconds)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+    async def _wait_for_slot(self, seq: int) -> None:
+        """Until the limit allows one more request (and, in input order, the held results fit)."""
+        while not self._stop.is_set():
+            ahead = seq - self.results.next_seq if self.results.ordered else 0
+            if self.in_flight < self.limit.limit and ahead < self.window:
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _serve(self, session: aiohttp.ClientSession, item: WorkItem, seq: int) -> None:
+        """Send one line until it is answered, found invalid, or the job stops."""
+        attempt = 0
+        server_errors = 0
+        self.metrics.in_flight.set(self.in_flight)
+        try:
+            while not self._stop.is_set():
+                attempt += 1
+                epoch = self.limit.epoch
+                result = await self._send(session, item)
+                if result.kind == "ok":
+                    self._last_answer = self.clock()
+                    if self.limit.on_success():
+                        self._limit_changed()
+                    record = {"line": item.line, "id": item.id, **(result.answer or {})}
+                    self._complete(Completion(seq, item.line, "ok", record))
+                    return
+                if result.kind == "invalid":
+                    self._last_answer = self.clock()
+                    self._complete_invalid(seq, item, "rejected", result)
+                    return
+                if result.kind == "denied":
+                    log.error(
+                        "the endpoint refused the job's credentials; stopping",
+                        extra={"status": result.status, "error": result.message},
+                    )
+                    self._halt("credentials refused")
+                    return
+                if self.limit.on_refusal(epoch):
+                    self._limit_changed()
+                if result.kind == "refused":
+                    self.refusals += 1
+                    self.metrics.refusals.inc()
+                    delay = retry_delay(attempt, result.retry_after)
+                else:
+                    self.metrics.failures[result.kind].inc()
+                    log.debug(
+                        "request failed; will retry",
+                        extra={"line": item.line, "reason": result.kind, "error": result.message},
+                    )
+                    if result.kind == "server_error":
+                        server_errors += 1
+                        if server_errors >= self.config.max_server_errors:
+                            self._complete_invalid(seq, item, "server_error", result)
+                            return
+                    if self.clock() - self._last_answer > self.config.patience_seconds:
+                        log.error(
+                            "no line answered within the patience; stopping",
+                            extra={
+                                "patience_seconds": self.config.patience_seconds,
+                                "error": result.message,
+                            },
+                        )
+                        self._halt("endpoint failing")
+                        return
+                    delay = retry_delay(attempt, None)
+                await self._sleep(delay)
+        finally:
+            self.in_flight -= 1
+            self.metrics.in_flight.set(self.in_flight)
+            self._changed.set()
+
+    async def _send(self, session: aiohttp.ClientSession, item: WorkItem) -> _Attempt:
+        url = f"{self.config.endpoint.rstrip('/')}/v2/models/{quote(item.model, safe='')}/infer"
+        started = self.clock()
+        try:
+            async with session.post(url, json=item.body) as response:
+                status = response.status
+                body = await response.read()
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        except TimeoutError:
+            return _Attempt(
+                "timeout", message=f"no answer within {self.config.request_timeout_seconds} s"
+            )
+        except aiohttp.ClientError as exc:
+            return _Attempt("connection", message=str(exc) or type(exc).__name__)
+        if status == 200:
+            try:
+                answer = json.loads(body)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                return _Attempt(
+                    "invalid",
+                    status,
+                    message="the answer is not JSON (binary "
+                    "outputs are not supported by the job runner)",
+                )
+            self.metrics.latency.observe(self.clock() - started)
+            answer.pop("id", None)
+            return _Attempt("ok", status, answer=answer)
+        message = _error_text(body)
+        if status in _REFUSED:
+            return _Attempt("refused", status, message=message, retry_after=retry_after)
+        if status in _DENIED:
+            return _Attempt("denied", status, message=message)
+        if status >= 500:
+            return _Attempt("server_error", status, message=message)
+        return _Attempt("invalid", status, message=message)
+
+    def _complete_invalid(self, seq: int, item: WorkItem, reason: str, result: _Attempt) -> None:
+        log.warning(
+            "line not answered",
+            extra={
+                "line": item.line,
+                "reason": reason,
+                "status": result.status,
+                "error": result.message,
+            },
+        )
+        record = {
+            "line": item.line,
+            "id": item.id,
+            "reason": reason,
+            "status": result.status,
+            "error": result.message,
+        }
+        self._complete(Completion(seq, item.line, "invalid", record))
+
+    def _complete(self, completion: Completion) -> None:
+        self.results.add(completion)
+        if self.results.staged >= self.config.commit_every:
+            self._commit()
+
+    def _commit(self) -> None:
+        committed = self.results.commit()
+        for completion in committed:
+            self.metrics.lines[completion.outcome].inc()
+            if completion.outcome == "ok":
+                self.ok += 1
+            else:
+                self.invalid += 1
+        if committed:
+            self.metrics.lines_remaining.set(self.plan.total - self.done)
+            self._changed.set()
+
+    # --- stopping, pacing, display ----------------------------------------------------------
+
+    def _halt(self, reason: str) -> None:
+        self.stopped = self.stopped or reason
+        self._stop.set()
+        self._changed.set()
+
+    async def _watch_stop(self) -> None:
+        """Turn the thread-safe stop (set by a signal handler or a caller) into the loop's."""
+        while not self.stop_requested.is_set():
+            await asyncio.sleep(0.05)
+        log.info("stop requested; committing what is answered")
+        self._halt("stopped by signal")
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+
+    def _limit_changed(self) -> None:
+        self.metrics.concurrency.set(self.limit.limit)
+        self._changed.set()
+
+    async def _tick(self) -> None:
+        last_commit = self.clock()
+        while True:
+            await asyncio.sleep(_DISPLAY_TICK_SECONDS)
+            now = self.clock()
+            if now - last_commit >= self.config.commit_interval_seconds:
+                self._commit()
+                last_commit = now
+            self.rate.add(now, self.ok + self.invalid)
+            self.display.update(now, self._snapshot())
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(
+            total=self.plan.total,
+            done=self.done,
+            ok=self.ok,
+            invalid=self.invalid,
+            in_flight=self.in_flight,
+            concurrency=self.limit.limit,
+            refusals=self.refusals,
+            rate=self.rate.rate(),
+        )
+
+    # --- connection settings ----------------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext | bool:
+        config = self.config
+        if not config.endpoint.startswith("https://"):
+            return False
+        context = ssl.create_default_context(cafile=config.ca_file or None)
+        if config.cert_file:
+            context.load_cert_chain(config.cert_file, config.key_file or None)
+        return context
+
+    def _auth(self) -> aiohttp.BasicAuth | None:
+        if not self.config.username:
+            return None
+        password = Path(self.config.password_file).read_text().strip("\r\n")
+        return aiohttp.BasicAuth(self.config.username, password)
+
+    async def _preflight(self, session: aiohttp.ClientSession) -> None:
+        """Credentials, TLS and the default model are settings: wrong ones end the job at once,
+        before any line. An endpoint that is not up yet is not: the run waits for it."""
+        base = self.config.endpoint.rstrip("/")
+        try:
+            async with session.get(f"{base}/v2") as response:
+                if response.status in _DENIED:
+                    raise ConfigError(
+                        f"--endpoint {base} refused the credentials (HTTP {response.status}); "
+                        "check --username and --password-file"
+                    )
+            if self.config.model:
+                model = quote(self.config.model, safe="")
+                async with session.get(f"{base}/v2/models/{model}/ready") as response:
+                    if response.status == 404:
+                        raise ConfigError(
+                            f"--model {self.config.model!r} is not served at {base}; "
+                            "check the name against GET /v2/models/NAME"
+                        )
+        except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"TLS with --endpoint {base} failed: {exc}; check --ca-file, --cert-file and "
+                "--key-file"
+            ) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning(
+                "endpoint not reachable yet; the job keeps trying within its patience",
+                extra={"endpoint": base, "error": str(exc) or type(exc).__name__},
+            )
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return body[:200].decode(errors="replace")
+    if isinstance(document, dict) and isinstance(document.get("error"), str):
+        return document["error"]
+    return body[:200].decode(errors="replace")
+
+
+def run_job(
+    config: JobConfig,
+    *,
+    stop: threading.Event | None = None,
+    registry: CollectorRegistry | None = None,
+    progress: str | None = None,
+) -> JobSummary:
+    """Run a job to its end or until ``stop`` is set; the library form of ``autoglm job run``.
+
+    Raises :class:`ConfigError` for bad settings, before any line is sent.
+    """
+    plan = prepare(config)
+    try:
+        metrics = JobMetrics(registry or CollectorRegistry(), config.name)
+        display = ProgressDisplay(
+            progress or config.progress,
+            config.progress_interval_seconds,
+            config.name,
+            sys.stderr.isatty(),
+        )
+        runner = JobRunner(plan, metrics, display, stop or threading.Event())
+    except BaseException:
+        plan.results.close()
+        raise
+    return asyncio.run(runner.run())
