@@ -10,6 +10,17 @@ as in the HPA. ``hpa`` uses the live readings alone; ``predictive`` adds the pre
 bound, the highest over the next warm-up (a cold start plus one tick); ``static`` keeps enough
 replicas for the trace's peak rate at the same target and never scales.
 
+With ``sizing="slo"`` the utilization target is not used: every tick the fleet is sized for the
+latency SLO by :func:`autoscaler.core.slo_sizing.replicas_for_slo` at the larger of the observed
+rate and (``predictive``) the forecast's upper bound, and that count goes through the same
+decision core as an External AverageValue metric with a target of one replica, so the HPA's
+tolerance, stabilization windows, policies and min/max apply to it unchanged.
+
+With ``backfill`` set, best-effort work fills the replicas the online load leaves idle
+(:mod:`autoscaler.simulator.backfill`): every tick the online p99 of the last
+``backfill.window_seconds`` (a request still waiting counts with its age so far) sets the
+best-effort share through the slack controller.
+
 Why the request rate and not the GPU busy fraction: the busy fraction saturates at 100% when the
 fleet is overloaded, so it under-reports how far behind the fleet is, and it depends on the
 replica count, so it cannot be forecast independently of the autoscaler's own actions. The rate is
@@ -26,7 +37,8 @@ from typing import Any, Literal
 import numpy as np
 
 from autoscaler.core import MetricInput, ScalingState, decide, record_scale
-from autoscaler.core.slo_sizing import ServiceModel
+from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo
+from autoscaler.simulator.backfill import BackfillConfig, SlackController
 from autoscaler.simulator.fleet import Fleet
 from autoscaler.simulator.forecast import LoadForecaster, PredictorForecaster
 from autoscaler.simulator.trace import Trace
@@ -35,6 +47,7 @@ from predictor.models.catalog import known_models
 
 Policy = Literal["static", "hpa", "predictive"]
 POLICIES: tuple[str, ...] = ("static", "hpa", "predictive")
+Sizing = Literal["target", "slo"]
 
 
 @dataclass(frozen=True)
@@ -61,10 +74,32 @@ class SimulationConfig:
     static_replicas: int | None = None  # default: peak provisioning at the target
     drain_limit: float = 3600.0  # seconds after the last arrival to finish the queue
     score_from: float = 0.0  # requests arriving earlier are replayed but not scored
+    sizing: Sizing = "target"  # "slo": size for the latency SLO instead of the target
+    slo_quantile: float = 0.99  # the latency quantile SLO sizing holds inside slo_seconds
+    backfill: BackfillConfig | None = None  # best-effort work on idle replicas
 
     def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if not 0 < self.target_utilization <= 1:
             raise ValueError("target_utilization must be in (0, 1], e.g. 0.7")
+        if not 0 < self.forecast_quantile < 1:
+            raise ValueError(
+                f"forecast_quantile must be in (0, 1), e.g. 0.9, got {self.forecast_quantile!r}"
+            )
+        if not 0 < self.slo_quantile < 1:
+            raise ValueError(
+                f"slo_quantile must be in (0, 1), e.g. 0.99, got {self.slo_quantile!r}"
+            )
+        if self.sizing not in ("target", "slo"):
+            raise ValueError(f"sizing must be 'target' or 'slo', got {self.sizing!r}")
+        if self.sizing == "slo" and (self.slo_on != "latency" or self.slo_seconds <= 0):
+            raise ValueError("SLO sizing needs an end-to-end latency SLO: slo_on='latency', > 0 s")
+        if self.backfill is not None and self.slo_seconds <= 0:
+            raise ValueError("backfill needs an SLO > 0 seconds to measure the online slack by")
+        if self.tick <= 0:
+            raise ValueError("tick must be > 0 seconds")
         for name in ("cold_start", "metric_window", "slo_seconds", "drain_limit", "score_from"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
@@ -107,6 +142,7 @@ class Timeline:
     ready: list[int] = field(default_factory=list)
     forecast: list[float] = field(default_factory=list)
     queue: list[int] = field(default_factory=list)
+    backfill_share: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -125,17 +161,30 @@ class SimulationResult:
     drivers: Counter
     forecast_models: Counter  # ticks on which each model's forecast was the one consumed
     unfinished: int
+    backfill_seconds: float = 0.0  # replica-seconds of best-effort work done
+    backfill_quantum: float | None = None
 
 
 def policy_spec(config: SimulationConfig, policy: Policy) -> GPUAutoscalerSpec:
-    """The GPUAutoscaler spec each policy runs with (the same target for all)."""
+    """The GPUAutoscaler spec each policy runs with (the same target for all).
+
+    Under SLO sizing the first metric is the sized replica count itself, whose forecast is
+    already folded in, so it carries no prediction section.
+    """
     metric: dict[str, Any] = {
         "name": "request_rate",
         "type": "External",
         "query": "sum(rate(requests_total[1m]))",
         "target": {"type": "AverageValue", "averageValue": config.target_rate_per_replica},
     }
-    if policy == "predictive":
+    if config.sizing == "slo":
+        metric = {
+            "name": "slo_replicas",
+            "type": "External",
+            "query": "replicas for the latency SLO",
+            "target": {"type": "AverageValue", "averageValue": 1},
+        }
+    elif policy == "predictive":
         metric["prediction"] = {
             "horizonSeconds": config.warmup_seconds,
             "warmupSeconds": config.cold_start,
@@ -182,6 +231,8 @@ def warm_start_replicas(trace: Trace, config: SimulationConfig) -> int:
     """
     window = max(config.metric_window, config.tick)
     first = np.searchsorted(trace.arrivals, window, side="right") / window
+    if config.sizing == "slo":
+        return sized_replicas(config, first)
     needed = math.ceil(first / config.target_rate_per_replica - 1e-9)
     return min(config.max_replicas, max(config.min_replicas, needed))
 
@@ -222,7 +273,18 @@ def simulate(
         forecaster = None
     elif forecaster is None:
         forecaster = predictor_forecaster(config)
-    fleet = Fleet(trace.arrivals, trace.work, config.service, config.cold_start, initial)
+    backfill = config.backfill
+    quantum = None if backfill is None else backfill.quantum(config.service, config.slo_seconds)
+    fleet = Fleet(
+        trace.arrivals,
+        trace.work,
+        config.service,
+        config.cold_start,
+        initial,
+        backfill_quantum=quantum,
+        backfill_work=0.0 if backfill is None else backfill.work_seconds,
+    )
+    slack = None if backfill is None else SlackController(backfill, config.slo_seconds)
     state = ScalingState()
     timeline = Timeline()
     drivers: Counter = Counter()
@@ -248,7 +310,11 @@ def simulate(
         timeline.forecast.append(math.nan if forecast_value is None else forecast_value)
         timeline.queue.append(fleet.queue_length)
         if not static:
-            inputs = [MetricInput(rate_metric, value=rate, forecast_upper=forecast_value)]
+            if config.sizing == "slo":
+                value = float(sized_replicas(config, max(rate, forecast_value or 0.0)))
+                inputs = [MetricInput(rate_metric, value=value)]
+            else:
+                inputs = [MetricInput(rate_metric, value=rate, forecast_upper=forecast_value)]
             if queue_metric is not None:
                 inputs.append(MetricInput(queue_metric, value=float(fleet.queue_length)))
             current = fleet.replica_count
@@ -261,6 +327,10 @@ def simulate(
                     ups += 1
                 else:
                     downs += 1
+        if slack is not None:
+            slack.update(recent_online_p99(fleet, t, backfill.window_seconds))
+            fleet.set_backfill_cap(slack.allowed_replicas(fleet.ready_count))
+            timeline.backfill_share.append(slack.share)
         timeline.replicas.append(fleet.replica_count)
         timeline.ready.append(fleet.ready_count)
         if t >= trace.duration and not np.isnan(fleet.finished).any() and fleet.queue_length == 0:
@@ -282,4 +352,33 @@ def simulate(
         drivers=drivers,
         forecast_models=forecast_models,
         unfinished=int(np.isnan(finished).sum()),
+        backfill_seconds=fleet.backfill_seconds,
+        backfill_quantum=quantum,
     )
+
+
+def sized_replicas(config: SimulationConfig, rate: float) -> int:
+    """The replicas SLO sizing asks for at ``rate`` (its best effort when the SLO is out of
+    reach)."""
+    return replicas_for_slo(
+        rate,
+        config.slo_seconds,
+        config.service,
+        min_replicas=config.min_replicas,
+        max_replicas=config.max_replicas,
+        quantile=config.slo_quantile,
+    ).replicas
+
+
+def recent_online_p99(fleet: Fleet, now: float, window: float) -> float | None:
+    """p99 latency of the online requests that arrived in the last ``window`` seconds; one still
+    waiting or in service counts with its age so far (its latency is at least that)."""
+    arrivals = fleet.arrivals
+    lo = np.searchsorted(arrivals, now - window, side="right")
+    hi = np.searchsorted(arrivals, now, side="right")
+    if hi <= lo:
+        return None
+    finished = fleet.finished[lo:hi]
+    done = np.isfinite(finished) & (finished <= now)
+    latency = np.where(done, finished, now) - arrivals[lo:hi]
+    return float(np.percentile(latency, 99))

@@ -4,8 +4,14 @@ Requests wait in a FIFO queue (the load balancer's or the batcher's). A ready re
 takes up to ``max_batch`` waiting requests at once and serves them in ``c + a * sum(work)``
 seconds (``t(b) = c + a*b`` for average requests). A replica ordered by the autoscaler is paid
 for from that moment but serves only after ``cold_start`` seconds (pull, load weights, warm up).
-Removing replicas takes, in this order, ones still starting, idle ones, then busy ones, which
-finish their batch first (graceful termination) and are paid for until then.
+Removing replicas takes, in this order, ones still starting, idle ones, ones running best-effort
+work, then busy ones, which finish their batch first (graceful termination) and are paid for until
+then.
+
+Best-effort backfill (off unless ``backfill_quantum`` is given): a ready replica with no online
+request waiting may run a slice of best-effort work of at most one quantum, if fewer than
+``backfill_cap`` replicas are already doing so and the backlog is not empty. A slice is never
+interrupted, but when it ends an online request that waits takes the replica first.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class Fleet:
         cold_start: float,
         initial_replicas: int,
         start: float = 0.0,
+        backfill_quantum: float | None = None,
+        backfill_work: float = 0.0,
     ) -> None:
         self.arrivals = arrivals
         self.work = work
@@ -55,6 +63,11 @@ class Fleet:
         self._next_arrival = 0
         self.now = start
         self.busy_seconds = 0.0
+        self.backfill_quantum = backfill_quantum
+        self.backfill_left = backfill_work if backfill_quantum is not None else 0.0
+        self.backfill_cap = 0
+        self.backfill_seconds = 0.0  # replica-seconds of best-effort work done
+        self._backfilling: set[int] = set()
         for _ in range(initial_replicas):
             self._add(start, ready_at=start)
 
@@ -79,6 +92,16 @@ class Fleet:
                 self._add(self.now, ready_at=self.now + self.cold_start)
         elif desired < active:
             self._remove(active - desired)
+
+    @property
+    def backfilling_count(self) -> int:
+        return len(self._backfilling)
+
+    def set_backfill_cap(self, cap: int) -> None:
+        """Let at most ``cap`` replicas run best-effort slices; idle ones start at once."""
+        self.backfill_cap = cap
+        while self._idle and self._may_backfill():
+            self._start_slice(self._idle.pop(), self.now)
 
     def billed_seconds(self, until: float) -> float:
         """Replica-seconds paid for up to ``until`` (from order to removal)."""
@@ -112,6 +135,7 @@ class Fleet:
 
     def _on_free(self, rid: int, t: float) -> None:
         replica = self.replicas[rid]
+        self._backfilling.discard(rid)
         if replica.removed_at is not None:
             return
         if replica.removing:
@@ -119,8 +143,22 @@ class Fleet:
             return
         if self._queue:
             self._start_batch(rid, t)
+        elif self._may_backfill():
+            self._start_slice(rid, t)
         else:
             self._idle.append(rid)
+
+    def _may_backfill(self) -> bool:
+        return self.backfill_left > 0 and len(self._backfilling) < self.backfill_cap
+
+    def _start_slice(self, rid: int, t: float) -> None:
+        assert self.backfill_quantum is not None
+        duration = min(self.backfill_quantum, self.backfill_left)
+        self.backfill_left -= duration
+        self.backfill_seconds += duration
+        self._backfilling.add(rid)
+        self.replicas[rid].busy_until = t + duration
+        heapq.heappush(self._events, (t + duration, rid))
 
     def _start_batch(self, rid: int, t: float) -> None:
         queue = self._queue
@@ -146,7 +184,9 @@ class Fleet:
         active_set = set(active)
         idle = [i for i in self._idle if i in active_set]
         busy = [i for i in active if self.replicas[i].ready_at <= now and i not in idle_set]
-        chosen = (sorted(starting, reverse=True) + idle[::-1] + busy)[:count]
+        backfilling = [i for i in busy if i in self._backfilling]
+        serving = [i for i in busy if i not in self._backfilling]
+        chosen = (sorted(starting, reverse=True) + idle[::-1] + backfilling + serving)[:count]
         gone = set(chosen)
         self._active = [i for i in active if i not in gone]
         for rid in chosen:

@@ -9,6 +9,9 @@
 * ``mean_utilization``: the load served over the capacity paid for, in the autoscaler's own units
   (work served divided by what the paid replicas could serve at full batches); the policies aim
   it at ``target_utilization``. ``busy_fraction`` is the share of paid time a replica was busy.
+* With best-effort backfill: ``online_busy`` (the same as ``busy_fraction``), ``backfill_busy``
+  (the share of paid time spent on best-effort slices), ``total_busy`` (their sum) and
+  ``backfill_replica_hours`` (best-effort work done).
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
         "mean_utilization": float(work_seconds / billed),
         "target_utilization": cfg.target_utilization,
         "busy_fraction": float(result.busy_seconds / billed),
+        "online_busy": float(result.busy_seconds / billed),
+        "backfill_busy": float(result.backfill_seconds / billed),
+        "total_busy": float((result.busy_seconds + result.backfill_seconds) / billed),
+        "backfill_replica_hours": result.backfill_seconds / 3600.0,
+        "backfill_quantum_seconds": result.backfill_quantum,
+        "sizing": cfg.sizing,
         "mean_replicas": float(billed / max(result.end_time, 1e-9)),
         "max_replicas": int(max(result.timeline.replicas, default=0)),
         "scale_ups": result.scale_ups,
