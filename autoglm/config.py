@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import socket
 import sys
 import types
 import typing
@@ -34,6 +36,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import yaml
+
+from autoglm.version import add_version_argument
 
 T = TypeVar("T")
 
@@ -53,11 +57,12 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add ``--config`` and one flag per dataclass field to ``parser``.
+    """Add ``--config``, ``--version`` and one flag per dataclass field to ``parser``.
 
     Flags default to ``None`` so that :func:`config_from_args` can tell what was given on the
     command line from what should come from the file or the dataclass default.
     """
+    add_version_argument(parser)
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -71,7 +76,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         kind = hints[f.name]
         help_text = f.metadata.get("help", "")
         default = _default_of(f)
-        if default is not None and default != [] and default != {}:
+        if default not in (None, "", [], {}, ()):
             help_text = f"{help_text} (default: {default})"
         choices = _literal_choices(kind)
         if _base_type(kind) is bool:
@@ -142,6 +147,10 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
         text = p.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {str(p)!r} is not text (YAML is UTF-8 text)") from exc
+    except ValueError as exc:  # a NUL byte in the path
+        raise ConfigError(f"cannot read {what} {str(p)!r}: {exc}") from exc
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -238,7 +247,7 @@ def _convert(name: str, raw: Any, kind: Any) -> Any:
         if base is float:
             if isinstance(raw, bool):
                 raise ValueError
-            return float(raw)
+            return finite_float(raw, flag)
         if base is str:
             if isinstance(raw, (dict, list)):
                 raise ValueError
@@ -257,12 +266,65 @@ def _convert(name: str, raw: Any, kind: Any) -> Any:
     return raw
 
 
+def finite_float(raw: Any, flag: str = "value") -> float:
+    """``raw`` as a float; :class:`ConfigError` for NaN and infinities, which no setting means.
+
+    ``float()`` accepts ``nan``, ``inf`` and ``1e999``; passed on, they slip through every ``>``
+    and ``<`` check (NaN compares false both ways) and surface later as a wrong decision or a
+    traceback. Also an argparse ``type=`` for flags outside a config dataclass.
+    """
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ConfigError(f"{flag}: {raw!r} is not a finite number; give a number such as 0.5")
+    return value
+
+
+def finite_float_argument(flag: str) -> Any:
+    """An argparse ``type=`` reading a finite float, whose errors name ``flag``."""
+
+    def parse(text: str) -> float:
+        try:
+            return finite_float(text, flag)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}: ")) from None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+    return parse
+
+
 def parse_listen(value: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
     """Parse ``HOST:PORT`` (``:PORT`` means all interfaces; ``[::1]:PORT`` for IPv6)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ConfigError(
             f"listen address {value!r} must be HOST:PORT, e.g. :9400 or 127.0.0.1:9400"
         )
     host = host.strip("[]") or default_host
     return host, int(port)
+
+
+def check_can_listen(listen: str, flag: str = "--listen") -> None:
+    """:class:`ConfigError` when ``listen`` (``HOST:PORT``) cannot be bound now.
+
+    Run before slow start-up work (loading a model, warming it up), so a port another process
+    holds costs one line at once instead of a failure minutes later. The port is released again
+    at once; a process that takes it in between is still caught when the server binds.
+    """
+    host, port = parse_listen(listen)
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise ConfigError(f"{flag} {listen!r}: cannot resolve host {host!r}") from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise ConfigError(
+                f"{flag} {listen!r}: cannot listen there ({exc.strerror}); another process may "
+                f"hold the port: stop it or choose another {flag}"
+            ) from exc

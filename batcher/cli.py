@@ -2,9 +2,12 @@
 
     autoglm-batcher --model package.module:factory --listen HOST:PORT
 
-Start-up order matters: the allocator setting must be in the environment before anything touches
-CUDA, so it is applied before the model is imported. SIGTERM (and Ctrl-C) drain: the server stops
-being ready, answers everything it accepted, then exits 0 (1 if the drain timed out).
+Start-up order matters. Settings that can be checked cheaply (the checkpoint file, the device,
+the listen port, the web config) are checked before torch and the model are imported, so a
+mistake costs one line at once rather than a failure after the model has loaded and warmed up.
+The allocator setting must be in the environment before anything touches CUDA, so it is applied
+before the model is imported. SIGTERM (and Ctrl-C) drain: the server stops being ready, answers
+everything it accepted, then exits 0 (1 if the drain timed out).
 """
 
 from __future__ import annotations
@@ -15,21 +18,16 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from prometheus_client import CollectorRegistry
-
-from autoglm.config import ConfigError, load_config
+from autoglm.config import EXIT_USAGE, ConfigError, check_can_listen, load_config
 from autoglm.logs import setup_logging
 from autoglm.webconfig import WebConfig
 from batcher.config import BatcherConfig
-from batcher.engine import from_config
-from batcher.execution import ThreadExecutor
-from batcher.memory import MemoryMonitor, configure_allocator, resolve_device
-from batcher.metrics import BatcherMetrics
-from batcher.model import ServedModel, load_model
-from batcher.server import BatcherServer
-from batcher.warmup import warm_up
+
+if TYPE_CHECKING:  # torch and the model's modules are imported once the settings are known good
+    from batcher.model import ServedModel
 
 PROG = "autoglm-batcher"
 log = logging.getLogger(__name__)
@@ -43,30 +41,101 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Serve a torch model with adaptive dynamic batching (KServe v2 over HTTP).",
     )
     setup_logging("batcher", config.log_level, config.log_format)
+    try:
+        check_checkpoint_file(config.checkpoint)
+        check_can_listen(config.listen)
+        web_config = WebConfig.load(config.web_config_file or None)
+        device = usable_device(config.device)
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    model = _load(config, device)
+    if model is None:
+        return EXIT_USAGE
+    return asyncio.run(serve(config, model, web_config))
+
+
+def check_checkpoint_file(path: str) -> None:
+    """:class:`ConfigError` when ``--checkpoint`` names nothing readable (the format is the
+    factory's to judge, when it loads the file)."""
+    if not path:
+        return
+    checkpoint = Path(path)
+    if not checkpoint.exists():
+        raise ConfigError(
+            f"--checkpoint {path!r}: no such file; give the path of a checkpoint saved with "
+            "torch.save(model.state_dict(), PATH), or drop --checkpoint"
+        )
+    if not checkpoint.is_file():
+        raise ConfigError(f"--checkpoint {path!r} is not a file; give the checkpoint file itself")
+    if not os.access(checkpoint, os.R_OK):
+        raise ConfigError(f"--checkpoint {path!r} is not readable by this user; fix its mode")
+
+
+def usable_device(setting: str) -> str:
+    """The device to serve on; :class:`ConfigError` for ``cuda`` where torch sees no CUDA device."""
+    from batcher.memory import resolve_device
+
+    device = resolve_device(setting)
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            build = "this torch is a CPU build" if torch.version.cuda is None else "no driver/GPU"
+            raise ConfigError(
+                f"--device cuda: torch sees no CUDA device ({build}); use --device cpu, or "
+                "--device auto to take a GPU when there is one"
+            )
+    return device
+
+
+def _load(config: BatcherConfig, device: str) -> ServedModel | None:
+    """Import torch and the model, and load it; None (after one line on stderr) on a problem."""
+    import torch
+
+    from batcher.memory import configure_allocator
+    from batcher.model import load_model
+
     allocator = configure_allocator(config.expandable_segments, os.environ)
-    device = resolve_device(config.device)
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     try:
-        web_config = WebConfig.load(config.web_config_file or None)
         model = load_model(
-            config.model,
-            name=config.model_name,
-            checkpoint=config.checkpoint,
-            device=device,
+            config.model, name=config.model_name, checkpoint=config.checkpoint, device=device
         )
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    log.info(
-        "model loaded",
-        extra={"model": model.name, "device": device, "allocator": allocator},
-    )
-    return asyncio.run(serve(config, model, web_config))
+        return None
+    except Exception as exc:  # the factory's own failure: one line, the traceback at debug level
+        log.debug("building the model failed", exc_info=True)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if config.checkpoint:
+            problem = (
+                f"--checkpoint {config.checkpoint!r} could not be loaded by {config.model} "
+                f"({type(exc).__name__}: {reason}); give a checkpoint saved for this model"
+            )
+        else:
+            problem = (
+                f"--model {config.model}: building the model failed "
+                f"({type(exc).__name__}: {reason})"
+            )
+        print(f"{PROG}: error: {problem}; --log-level debug shows the traceback", file=sys.stderr)
+        return None
+    log.info("model loaded", extra={"model": model.name, "device": device, "allocator": allocator})
+    return model
 
 
 async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig) -> int:
     """Run until SIGTERM or SIGINT, then drain; the exit code says whether the drain finished."""
+    from prometheus_client import CollectorRegistry
+
+    from batcher.engine import from_config
+    from batcher.execution import ThreadExecutor
+    from batcher.memory import MemoryMonitor
+    from batcher.metrics import BatcherMetrics
+    from batcher.server import BatcherServer
+    from batcher.warmup import warm_up
+
     registry = CollectorRegistry()
     metrics = BatcherMetrics(registry, model.name, config.slo_seconds, config.max_batch_size)
     memory = MemoryMonitor(model.device, config.idle_release_seconds)

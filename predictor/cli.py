@@ -5,6 +5,9 @@ on a CSV.
 rolling-origin backtest on the history before the test window), then backtests every model on
 the test window and prints WAPE, sMAPE, under-forecast rate and upper-bound coverage per horizon
 with fit and update times; ``--json`` writes the same for other tools.
+
+torch, pandas and the models are imported by the command that uses them, so ``--help`` and a bad
+flag answer at once.
 """
 
 from __future__ import annotations
@@ -16,19 +19,33 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from autoglm.config import ConfigError, add_config_arguments, config_or_exit
+from autoglm.config import (
+    ConfigError,
+    OneLineErrorParser,
+    add_config_arguments,
+    config_or_exit,
+    finite_float_argument,
+)
 from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
-from predictor.backtest import BacktestResult, rolling_origin
+from autoglm.version import add_version_argument
 from predictor.config import PredictorConfig, parse_duration
-from predictor.models import candidate_factories, shortest_cycle
-from predictor.selection import Selection, select_model
-from predictor.series import bin_events, fill_gaps
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from predictor.backtest import BacktestResult
+    from predictor.selection import Selection
 
 PROG = "autoglm-predictor"
+USAGE = f"""%(prog)s [serve] [--config FILE] [flags]
+       {PROG} backtest --csv FILE --time-column COLUMN --freq BIN --horizon N [flags]"""
+COMMANDS = f"""commands:
+  serve     (the default) forecast Prometheus series and publish them on /metrics; flags below
+  backtest  score every model on a CSV series with a rolling-origin backtest;
+            its flags: {PROG} backtest --help"""
 log = logging.getLogger(__name__)
 
 
@@ -43,6 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- serve -------------------------------------------------------------------------------------
 def serve_main(argv: Sequence[str]) -> int:
+    parser = OneLineErrorParser(
+        prog=PROG,
+        usage=USAGE,
+        description=COMMANDS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(parser, PredictorConfig)
+    config = config_or_exit(PredictorConfig, parser.parse_args(argv), f"{PROG} serve")
+    setup_logging("predictor", config.log_level, config.log_format)
+
     import torch
 
     from autoglm.httpserver import HTTPServer, registry_route
@@ -50,12 +77,6 @@ def serve_main(argv: Sequence[str]) -> int:
     from predictor.metrics import PredictorMetrics
     from predictor.service import PredictorService
 
-    parser = argparse.ArgumentParser(
-        prog=f"{PROG} serve", description="forecast Prometheus series and publish them"
-    )
-    add_config_arguments(parser, PredictorConfig)
-    config = config_or_exit(PredictorConfig, parser.parse_args(argv), f"{PROG} serve")
-    setup_logging("predictor", config.log_level, config.log_format)
     torch.set_num_threads(config.torch_threads)
     try:
         web_config = WebConfig.load(config.web_config_file or None)
@@ -89,10 +110,11 @@ def serve_main(argv: Sequence[str]) -> int:
 
 # -- backtest ----------------------------------------------------------------------------------
 def _backtest_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineErrorParser(
         prog=f"{PROG} backtest",
         description="score every model on a CSV series with a rolling-origin backtest",
     )
+    add_version_argument(p)
     p.add_argument("--csv", required=True, help="CSV file (rows of events or of samples)")
     p.add_argument("--time-column", required=True, help="column with timestamps")
     p.add_argument("--value-column", help="column with values (not needed for --aggregate count)")
@@ -104,7 +126,12 @@ def _backtest_parser() -> argparse.ArgumentParser:
         default=None,
         help="how rows become bins (default: count without --value-column, else mean)",
     )
-    p.add_argument("--quantile", type=float, default=0.9, help="upper-bound quantile")
+    p.add_argument(
+        "--quantile",
+        type=finite_float_argument("--quantile"),
+        default=0.9,
+        help="upper-bound quantile (default: 0.9)",
+    )
     p.add_argument(
         "--test-size",
         default="0.2",
@@ -133,9 +160,9 @@ def test_size_bins(text: str, n_bins: int, step_seconds: float) -> int:
 
 
 def backtest_main(argv: Sequence[str]) -> int:
+    args = _backtest_parser().parse_args(argv)
     import torch
 
-    args = _backtest_parser().parse_args(argv)
     torch.set_num_threads(1)
     try:
         report = run_backtest(args)
@@ -158,6 +185,10 @@ def load_csv_series(
     aggregate: str | None = None,
 ) -> pd.Series:
     """Read a CSV and bin it into a regular, gap-free series."""
+    import pandas as pd
+
+    from predictor.series import bin_events, fill_gaps
+
     columns = [time_column] + ([value_column] if value_column else [])
     try:
         frame = pd.read_csv(path, usecols=columns)
@@ -174,6 +205,12 @@ def load_csv_series(
 
 
 def run_backtest(args: argparse.Namespace) -> tuple[Selection, dict[str, BacktestResult]]:
+    import pandas as pd
+
+    from predictor.backtest import rolling_origin
+    from predictor.models import candidate_factories, shortest_cycle
+    from predictor.selection import select_model
+
     series = load_csv_series(
         args.csv, args.time_column, args.freq, args.value_column, args.aggregate
     )

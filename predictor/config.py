@@ -13,8 +13,6 @@ from typing import Any, Literal
 
 from autoglm.config import ConfigError, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
-from predictor.models.catalog import known_models
-from predictor.selection import minimum_history
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -103,6 +101,10 @@ class TargetConfig:
         models = raw.get("models", [])
         if not isinstance(models, (list, tuple)):
             raise ConfigError(f"{where}.models must be a list of model names")
+        # Imported here: the model catalogue loads torch and statsmodels, which --help need not.
+        from predictor.models.catalog import known_models
+        from predictor.selection import minimum_history
+
         season_seconds = tuple(parse_duration(s, f"{where}.seasons") for s in seasons)
         known = known_models(season_seconds)
         unknown = [str(m) for m in models if str(m) not in known]

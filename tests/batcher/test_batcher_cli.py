@@ -6,6 +6,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,6 +88,70 @@ def test_unimportable_model_exits_2_naming_the_fix() -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "cannot import 'no_such_module'" in err and "PYTHONPATH" in err
+
+
+def start_up_error(*args: str) -> str:
+    """The one stderr line of a start-up refused with exit code 2 (and no model ever loaded)."""
+    proc = batcher_process(*args)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "model loaded" not in err and "Traceback" not in err
+    return lines[0]
+
+
+def test_missing_checkpoint_is_refused_before_the_model_loads(tmp_path) -> None:
+    line = start_up_error("--checkpoint", str(tmp_path / "nope.pt"), "--listen", "127.0.0.1:0")
+    assert "--checkpoint" in line and "no such file" in line and "torch.save" in line
+
+
+def test_a_folder_given_as_checkpoint_is_refused(tmp_path) -> None:
+    line = start_up_error("--checkpoint", str(tmp_path), "--listen", "127.0.0.1:0")
+    assert "is not a file" in line
+
+
+def test_a_file_that_is_not_a_checkpoint_gets_one_line_naming_it(tmp_path) -> None:
+    bogus = tmp_path / "weights.pt"
+    bogus.write_text("these are not weights\n")
+    line = start_up_error("--checkpoint", str(bogus), "--listen", "127.0.0.1:0")
+    assert f"--checkpoint {str(bogus)!r} could not be loaded by batcher.models.demo:factory" in line
+    assert "give a checkpoint saved for this model" in line
+
+
+def test_a_checkpoint_of_another_model_gets_one_line_naming_it(tmp_path) -> None:
+    other = tmp_path / "other.pt"
+    torch.save({"weight": torch.zeros(2, 2)}, other)
+    line = start_up_error("--checkpoint", str(other), "--listen", "127.0.0.1:0")
+    assert "could not be loaded" in line and "RuntimeError" in line
+
+
+def test_a_good_checkpoint_still_loads(tmp_path) -> None:
+    from batcher.models.demo import DemoMLP
+
+    good = tmp_path / "demo.pt"
+    torch.save(DemoMLP().state_dict(), good)
+    proc = batcher_process("--checkpoint", str(good), "--listen", "127.0.0.1:0")
+    try:
+        LogReader(proc).wait_for("serving", timeout=120)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the flag is valid")
+def test_cuda_on_a_machine_without_cuda_is_refused_at_once() -> None:
+    line = start_up_error("--device", "cuda", "--listen", "127.0.0.1:0")
+    assert "--device cuda" in line and "--device cpu" in line
+
+
+def test_a_port_in_use_is_refused_before_the_model_loads() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = start_up_error("--listen", f"127.0.0.1:{port}")
+    assert f"--listen '127.0.0.1:{port}'" in line and "choose another --listen" in line
 
 
 @pytest.mark.timeout(120)
