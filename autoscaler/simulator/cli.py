@@ -5,17 +5,28 @@ Example::
     autoglm-autoscaler simulate --trace requests.csv --time-column TIMESTAMP \\
         --policy predictive --c 1.5 --a 0.4 --max-batch 8 --cold-start 120 \\
         --slo-seconds 8 --json out.json --plot out.png
+
+``--sizing slo`` sizes the fleet for the latency SLO (the ``--slo-quantile`` of end-to-end
+latency within ``--slo-seconds``) instead of ``--target-utilization``; ``--backfill`` fills the
+idle replicas with best-effort work (``--backfill-work`` replica-hours, 0: a backlog that never
+runs dry) in slices of ``--backfill-quantum`` seconds, under the online-slack controller.
+Every flag is checked, and the ``--json``/``--plot`` paths are checked writable, before the
+replay starts.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Literal
 
 from autoglm.config import ConfigError, load_config
 from autoglm.logs import setup_logging
 from autoscaler.core.slo_sizing import ServiceModel
+from autoscaler.simulator.backfill import BackfillConfig
 from autoscaler.simulator.engine import SimulationConfig, simulate
 from autoscaler.simulator.report import plot, summarise, write_json
 from autoscaler.simulator.trace import TraceError, load_trace
@@ -89,6 +100,32 @@ class SimulateSettings:
         default=14 * 86400.0,
         metadata={"help": "seconds of history the predictor fits and calibrates on"},
     )
+    sizing: Literal["target", "slo"] = field(
+        default="target",
+        metadata={"help": "size for --target-utilization, or for the latency SLO (slo)"},
+    )
+    slo_quantile: float = field(
+        default=0.99,
+        metadata={"help": "with --sizing slo: the latency quantile held within --slo-seconds"},
+    )
+    backfill: bool = field(
+        default=False, metadata={"help": "run best-effort work on the replicas left idle"}
+    )
+    backfill_work: float = field(
+        default=0.0,
+        metadata={"help": "best-effort backlog in replica-hours (0: it never runs dry)"},
+    )
+    backfill_quantum: float = field(
+        default=0.0,
+        metadata={
+            "help": "longest best-effort slice in seconds (0: a tenth of the room a full "
+            "online batch leaves inside the SLO)"
+        },
+    )
+    backfill_margin: float = field(
+        default=0.1,
+        metadata={"help": "online latency slack (share of the SLO) under which best-effort stops"},
+    )
     score_from: float = field(
         default=0.0, metadata={"help": "seconds of replay (after --speed) left out of the SLO"}
     )
@@ -100,12 +137,88 @@ class SimulateSettings:
     def __post_init__(self) -> None:
         if not self.trace:
             raise ConfigError("--trace is required (a CSV file of requests)")
-        if self.speed <= 0:
-            raise ConfigError("--speed must be > 0")
-        if self.queue_target < 0:
-            raise ConfigError("--queue-target must be >= 0 waiting requests per replica")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            for number in value if isinstance(value, list) else [value]:
+                if isinstance(number, float) and not math.isfinite(number):
+                    raise ConfigError(f"{_flag(f.name)} must be a finite number, got {number!r}")
+        for name, low in _AT_LEAST.items():
+            if getattr(self, name) < low:
+                raise ConfigError(f"{_flag(name)} must be >= {low:g}, got {getattr(self, name)!r}")
+        for name, hint in _POSITIVE.items():
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_flag(name)} must be > 0 {hint}, got {getattr(self, name)!r}")
+        if any(s <= 0 for s in self.forecast_season):
+            raise ConfigError("--forecast-season must be > 0 seconds, e.g. 86400 for a day")
+        for name in ("forecast_quantile", "slo_quantile"):
+            if not 0 < getattr(self, name) < 1:
+                raise ConfigError(
+                    f"{_flag(name)} must be in (0, 1), e.g. 0.9, got {getattr(self, name)!r}"
+                )
+        if not 0 < self.target_utilization <= 1:
+            raise ConfigError(
+                "--target-utilization is a ratio in (0, 1], e.g. 0.7, "
+                f"got {self.target_utilization!r}"
+            )
+        if not 0 < self.backfill_margin < 0.5:
+            raise ConfigError(
+                f"--backfill-margin must be in (0, 0.5), e.g. 0.1, got {self.backfill_margin!r}"
+            )
+        if self.min_replicas > self.max_replicas:
+            raise ConfigError("--min-replicas must be <= --max-replicas")
+        if self.c + self.a <= 0 and not self.a_from_work:
+            raise ConfigError("--c plus --a must be > 0 seconds (a batch takes time)")
         if self.a_from_work and not self.work_column:
             raise ConfigError("--a-from-work needs --work-column")
+        if self.sizing == "slo" and self.slo_on != "latency":
+            raise ConfigError("--sizing slo models end-to-end latency: use --slo-on latency")
+        for name in ("json", "plot"):
+            if getattr(self, name):
+                _check_writable(_flag(name), Path(getattr(self, name)))
+
+
+# Lower bounds of the numeric flags that may be zero, and the flags that must be positive.
+_AT_LEAST = {
+    "c": 0,
+    "a": 0,
+    "max_batch": 1,
+    "cold_start": 0,
+    "min_replicas": 1,
+    "max_replicas": 1,
+    "scale_down_window": -1,
+    "queue_target": 0,
+    "score_from": 0,
+    "backfill_work": 0,
+    "backfill_quantum": 0,
+}
+_POSITIVE = {
+    "speed": "(e.g. --speed 24 replays a day in an hour)",
+    "slo_seconds": "seconds",
+    "forecast_step": "seconds",
+    "forecast_refit": "seconds",
+    "forecast_lookback": "seconds",
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_writable(flag: str, path: Path) -> None:
+    """Refuse an output path the run could not write at its end, before the run starts."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {str(path)!r} is a directory; give a file name")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"{flag} {str(path)!r} is not writable; choose another path")
+        return
+    folder = path.parent
+    while not folder.exists():  # the nearest existing folder must let us create the rest
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{flag} {str(path)!r} cannot be created: {str(folder)!r} is not a writable folder"
+        )
 
 
 def simulate_main(argv: list[str] | None) -> int:
@@ -146,6 +259,17 @@ def simulate_main(argv: list[str] | None) -> int:
             forecast_lookback_seconds=settings.forecast_lookback,
             forecast_series=settings.forecast_series,
             score_from=settings.score_from,
+            sizing=settings.sizing,
+            slo_quantile=settings.slo_quantile,
+            backfill=(
+                BackfillConfig(
+                    work_seconds=settings.backfill_work * 3600.0 or math.inf,
+                    quantum_seconds=settings.backfill_quantum or None,
+                    margin=settings.backfill_margin,
+                )
+                if settings.backfill
+                else None
+            ),
         )
     except (TraceError, ValueError) as exc:
         print(f"autoglm-autoscaler simulate: error: {exc}")
@@ -162,6 +286,9 @@ def simulate_main(argv: list[str] | None) -> int:
         "gpu_hours",
         "mean_utilization",
         "busy_fraction",
+        "backfill_busy",
+        "total_busy",
+        "backfill_replica_hours",
         "scale_ups",
         "scale_downs",
         "forecaster",

@@ -205,9 +205,10 @@ def policy_spec(config: SimulationConfig, policy: Policy) -> GPUAutoscalerSpec:
         "minReplicas": config.min_replicas,
         "maxReplicas": config.max_replicas,
         "metrics": metrics,
+        # Always a behavior section (the API defaults where unset): without one the HPA's
+        # legacy rules would apply, and the policies compared here are the behavior path's.
+        "behavior": config.behavior or {},
     }
-    if config.behavior:
-        raw["behavior"] = config.behavior
     return parse_spec(raw)
 
 
