@@ -10,7 +10,6 @@ listed in :mod:`jobs.runner`.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
@@ -52,7 +51,6 @@ def run(argv: Sequence[str]) -> int:
     registry = CollectorRegistry()
     server = None
     try:
-        config = config.with_environment(os.environ)
         if config.metrics_listen:
             server = HTTPServer(
                 config.metrics_listen,

@@ -15,6 +15,7 @@ patience exhausted, credentials refused) -- run again with the same settings to 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -87,7 +88,11 @@ class JobSummary:
 
 
 def prepare(config: JobConfig) -> JobPlan:
-    """Check the files and open the shard's journal; a problem is a :class:`ConfigError`."""
+    """Check the files and open the shard's journal; a problem is a :class:`ConfigError`.
+
+    A shard index left at -1 comes from ``$JOB_COMPLETION_INDEX``, as an Indexed Job sets it.
+    """
+    config = config.with_environment(os.environ)
     _check_readable(Path(config.input), "--input")
     for flag, name in (
         ("--ca-file", config.ca_file),
@@ -211,7 +216,7 @@ class JobRunner:
         connector = aiohttp.TCPConnector(limit=config.max_concurrency, ssl=self._ssl_context())
         try:
             async with aiohttp.ClientSession(
-                timeout=timeout, connector=connector, auth=self._auth()
+                timeout=timeout, connector=connector, headers=self._headers()
             ) as session:
                 await self._preflight(session)
                 log.info(
@@ -499,11 +504,12 @@ class JobRunner:
             context.load_cert_chain(config.cert_file, config.key_file or None)
         return context
 
-    def _auth(self) -> aiohttp.BasicAuth | None:
+    def _headers(self) -> dict[str, str]:
         if not self.config.username:
-            return None
+            return {}
         password = Path(self.config.password_file).read_text().strip("\r\n")
-        return aiohttp.BasicAuth(self.config.username, password)
+        token = base64.b64encode(f"{self.config.username}:{password}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
 
     async def _preflight(self, session: aiohttp.ClientSession) -> None:
         """Credentials, TLS and the default model are settings: wrong ones end the job at once,
