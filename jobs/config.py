@@ -93,6 +93,13 @@ class JobConfig:
     commit_interval_seconds: float = field(
         default=1.0, metadata={"help": "and at least this often"}
     )
+    fail_on_invalid: bool = field(
+        default=True,
+        metadata={
+            "help": "exit 1 when some lines ended in the errors file (--no-fail-on-invalid: "
+            "exit 0, as a Kubernetes Job index must to count as complete)"
+        },
+    )
     drain_seconds: float = field(
         default=10.0,
         metadata={"help": "on SIGTERM/SIGINT, longest wait for requests in flight"},

@@ -7,9 +7,10 @@ the shard's remaining lines, keeps as many requests in flight as the AIMD limit 
 journal (:mod:`jobs.results`). A stop (SIGTERM from Kubernetes, Ctrl-C) waits a short while for
 requests in flight, commits, and exits 3: a rerun resumes. :func:`run_job` is the library call.
 
-Exit codes (also :attr:`JobSummary.exit_code`): 0 every line answered; 1 every line done but some
-are in the errors file; 2 bad settings, found before any work; 3 stopped before the end (signal,
-patience exhausted, credentials refused) -- run again with the same settings to resume.
+Exit codes (also :attr:`JobSummary.exit_code`): 0 every line answered; 1 every line done but
+some are in the errors file (0 with ``--no-fail-on-invalid``); 2 bad settings, found before any
+work; 3 stopped before the end (signal, patience exhausted, credentials refused) -- run again
+with the same settings to resume.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class JobSummary:
     invalid_before: int
     refusals: int
     stopped: str  # "" when the shard was finished, else why the run stopped
+    fail_on_invalid: bool = True
 
     @property
     def remaining(self) -> int:
@@ -84,7 +86,9 @@ class JobSummary:
     def exit_code(self) -> int:
         if self.remaining > 0:
             return EXIT_INCOMPLETE
-        return EXIT_DONE_WITH_ERRORS if self.invalid + self.invalid_before else EXIT_DONE
+        if self.fail_on_invalid and self.invalid + self.invalid_before:
+            return EXIT_DONE_WITH_ERRORS
+        return EXIT_DONE
 
 
 def prepare(config: JobConfig) -> JobPlan:
@@ -250,6 +254,7 @@ class JobRunner:
             invalid_before=self.plan.invalid_before,
             refusals=self.refusals,
             stopped=self.stopped if self.done < self.plan.total else "",
+            fail_on_invalid=config.fail_on_invalid,
         )
         log.info(
             "job finished" if summary.remaining == 0 else "job stopped; run again to resume",

@@ -228,5 +228,7 @@ def test_a_finished_job_run_again_sends_nothing(tmp_path, scripted) -> None:
     assert again.invalid_before == len(MALFORMED) and again.ok == 0 and again.done == 10
     assert all(len(times) == 1 for times in endpoint.attempts.values())
     assert len(records(tmp_path / "out.jsonl")) == 10 - len(MALFORMED)
+    lenient = run_job(job(tmp_path, endpoint.url, model="fake", fail_on_invalid=False))
+    assert lenient.exit_code == 0 and lenient.invalid_before == len(MALFORMED)
     header = json.loads((tmp_path / "out.jsonl.journal").read_text().splitlines()[0])
     assert header == {"journal": 1, "shard_index": 0, "shard_count": 1, "order": "input"}
