@@ -12,7 +12,7 @@ All percentages are 0-100. Timing uses an injected clock so the core stays testa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,37 +117,17 @@ def rolling_origin(
     A forecast issued after seeing ``series[:origin]`` at horizon h is scored against
     ``series[origin + h - 1]``; only targets inside the series count.
     """
-    results = rolling_origin_with_parts(
-        factory, series, horizons, test_start, quantile, refit_every, clock
-    )
-    return next(iter(results.values()))
-
-
-def rolling_origin_with_parts(
-    factory: Callable[[], ForecastModel],
-    series: Sequence[float] | np.ndarray,
-    horizons: Sequence[int],
-    test_start: int,
-    quantile: float = 0.9,
-    refit_every: int = 0,
-    clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, BacktestResult]:
-    """:func:`rolling_origin` for the model (first key) and, from the same pass, for each of
-    its :meth:`~predictor.models.base.ForecastModel.parts` (an ensemble's members, fitted and
-    updated exactly as they would be alone). Parts are fitted inside the model, so their own
-    fit and update times are not known (NaN)."""
     y = as_series(series)
     hs = tuple(sorted(set(int(h) for h in horizons)))
     if not 0 < test_start < len(y):
         raise ValueError(f"test_start must be inside the series (1..{len(y) - 1})")
     model = factory()
-    scored = {model.name: model, **model.parts()}
     fit_times = []
     started = clock()
     model.fit(y[:test_start])
     fit_times.append(clock() - started)
-    pred_point = {name: {h: [] for h in hs} for name in scored}
-    pred_upper = {name: {h: [] for h in hs} for name in scored}
+    pred_point = {h: [] for h in hs}
+    pred_upper = {h: [] for h in hs}
     update_time = 0.0
     updates = 0
     for origin in range(test_start, len(y)):
@@ -155,34 +135,29 @@ def rolling_origin_with_parts(
             started = clock()
             model.fit(y[:origin])
             fit_times.append(clock() - started)
-        for name, each in scored.items():
-            prediction = each.predict(hs, quantile)
-            for i, h in enumerate(hs):
-                if origin + h - 1 < len(y):
-                    pred_point[name][h].append(prediction.point[i])
-                    pred_upper[name][h].append(prediction.upper[i])
+        prediction = model.predict(hs, quantile)
+        for i, h in enumerate(hs):
+            if origin + h - 1 < len(y):
+                pred_point[h].append(prediction.point[i])
+                pred_upper[h].append(prediction.upper[i])
         started = clock()
         model.update(y[origin])
         update_time += clock() - started
         updates += 1
-    nan = float("nan")
-    return {
-        name: _scored(
-            name,
-            y,
-            hs,
-            test_start,
-            pred_point[name],
-            pred_upper[name],
-            fit_times if each is model else [nan],
-            update_time / max(updates, 1) if each is model else nan,
-        )
-        for name, each in scored.items()
-    }
+    return _scored(
+        model.name,
+        y,
+        hs,
+        test_start,
+        pred_point,
+        pred_upper,
+        fit_times,
+        update_time / max(updates, 1),
+    )
 
 
 def replay_with_selection(
-    select: Callable[[np.ndarray], tuple[dict[int, str], dict[str, Callable[[], ForecastModel]]]],
+    select: Callable[[np.ndarray], Mapping[int, ForecastModel]],
     series: Sequence[float] | np.ndarray,
     horizons: Sequence[int],
     test_start: int,
@@ -190,33 +165,27 @@ def replay_with_selection(
     quantile: float = 0.9,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BacktestResult:
-    """Backtest what the service does: every ``reselect_every`` origins, ``select`` (given the
-    history so far) names the model per horizon and the factories; the winners are fitted on
-    that history, updated point by point, and each horizon is forecast by its own winner."""
+    """Backtest what the service does: every ``reselect_every`` origins (0: once), ``select``
+    (given the history so far) returns the fitted model per horizon; they are updated point by
+    point, and each horizon is forecast by its own model."""
     y = as_series(series)
     hs = tuple(sorted(set(int(h) for h in horizons)))
     pred_point = {h: [] for h in hs}
     pred_upper = {h: [] for h in hs}
     fit_times, update_time, updates = [], 0.0, 0
-    models: dict[str, ForecastModel] = {}
-    chosen: dict[int, str] = {}
+    chosen: Mapping[int, ForecastModel] = {}
     for origin in range(test_start, len(y)):
-        if (origin - test_start) % max(reselect_every, 1) == 0 and (
-            reselect_every or origin == test_start
-        ):
+        if origin == test_start or (reselect_every and (origin - test_start) % reselect_every == 0):
             started = clock()
-            chosen, factories = select(y[:origin])
-            models = {name: factories[name]() for name in set(chosen.values())}
-            for model in models.values():
-                model.fit(y[:origin])
+            chosen = select(y[:origin])
             fit_times.append(clock() - started)
         for h in hs:
             if origin + h - 1 < len(y):
-                p = models[chosen[h]].predict([h], quantile)
+                p = chosen[h].predict([h], quantile)
                 pred_point[h].append(p.point[0])
                 pred_upper[h].append(p.upper[0])
         started = clock()
-        for model in models.values():
+        for model in {id(m): m for m in chosen.values()}.values():
             model.update(y[origin])
         update_time += clock() - started
         updates += 1
@@ -230,6 +199,59 @@ def replay_with_selection(
         fit_times,
         update_time / max(updates, 1),
     )
+
+
+def forecast_targets(y: np.ndarray, first: int, max_horizon: int) -> np.ndarray:
+    """What each forecast issued at origins ``first..len(y)-1`` (after seeing ``y[:origin]``)
+    is scored against, per horizon 1..max_horizon (NaN past the end of ``y``)."""
+    n = len(y)
+    out = np.full((n - first, max_horizon), np.nan)
+    for h in range(1, max_horizon + 1):
+        out[: max(0, n - first - h + 1), h - 1] = y[first + h - 1 :]
+    return out
+
+
+@dataclass
+class OriginForecasts:
+    """A model's point forecasts at every origin from ``first`` on (origins x horizons; NaN
+    where it could not run), and, per refit start, the errors on its calibration tail then
+    (one array per horizon: what a combination weighs its members by)."""
+
+    point: np.ndarray
+    tails: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    error: str | None = None
+
+
+FAILURES = (ValueError, RuntimeError, np.linalg.LinAlgError)
+
+
+def expanding_origin(
+    factory: Callable[[], ForecastModel],
+    y: np.ndarray,
+    first: int,
+    starts: Sequence[int],
+    max_horizon: int,
+) -> OriginForecasts:
+    """Fit a fresh model on ``y[:start]`` at each of ``starts`` (the first is ``first``) and
+    replay it in bulk up to the next start: its forecasts at every origin as the scheduled
+    refit would have made them, at the cost of one fit per start. A fit that fails leaves its
+    stretch NaN and its error in ``error``."""
+    n = len(y)
+    result = OriginForecasts(np.full((n - first, max_horizon), np.nan))
+    for start, end in zip(starts, [*starts[1:], n], strict=True):
+        try:
+            model = factory()
+            model.fit(y[:start])
+            before = model.latest_path().copy()
+            tails = [model.residuals.errors(h) for h in range(1, max_horizon + 1)]
+            paths = model.replay(y[start:end])
+        except FAILURES as exc:
+            result.error = str(exc)
+            continue
+        result.point[start - first] = before
+        result.point[start - first + 1 : end - first] = paths[:-1]
+        result.tails[start] = tails
+    return result
 
 
 def _scored(
@@ -256,38 +278,6 @@ def _scored(
         fit_seconds=float(np.mean(fit_times)),
         update_seconds=update_seconds,
         origins=len(y) - test_start,
-        actual=actual,
-        point=point,
-        upper=upper,
-    )
-
-
-def pool(results: Sequence[BacktestResult], weights: Sequence[float]) -> BacktestResult:
-    """One result from backtests of the same model on several windows, each window's points
-    counting ``weights[i]`` times (recent windows more). WAPE pools absolute errors and actuals,
-    so a quiet window weighs as little as its load, as in a single long backtest."""
-    if not results or len(results) != len(weights):
-        raise ValueError("pool needs one weight per result, and at least one result")
-    hs = results[0].horizons
-    actual = {h: np.concatenate([r.actual[h] for r in results]) for h in hs}
-    point = {h: np.concatenate([r.point[h] for r in results]) for h in hs}
-    upper = {h: np.concatenate([r.upper[h] for r in results]) for h in hs}
-    w = {
-        h: np.concatenate(
-            [np.full(len(r.actual[h]), wt) for r, wt in zip(results, weights, strict=True)]
-        )
-        for h in hs
-    }
-    return BacktestResult(
-        model=results[0].model,
-        horizons=hs,
-        wape={h: wape(actual[h], point[h], w[h]) for h in hs},
-        smape={h: smape(actual[h], point[h], w[h]) for h in hs},
-        under_rate={h: under_rate(actual[h], point[h], w[h]) for h in hs},
-        coverage={h: coverage(actual[h], upper[h], w[h]) for h in hs},
-        fit_seconds=float(np.mean([r.fit_seconds for r in results])),
-        update_seconds=float(np.mean([r.update_seconds for r in results])),
-        origins=sum(r.origins for r in results),
         actual=actual,
         point=point,
         upper=upper,

@@ -1,35 +1,40 @@
-"""Choose the model for a series by how it did in a rolling-origin backtest on that series.
+"""Choose the model for a series by how it did out of sample over its whole history.
 
-Every candidate is backtested on the most recent part of the history, split into ``folds``
-consecutive windows. At the start of each window the candidate is refitted on everything before
-it (as the scheduled refit would have done) and then only updated through the window. One
-window is a poor judge: it may be a quiet weekend, or follow a quiet first week that a learned
-model cannot cope with yet. The windows' errors are pooled, each recent window counting more
-(a weight that halves every ``half_life`` windows back), so the choice follows how models do
-now without resting on one stretch. Only points before the selection are ever used.
+**Backtest.** Everything after the first quarter of the history (at most ``MAX_BLOCKS`` blocks
+back) is cut into *blocks* of one cycle of the shortest season (a day, usually; without a season,
+four times the deepest horizon). Each candidate is refitted from scratch on everything before a
+block and then only updated, as the scheduled refit would do, and its forecasts at every origin
+and horizon are kept. Refitting before every block would cost too much on a long history, so
+consecutive blocks share a refit, at most ``MAX_REFITS`` of them (an expanding origin). Only
+points before the selection are ever used.
 
-Choosing the lowest pooled WAPE outright makes the choice swing between near-tied candidates
-from one refit to the next, and each swing picks whichever was luckier on the last few days. So
-one candidate per horizon is the *incumbent*: the model chosen at the previous selection, or,
-the first time, the median ensemble (a combination of models of different kinds, the a-priori
-safest choice). A challenger (the lowest pooled WAPE) replaces it only when its pooled WAPE is
-lower by more than the standard error of the paired per-window differences between the two
-(the "one-standard-error rule" of cross-validation): a lead smaller than the window-to-window
-noise is no evidence. With fewer than two windows in common the noise cannot be measured and
-the lowest pooled WAPE wins. The same rule picks the overall model on the mean WAPE over the
-horizons. A candidate that fails is left out and its error kept, never fatal; one that cannot
-run on the older windows (too little history then) is scored on the windows it can run on,
-provided the most recent is one of them.
+**Combinations.** A combination's members are fitted alone, exactly as when they compete on
+their own, so a combination is scored from its members' forecasts (:meth:`Combination.
+combine_paths`) without fitting anything again. A candidate that fails is left out with its
+error, never fatal; one that cannot run on the older blocks (too little history then) is scored
+on those it can run on, provided the most recent is one of them.
 
-An ensemble's members (and its other combinations of them) are scored from the ensemble's own
-pass (they are fitted and updated inside it exactly as they would be alone), so the costly
-members are fitted once per window, not twice. Each candidate is one instance, refitted at the
-start of every window as the scheduled refit would refit it: a model that can start from its
-previous fit (the GRU) does so.
+**Choice.** Each candidate's errors are pooled over its blocks, the recent ones counting more
+(a weight that halves every ``half_life`` blocks back). The lowest pooled WAPE is the
+*challenger*; it replaces the *incumbent* (the previous selection's choice; the first time, the
+inverse-error combination, whose seasonal-copy anchor makes it the safest a-priori choice) only
+when a paired test on their per-block WAPE says the lead is real: the recency-weighted mean of
+the differences must exceed ``SWITCH_Z`` standard errors (a one-sided Diebold-Mariano test on
+block losses, with the effective number of blocks the weights leave). A lead within the
+block-to-block noise is no evidence, and each needless switch picks whichever model was luckier
+on the last days. With fewer than two blocks in common the lowest pooled WAPE wins. The same
+rule picks the overall model on the mean WAPE over the horizons.
+
+**Intervals.** The forecast errors of this backtest are out of sample for every candidate. The
+most recent of them, per horizon, become the chosen model's calibration errors
+(:meth:`Selection.calibrate`): a split-conformal upper bound whose errors come from fits that
+never saw their points, instead of each model's own calibration tail (in sample for a model
+estimated on all of it, such as ETS).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -37,28 +42,55 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictor.backtest import BacktestResult, pool, rolling_origin_with_parts
+from predictor.backtest import (
+    FAILURES,
+    BacktestResult,
+    OriginForecasts,
+    coverage,
+    expanding_origin,
+    forecast_targets,
+    smape,
+    under_rate,
+    wape,
+)
+from predictor.intervals import conformal_quantile
 from predictor.models.base import ForecastModel
+from predictor.models.ensemble import Combination
 
 log = logging.getLogger(__name__)
 
-FOLDS = 4
-HALF_LIFE_FOLDS = 2.0
-PREFERRED = "ensemble"
+MAX_REFITS = 6
+MAX_BLOCKS = 28
+HALF_LIFE_BLOCKS = 7.0
+SWITCH_Z = 1.645
+PREFERRED = ("combination", "ensemble")
+FIRST_FRACTION = 0.25
+CALIBRATION_POINTS = 500
 
-# per candidate: window index -> horizon -> WAPE on that window alone
-FoldScores = Mapping[str, Mapping[int, Mapping[int, float]]]
+# per candidate: block index -> horizon -> WAPE on that block alone
+BlockScores = Mapping[str, Mapping[int, Mapping[int, float]]]
 
 
 @dataclass
 class Selection:
-    """The winner per horizon and overall, with every candidate's scores and failures."""
+    """The winner per horizon and overall, every candidate's scores and failures, and the
+    out-of-sample errors (per candidate and horizon: errors, levels) that calibrate bounds."""
 
     overall: str
     per_horizon: dict[int, str]
     results: dict[str, BacktestResult]
     failures: dict[str, str] = field(default_factory=dict)
-    fold_wape: dict[str, dict[int, dict[int, float]]] = field(default_factory=dict)
+    block_wape: dict[str, dict[int, dict[int, float]]] = field(default_factory=dict)
+    calibration: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = field(
+        default_factory=dict, repr=False
+    )
+
+    def calibrate(self, model: ForecastModel) -> None:
+        """Give a freshly fitted ``model`` the backtest's out-of-sample errors of the candidate
+        of its name as its calibration errors (nothing when there are none)."""
+        errors = self.calibration.get(model.name)
+        if errors:
+            model.recalibrate(errors)
 
 
 def _finite(value: float) -> float:
@@ -68,105 +100,245 @@ def _finite(value: float) -> float:
 def _keep_or_switch(
     names: list[str],
     pooled: Callable[[str], float],
-    per_fold: Callable[[str], dict[int, float]],
+    per_block: Callable[[str], dict[int, float]],
     incumbent: str | None,
+    weights: Mapping[int, float],
 ) -> str:
-    """The lowest pooled score, unless the incumbent trails it by no more than one standard
-    error of their paired per-window differences (see the module doc)."""
+    """The lowest pooled score, unless the incumbent's per-block deficit is not significant
+    (see the module doc)."""
     best = min(names, key=lambda n: _finite(pooled(n)))
     if incumbent not in names or incumbent == best or not math.isfinite(pooled(incumbent)):
         return best
-    best_folds, incumbent_folds = per_fold(best), per_fold(incumbent)
-    diffs = [
-        best_folds[k] - incumbent_folds[k]
-        for k in best_folds.keys() & incumbent_folds.keys()
-        if math.isfinite(best_folds[k]) and math.isfinite(incumbent_folds[k])
+    best_blocks, incumbent_blocks = per_block(best), per_block(incumbent)
+    common = [
+        k
+        for k in sorted(best_blocks.keys() & incumbent_blocks.keys())
+        if math.isfinite(best_blocks[k]) and math.isfinite(incumbent_blocks[k])
     ]
-    if len(diffs) < 2:
+    if len(common) < 2:
         return best
-    standard_error = float(np.std(diffs, ddof=1)) / math.sqrt(len(diffs))
-    return best if pooled(incumbent) - pooled(best) > standard_error else incumbent
+    d = np.array([incumbent_blocks[k] - best_blocks[k] for k in common])
+    w = np.array([weights.get(k, 1.0) for k in common])
+    return best if significant_lead(d, w) else incumbent
+
+
+def significant_lead(differences: np.ndarray, weights: np.ndarray, z: float = SWITCH_Z) -> bool:
+    """Whether the recency-weighted mean of paired per-block differences (incumbent minus
+    challenger) exceeds ``z`` standard errors, with the effective number of blocks
+    ``(sum w)^2 / sum w^2`` (one-sided Diebold-Mariano on block losses)."""
+    total = weights.sum()
+    mean = float(weights @ differences / total)
+    n_eff = total**2 / float(weights @ weights)
+    if n_eff <= 1.0:
+        return mean > 0
+    variance = float(weights @ (differences - mean) ** 2 / total) * n_eff / (n_eff - 1.0)
+    return mean > z * math.sqrt(variance / n_eff)
 
 
 def choose(
     results: Mapping[str, BacktestResult],
     horizons: Sequence[int],
-    fold_wape: FoldScores | None = None,
+    block_wape: BlockScores | None = None,
     previous: Selection | None = None,
+    block_weights: Mapping[int, float] | None = None,
 ) -> Selection:
     """Pick the model per horizon and overall from ``results`` (in order; ties to the first).
 
-    Without ``fold_wape`` (per-window scores) the lowest WAPE wins; with them, the incumbent
-    (``previous``'s choice, else the ensemble) stays unless beaten by more than one standard
-    error.
+    Without ``block_wape`` (per-block scores) the lowest WAPE wins; with them, the incumbent
+    (``previous``'s choice, else a combination) stays unless the challenger's lead is
+    significant across blocks (weighted by ``block_weights``, default equal).
     """
     if not results:
         raise ValueError("no backtest results to choose from")
     names = list(results)
-    folds = fold_wape or {}
+    blocks = block_wape or {}
+    weights = block_weights or {}
 
-    def fold_scores(name: str, h: int | None) -> dict[int, float]:
-        by_fold = folds.get(name, {})
+    def block_scores(name: str, h: int | None) -> dict[int, float]:
+        by_block = blocks.get(name, {})
         if h is not None:
-            return {k: v[h] for k, v in by_fold.items()}
-        return {k: float(np.mean([v[x] for x in horizons])) for k, v in by_fold.items()}
+            return {k: v[h] for k, v in by_block.items()}
+        return {k: float(np.mean([v[x] for x in horizons])) for k, v in by_block.items()}
 
     def incumbent(h: int | None) -> str | None:
         if previous is not None:
             chosen = previous.overall if h is None else previous.per_horizon.get(h)
             if chosen in results:
                 return chosen
-        return PREFERRED if PREFERRED in results else None
+        return next((n for n in PREFERRED if n in results), None)
 
     per_h = {
         h: _keep_or_switch(
             names,
             lambda n, h=h: results[n].wape[h],
-            lambda n, h=h: fold_scores(n, h),
+            lambda n, h=h: block_scores(n, h),
             incumbent(h),
+            weights,
         )
         for h in horizons
     }
     overall = _keep_or_switch(
         names,
         lambda n: float(np.mean([results[n].wape[h] for h in horizons])),
-        lambda n: fold_scores(n, None),
+        lambda n: block_scores(n, None),
         incumbent(None),
+        weights,
     )
     return Selection(
         overall=overall,
         per_horizon=per_h,
         results=dict(results),
-        fold_wape={n: {k: dict(v) for k, v in f.items()} for n, f in folds.items()},
+        block_wape={n: {k: dict(v) for k, v in f.items()} for n, f in blocks.items()},
     )
 
 
-def validation_size(n_points: int, max_horizon: int, fraction: float = 0.25) -> int:
-    """How many recent points to backtest on: a fraction of the history, at least enough
-    origins for every horizon to be scored a few times."""
-    return max(min(int(n_points * fraction), 2000), 4 * max_horizon)
+def block_length(max_horizon: int, cycle: int = 0) -> int:
+    """Points per scoring block: one cycle of the shortest season, so that every block scores
+    every hour of the day alike and blocks are comparable; without a season, four times the
+    deepest horizon."""
+    return max(cycle, 2 * max_horizon) if cycle else 4 * max_horizon
+
+
+def validation_blocks(n_points: int, max_horizon: int, cycle: int = 0) -> tuple[int, int]:
+    """(first validation origin, block length): whole blocks ending at ``n_points`` after the
+    first quarter of the history, at least one and at most ``MAX_BLOCKS``."""
+    block = block_length(max_horizon, cycle)
+    count = (n_points - int(n_points * FIRST_FRACTION)) // block
+    count = max(1, min(count, MAX_BLOCKS))
+    if n_points - count * block < 2:
+        block = max(2 * max_horizon, (n_points - 2) // count)
+    return n_points - count * block, block
 
 
 def minimum_history(max_horizon: int) -> int:
-    """The fewest points on which selection can backtest every horizon and still fit on two."""
-    n = 2
-    while n - validation_size(n, max_horizon) < 2:
-        n += 1
-    return n
+    """The fewest points on which selection can backtest every horizon (a block of four times
+    the deepest horizon) and still fit on two."""
+    return 4 * max_horizon + 2
 
 
-def validation_folds(
-    n_points: int, max_horizon: int, validation: int, folds: int, cycle: int = 0
-) -> list[int]:
-    """Start of each validation window (the last ends at ``n_points``); fewer windows when
-    the validation is too short for each to score every horizon a few times, or to span one
-    ``cycle`` (the shortest season, in steps). A window shorter than a day scores only some
-    hours of it: its errors are not comparable with another window's, and the spread of the
-    differences between windows (the one-standard-error rule's noise) measures the hours
-    they happened to cover, not the models."""
-    folds = max(1, min(folds, validation // max(2 * max_horizon, cycle)))
-    start = n_points - validation
-    return [start + (validation * i) // folds for i in range(folds)]
+def refit_starts(first: int, block: int, count: int, max_refits: int = MAX_REFITS) -> list[int]:
+    """Where the expanding-origin refits happen: at the start of evenly spread blocks, at most
+    ``max_refits`` of them, the first at ``first``."""
+    groups = max(1, min(count, max_refits))
+    return [first + block * ((count * g) // groups) for g in range(groups)]
+
+
+def _conformal_upper(point: np.ndarray, actual: np.ndarray, block: int, q: float) -> np.ndarray:
+    """Upper bounds for each origin from the errors of the blocks before its own (split
+    conformal, at most the last ``CALIBRATION_POINTS`` errors; +inf in the first block)."""
+    upper = np.full(point.shape, np.inf)
+    errors = actual - point
+    for start in range(block, len(point), block):
+        for i in range(point.shape[1]):
+            seen = errors[: start - i, i]  # targets observed before this block's first origin
+            seen = seen[np.isfinite(seen)][-CALIBRATION_POINTS:]
+            if len(seen):
+                upper[start : start + block, i] = point[start : start + block, i] + max(
+                    conformal_quantile(seen, q), 0.0
+                )
+    return upper
+
+
+def _score(
+    name: str,
+    point: np.ndarray,
+    actual: np.ndarray,
+    horizons: Sequence[int],
+    block: int,
+    weights: np.ndarray,
+    quantile: float,
+) -> tuple[BacktestResult, dict[int, dict[int, float]]]:
+    """Pooled (recency-weighted) scores over the blocks a candidate ran on, and its WAPE per
+    block and horizon."""
+    upper = _conformal_upper(point, actual, block, quantile)
+    n_blocks = len(point) // block
+    ran = [k for k in range(n_blocks) if np.isfinite(point[k * block : (k + 1) * block]).all()]
+    per_block: dict[int, dict[int, float]] = {}
+    acts, points, uppers, ws = {}, {}, {}, {}
+    for h in horizons:
+        rows = np.concatenate([np.arange(k * block, (k + 1) * block) for k in ran])
+        rows = rows[np.isfinite(actual[rows, h - 1])]
+        acts[h], points[h], uppers[h] = (m[rows, h - 1] for m in (actual, point, upper))
+        ws[h] = weights[rows // block]
+        for k in ran:
+            r = slice(k * block, (k + 1) * block)
+            ok = np.isfinite(actual[r, h - 1])
+            per_block.setdefault(k, {})[h] = wape(actual[r, h - 1][ok], point[r, h - 1][ok])
+    covered = {h: uppers[h] < np.inf for h in horizons}
+    result = BacktestResult(
+        model=name,
+        horizons=tuple(horizons),
+        wape={h: wape(acts[h], points[h], ws[h]) for h in horizons},
+        smape={h: smape(acts[h], points[h], ws[h]) for h in horizons},
+        under_rate={h: under_rate(acts[h], points[h], ws[h]) for h in horizons},
+        coverage={
+            h: coverage(acts[h][covered[h]], uppers[h][covered[h]], ws[h][covered[h]])
+            for h in horizons
+        },
+        fit_seconds=float("nan"),
+        update_seconds=float("nan"),
+        origins=len(acts[horizons[0]]),
+        actual=acts,
+        point=points,
+        upper=uppers,
+    )
+    return result, per_block
+
+
+def _calibration_errors(
+    point: np.ndarray, actual: np.ndarray, max_horizon: int
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    out = {}
+    for h in range(1, max_horizon + 1):
+        ok = np.isfinite(point[:, h - 1]) & np.isfinite(actual[:, h - 1])
+        levels = point[ok, h - 1][-CALIBRATION_POINTS:]
+        out[h] = (actual[ok, h - 1][-CALIBRATION_POINTS:] - levels, levels)
+    return out
+
+
+def candidate_forecasts(
+    factories: Mapping[str, Callable[[], ForecastModel]],
+    y: np.ndarray,
+    first: int,
+    starts: Sequence[int],
+    max_horizon: int,
+) -> tuple[dict[str, OriginForecasts], dict[str, str], list[str]]:
+    """Every candidate's forecasts at every origin from ``first`` on, refitted at ``starts``
+    (:func:`~predictor.backtest.expanding_origin`); combinations from their members' (a member
+    that is no candidate is backtested too, under its own name). Returns the forecasts, the
+    errors of candidates that failed somewhere, and the names of the candidates that could be
+    built."""
+    errors: dict[str, str] = {}
+    instances: dict[str, ForecastModel] = {}
+    for name, factory in factories.items():
+        try:
+            instances[name] = factory()
+        except FAILURES as exc:
+            errors[name] = str(exc)
+    composites = {n: m for n, m in instances.items() if isinstance(m, Combination)}
+    makers: dict[str, Callable[[], ForecastModel]] = {
+        n: factories[n] for n in instances if n not in composites
+    }
+    for composite in composites.values():
+        for member in composite.members:
+            makers.setdefault(member.name, lambda m=member: copy.deepcopy(m))
+    forecasts: dict[str, OriginForecasts] = {}
+    for name, make in makers.items():
+        forecasts[name] = expanding_origin(make, y, first, starts, max_horizon)
+        if forecasts[name].error:
+            errors.setdefault(name, forecasts[name].error)
+    for name, composite in composites.items():
+        members = composite.member_names()
+        point = np.full((len(y) - first, max_horizon), np.nan)
+        for start, end in zip(starts, [*starts[1:], len(y)], strict=True):
+            if not all(start in forecasts[m].tails for m in members):
+                continue
+            rows = slice(start - first, end - first)
+            paths = {m: forecasts[m].point[rows] for m in members}
+            tails = {m: forecasts[m].tails[start] for m in members}
+            point[rows] = composite.combine_paths(paths, tails)
+        forecasts[name] = OriginForecasts(point)
+    return forecasts, errors, list(instances)
 
 
 def select_model(
@@ -174,63 +346,48 @@ def select_model(
     series: np.ndarray,
     horizons: Sequence[int],
     quantile: float = 0.9,
-    validation: int | None = None,
-    folds: int = FOLDS,
-    half_life: float = HALF_LIFE_FOLDS,
     previous: Selection | None = None,
     cycle: int = 0,
+    half_life: float = HALF_LIFE_BLOCKS,
+    max_refits: int = MAX_REFITS,
 ) -> Selection:
-    """Backtest each candidate on the last ``validation`` points of ``series``, in ``folds``
-    windows refitted at their start (each spanning at least ``cycle`` points, the shortest
-    season), and choose on the recency-weighted pooled WAPE, keeping ``previous``'s choice (or
-    the ensemble) unless clearly beaten (see the module doc)."""
-    v = validation or validation_size(len(series), max(horizons))
-    starts = validation_folds(len(series), max(horizons), v, folds, cycle)
-    ends = [*starts[1:], len(series)]
-    weights = [0.5 ** ((len(starts) - 1 - i) / half_life) for i in range(len(starts))]
-    scored: dict[str, dict[int, BacktestResult]] = {name: {} for name in factories}
-    errors: dict[str, str] = {}
-    # One instance per candidate, refitted at each window's start as the service refits on its
-    # schedule: a model that can start from its previous fit (the GRU) does so.
-    instances: dict[str, ForecastModel] = {}
-    for name, factory in factories.items():
-        try:
-            instances[name] = factory()
-        except (ValueError, RuntimeError) as exc:
-            errors[name] = str(exc)
-    # Models that hold others run first, so their members are scored from their pass.
-    order = sorted(instances, key=lambda n: not instances[n].parts())
-    for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
-        for name in order:
-            if k in scored[name]:
-                continue
-            try:
-                results = rolling_origin_with_parts(
-                    lambda model=instances[name]: model, series[:end], horizons, start, quantile
-                )
-            except (ValueError, RuntimeError, np.linalg.LinAlgError) as exc:
-                errors[name] = str(exc)
-                continue
-            scored[name][k] = next(iter(results.values()))
-            for part, result in list(results.items())[1:]:
-                if part in scored and k not in scored[part]:
-                    scored[part][k] = result
-    last = len(starts) - 1
+    """Backtest every candidate over the history in blocks of ``cycle`` points (the shortest
+    season) with expanding-origin refits, and choose on the recency-weighted pooled WAPE,
+    keeping ``previous``'s choice (or a combination) unless a challenger's lead is significant
+    (see the module doc)."""
+    y = np.asarray(series, dtype=float)
+    hs = tuple(sorted({int(h) for h in horizons}))
+    max_horizon = max(hs)
+    first, block = validation_blocks(len(y), max_horizon, cycle)
+    count = (len(y) - first) // block
+    starts = refit_starts(first, block, count, max_refits)
+    block_weights = 0.5 ** ((count - 1 - np.arange(count)) / half_life)
+
+    backtests, errors, names = candidate_forecasts(factories, y, first, starts, max_horizon)
+    actual = forecast_targets(y, first, max_horizon)
+    last_rows = slice((count - 1) * block, count * block)
     pooled: dict[str, BacktestResult] = {}
+    block_wape: dict[str, dict[int, dict[int, float]]] = {}
     failures: dict[str, str] = {}
-    for name in factories:
-        windows = scored[name]
-        if last in windows:
-            ks = sorted(windows)
-            pooled[name] = pool([windows[k] for k in ks], [weights[k] for k in ks])
-        else:
-            failures[name] = errors.get(name, "not scored on the most recent window")
+    for name in names:
+        point = backtests[name].point
+        if not np.isfinite(point[last_rows]).all():
+            failures[name] = errors.get(name, "not scored on the most recent block")
             log.info("candidate left out", extra={"model": name, "reason": failures[name]})
+            continue
+        pooled[name], block_wape[name] = _score(
+            name, point, actual, hs, block, block_weights, quantile
+        )
+    for name, error in errors.items():
+        if name not in factories or name in pooled:
+            continue
+        failures.setdefault(name, error)
     if not pooled:
         raise ValueError(f"no model could be backtested: {failures}")
-    fold_wape = {
-        name: {k: dict(scored[name][k].wape) for k in sorted(scored[name])} for name in pooled
-    }
-    selection = choose(pooled, horizons, fold_wape, previous)
+    selection = choose(pooled, hs, block_wape, previous, dict(enumerate(block_weights.tolist())))
     selection.failures = failures
+    chosen = {selection.overall, *selection.per_horizon.values()}
+    selection.calibration = {
+        name: _calibration_errors(backtests[name].point, actual, max_horizon) for name in chosen
+    }
     return selection

@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 
@@ -250,11 +250,7 @@ class PredictorService:
                 previous=previous,
                 cycle=shortest_cycle(config.step, config.seasons, len(series)),
             )
-            fitted: dict[str, ForecastModel] = {}
-            for name in dict.fromkeys(selection.per_horizon.values()):
-                model = factories[name]()
-                model.fit(series)
-                fitted[name] = model
+            fitted = fit_chosen(selection, factories, series)
             with state.lock:
                 # Points appended while the refit ran must reach the new models too.
                 arrived = state.appended - appended_before
@@ -367,6 +363,20 @@ class PredictorService:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
             self._scheduler = None
+
+
+def fit_chosen(
+    selection: Selection, factories: Mapping[str, Callable[[], ForecastModel]], series: np.ndarray
+) -> dict[str, ForecastModel]:
+    """Fit each model the selection chose for some horizon on ``series``, with the selection's
+    out-of-sample backtest errors as its calibration errors (its upper bound's)."""
+    fitted: dict[str, ForecastModel] = {}
+    for name in dict.fromkeys(selection.per_horizon.values()):
+        model = factories[name]()
+        model.fit(series)
+        selection.calibrate(model)
+        fitted[name] = model
+    return fitted
 
 
 def _now_datetime():

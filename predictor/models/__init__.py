@@ -3,14 +3,16 @@
 
 from predictor.models.autoregressive import AutoregressiveModel
 from predictor.models.base import ForecastModel, InsufficientHistory, Prediction
+from predictor.models.calendar import CalendarRegressionModel
 from predictor.models.catalog import (
     BASELINES,
     candidate_factories,
     shortest_cycle,
     usable_seasons,
 )
-from predictor.models.ensemble import MedianEnsemble
+from predictor.models.ensemble import Combination
 from predictor.models.ets import ETSModel
+from predictor.models.mstl import MSTLModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
 from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
@@ -19,10 +21,12 @@ from predictor.models.sequence import SequenceModel
 __all__ = [
     "BASELINES",
     "AutoregressiveModel",
+    "CalendarRegressionModel",
+    "Combination",
     "ETSModel",
     "ForecastModel",
     "InsufficientHistory",
-    "MedianEnsemble",
+    "MSTLModel",
     "NaiveModel",
     "Prediction",
     "SeasonalBlendModel",

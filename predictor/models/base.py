@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -261,6 +261,16 @@ class ForecastModel(ABC):
         margin = np.maximum(self.residuals.margins(hs, quantile, point, scaling), 0.0)
         return Prediction(horizons=hs, point=point, upper=point + margin, quantile=quantile)
 
+    def recalibrate(self, errors: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Replace the calibration errors with ``errors`` (per horizon: errors and the levels
+        they were made at, oldest first), measured elsewhere out of sample (selection's
+        backtest); live updates keep adding to them."""
+        self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
+        for h, (values, levels) in errors.items():
+            if 1 <= h <= self.max_horizon and len(values):
+                self.residuals.add_many(h, np.asarray(values), np.asarray(levels))
+        self._scalings = {}
+
     def interval_scaling(self, quantile: float = 0.9) -> LevelScaling:
         """How the margin at ``quantile`` scales with the level: chosen once per fit, on the
         errors held when first asked (right after the fit: the calibration tail's)."""
@@ -269,11 +279,6 @@ class ForecastModel(ABC):
             scaling = self.residuals.best_scaling(quantile, self.interval_floor)
             self._scalings[quantile] = scaling
         return scaling
-
-    def parts(self) -> dict[str, ForecastModel]:
-        """Models this one runs inside itself, by name, each usable on its own after this one's
-        fit and updates (an ensemble's members): a backtest scores them in the same pass."""
-        return {}
 
     def latest_path(self) -> np.ndarray:
         """Point forecasts for 1..max_horizon from the current state (no copy of the state)."""

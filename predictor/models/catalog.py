@@ -7,8 +7,10 @@ from collections.abc import Callable, Sequence
 
 from predictor.models.autoregressive import RECENT_WINDOWS, AutoregressiveModel
 from predictor.models.base import ForecastModel
-from predictor.models.ensemble import MedianEnsemble
+from predictor.models.calendar import CalendarRegressionModel
+from predictor.models.ensemble import Combination
 from predictor.models.ets import ETSModel
+from predictor.models.mstl import MSTLModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
 from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
@@ -26,11 +28,17 @@ LEARNED = (
     "seasonal_level",
     "seasonal_blend",
     "ets_log",
+    "mstl",
     "autoregressive",
+    "calendar",
     "gru",
     "ensemble",
     "ensemble_trimmed",
+    "combination",
 )
+# Offered only when a target names it: a GRU fit costs a hundred times the others' and, on the
+# bench's series, earns nothing over them (docs/predictor-accuracy.md).
+ON_REQUEST = ("gru",)
 
 log = logging.getLogger(__name__)
 
@@ -111,35 +119,43 @@ def candidate_factories(
             factories["seasonal_blend"] = lambda: SeasonalBlendModel(blend, max_horizon)
     ets_periods = tuple(p for p in periods if p <= MAX_ETS_PERIOD)
     factories["ets_log"] = lambda: ETSModel(max_horizon, periods=ets_periods, log=True)
+    factories["mstl"] = lambda: MSTLModel(max_horizon, periods=tuple(periods))
     # Recent means longer than a sixth of the shortest season blur its shape into the level
     # (and cost coefficients a short history cannot estimate).
     recent = tuple(w for w in RECENT_WINDOWS if not periods or w <= min(periods) // 6)
     factories["autoregressive"] = lambda: AutoregressiveModel(
         max_horizon, periods=tuple(periods), recent_windows=recent
     )
-    gru_window = int(min(MAX_SEQUENCE_WINDOW, max(2 * max_horizon, min(periods or [24]))))
-    factories["gru"] = lambda: SequenceModel(max_horizon, window=gru_window, periods=tuple(periods))
-
-    # Members of different kinds (smoothing, seasonal copies, regression, learned) whose
-    # errors partly cancel; with a season the naive copy is left out: it is far off beyond the
-    # first step.
-    members = ["ets_log", "autoregressive", "gru", "seasonal_level", "seasonal_blend"]
-    if longest is None:
-        members = ["ets_log", "autoregressive", "gru", "naive"]
-    every = dict(factories)
-    members = [n for n in members if n in every]
-    # Dropping the highest and lowest of four leaves the mean of the middle two: the median.
-    trimmed = {"ensemble_trimmed": "trimmed_mean"} if len(members) >= 5 else {}
-
-    def ensemble(combine: str = "median", name: str = "ensemble") -> ForecastModel:
-        views = trimmed if combine == "median" else {}
-        return MedianEnsemble(
-            [every[n]() for n in members], name=name, combine=combine, views=views
+    factories["calendar"] = lambda: CalendarRegressionModel(
+        max_horizon, periods=tuple(periods), recent_windows=recent
+    )
+    if "gru" in include:
+        gru_window = int(min(MAX_SEQUENCE_WINDOW, max(2 * max_horizon, min(periods or [24]))))
+        factories["gru"] = lambda: SequenceModel(
+            max_horizon, window=gru_window, periods=tuple(periods)
         )
 
-    factories["ensemble"] = ensemble
-    if trimmed:
-        factories["ensemble_trimmed"] = lambda: ensemble("trimmed_mean", "ensemble_trimmed")
+    # The median of members of different kinds (smoothing, decomposition, seasonal copies,
+    # regressions), whose errors partly cancel; with a season the naive copy is left out: it
+    # is far off beyond the first step.
+    members = ["ets_log", "mstl", "autoregressive", "calendar", "seasonal_level", "seasonal_blend"]
+    if longest is None:
+        members = ["ets_log", "autoregressive", "naive"]
+    singles = dict(factories)
+    members = [n for n in members if n in singles]
+
+    def combination(rule: str, name: str, names: list[str]) -> ForecastModel:
+        return Combination([singles[n]() for n in names], name=name, rule=rule)
+
+    factories["ensemble"] = lambda: combination("median", "ensemble", members)
+    # Dropping the highest and lowest of four leaves the mean of the middle two: the median.
+    if len(members) >= 5:
+        factories["ensemble_trimmed"] = lambda: combination(
+            "trimmed_mean", "ensemble_trimmed", members
+        )
+    # Every single model may join the inverse-error combination; the best seasonal copy always
+    # does (see predictor.models.ensemble).
+    factories["combination"] = lambda: combination("inverse_error", "combination", list(singles))
     if include:
         known = known_models(seasons_seconds)
         unknown = sorted(set(include) - set(known))

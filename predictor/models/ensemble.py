@@ -1,20 +1,40 @@
 """Combinations of several models: errors of different kinds partly cancel.
 
-The median lets no single bad member drag the forecast far (unlike a mean). The trimmed mean
-drops the highest and the lowest member and averages the rest: as robust to one wild member, and
-less jumpy than the median when the middle members disagree, which tends to pay further ahead.
-Which combination does better on a series is for the backtest to say, so an ensemble can run other
-combinations of the same fitted members inside itself (``views``): selection scores them from
-the ensemble's own pass, without fitting the members again.
+Three rules combine the members' point forecasts at each horizon:
+
+- ``median``: no single bad member drags the forecast far (unlike a mean);
+- ``trimmed_mean``: drops the highest and the lowest member and averages the rest, as robust to
+  one wild member and less jumpy than the median when the middle members disagree;
+- ``inverse_error``: a weighted mean of the ``top`` members with the lowest recent error at that
+  horizon, plus the best seasonal copy whatever its rank (an anchor that a member gone astray
+  cannot drag away from last day's or last week's shape), each weighted by its error to the
+  power ``-power``. Forecast combinations with weights estimated from recent errors are hard to
+  beat by any single member picked in advance (the "forecast combination puzzle"): a member's
+  lead on one stretch rarely survives the next, a blend of good members does.
+
+Each member is fitted alone, exactly as it would be as a candidate of its own, so that the
+combination's forecasts can be reproduced from the members' own backtests without fitting them
+again (selection does so: :meth:`Combination.combine_paths`). The weights of ``inverse_error``
+come from the errors each member made on its own calibration tail (out of sample for it); the
+combination's own calibration errors are those weighted tails, in sample for the weights, which
+is why the service replaces them with the selection's out-of-sample errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from predictor.models.base import ForecastModel
+from predictor.intervals import LevelScaling, ResidualWindow
+from predictor.models.base import ForecastModel, History, InsufficientHistory, as_series
+
+TOP = 3
+POWER = 2.0
+ANCHOR_PREFIX = "seasonal_naive_"
+
+# per member name: per horizon (1..H, index h-1), the errors on its calibration tail
+TailErrors = Mapping[str, Sequence[np.ndarray]]
 
 
 def _median(paths: np.ndarray) -> np.ndarray:
@@ -36,89 +56,150 @@ COMBINATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "median": _median,
     "trimmed_mean": _trimmed_mean,
 }
+RULES = (*COMBINATIONS, "inverse_error")
 
 
-class MedianEnsemble(ForecastModel):
-    """Point forecast = the median (or ``combine``) of the members' point forecasts at each
-    horizon; ``views`` (name -> combination) are further combinations exposed as parts."""
+def inverse_error_weights(
+    names: Sequence[str], tails: TailErrors, max_horizon: int, top: int = TOP, power: float = POWER
+) -> np.ndarray:
+    """Weights (horizons x members) of the ``inverse_error`` rule from each member's tail errors
+    (see the module doc). A member without errors at a horizon gets no weight there; with none
+    at all, every member weighs the same."""
+    weights = np.zeros((max_horizon, len(names)))
+    for i in range(max_horizon):
+        error = np.array(
+            [float(np.mean(np.abs(tails[n][i]))) if len(tails[n][i]) else np.inf for n in names]
+        )
+        if not np.isfinite(error).any():
+            weights[i] = 1.0 / len(names)
+            continue
+        order = np.argsort(error, kind="stable")
+        chosen = set(order[:top].tolist())
+        anchors = [j for j in order if names[j].startswith(ANCHOR_PREFIX)]
+        if anchors and np.isfinite(error[anchors[0]]):
+            chosen.add(anchors[0])
+        chosen = [j for j in chosen if np.isfinite(error[j])]
+        inverse = np.maximum(error[chosen], 1e-9 * max(float(error[chosen].max()), 1.0)) ** -power
+        weights[i, chosen] = inverse / inverse.sum()
+    return weights
+
+
+class Combination(ForecastModel):
+    """Point forecast = ``rule`` over the members' point forecasts at each horizon (see the
+    module doc); members are fitted and updated alone, as they would be as candidates."""
 
     def __init__(
         self,
         members: list[ForecastModel],
         name: str = "ensemble",
-        combine: str = "median",
-        views: Mapping[str, str] | None = None,
+        rule: str = "median",
+        top: int = TOP,
+        power: float = POWER,
         **kwargs,
     ) -> None:
         if len(members) < 2:
-            raise ValueError("an ensemble needs at least two members")
-        unknown = {combine, *(views or {}).values()} - set(COMBINATIONS)
-        if unknown:
-            raise ValueError(f"unknown combination {sorted(unknown)[0]!r}")
+            raise ValueError("a combination needs at least two members")
+        if rule not in RULES:
+            raise ValueError(f"unknown combination {rule!r}; choose from: {', '.join(RULES)}")
+        if len({m.name for m in members}) != len(members):
+            raise ValueError("combination members need distinct names")
         self.members = members
         self.name = name
-        self.combine = combine
-        self.views = [
-            CombinationView(members, how, view_name) for view_name, how in (views or {}).items()
-        ]
+        self.rule = rule
+        self.top = top
+        self.power = power
+        self.weights = np.full((members[0].max_horizon, len(members)), 1.0 / len(members))
         super().__init__(members[0].max_horizon, **kwargs)
 
     @property
     def min_points(self) -> int:
-        return max(m.min_points for m in self.members) + 1
+        return max(m.min_points for m in self.members)
+
+    def member_names(self) -> list[str]:
+        return [m.name for m in self.members]
 
     def _fit(self, y: np.ndarray, state_at: int) -> None:
+        raise NotImplementedError("a combination fits its members alone: call fit()")
+
+    def fit(self, series: Sequence[float] | np.ndarray) -> None:
+        """Fit every member alone on ``series`` (each replays its own calibration tail), set
+        the weights from their tail errors, and take the combined tails as this model's
+        calibration errors."""
+        y = as_series(series)
+        if len(y) < self.min_points + 1:
+            raise InsufficientHistory(
+                f"{self.name} needs at least {self.min_points + 1} points, got {len(y)}"
+            )
         for member in self.members:
-            member.fit_until(y, state_at)
-        for view in self.views:
-            view.fit_until(y, state_at)
+            member.fit(y)
+        tails = {m.name: [m.residuals.errors(h) for h in self.hs] for m in self.members}
+        self.weights = self.weights_for(tails)
+        self.nonnegative = bool(np.all(y >= 0))
+        self.interval_floor = LevelScaling.floor_for(y)
+        self._scalings = {}
+        self.history = History(self.history_capacity())
+        self.history.extend(y)
+        self.points_seen = len(y)
+        self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
+        for h in self.hs:
+            n = min(m.residuals.count(h) for m in self.members)
+            if n == 0:
+                continue
+            levels = np.stack([m.residuals.levels(h)[-n:] for m in self.members])
+            actual = levels[0] + self.members[0].residuals.errors(h)[-n:]
+            combined = self._clip(self._combine_at(h, levels))
+            self.residuals.add_many(h, actual - combined, combined)
+        pending = min(len(m._pending) for m in self.members)
+        self._pending.clear()
+        for age in range(pending):
+            self._pending.append(self._combined(np.stack([m._pending[age] for m in self.members])))
+        self._path = self._combined(np.stack([m.latest_path() for m in self.members]))
+
+    @property
+    def hs(self) -> range:
+        return range(1, self.max_horizon + 1)
+
+    def weights_for(self, tails: TailErrors) -> np.ndarray:
+        """The rule's weights (horizons x members) given each member's tail errors; only the
+        ``inverse_error`` rule uses them."""
+        if self.rule != "inverse_error":
+            return self.weights
+        return inverse_error_weights(
+            self.member_names(), tails, self.max_horizon, self.top, self.power
+        )
+
+    def _combine_at(self, h: int, member_values: np.ndarray) -> np.ndarray:
+        """Combine members' forecasts at horizon ``h`` (members x points)."""
+        if self.rule == "inverse_error":
+            return self.weights[h - 1] @ member_values
+        return COMBINATIONS[self.rule](member_values)
+
+    def _combined(self, paths: np.ndarray) -> np.ndarray:
+        """Combine members' paths (members x [points x] horizons)."""
+        if self.rule == "inverse_error":
+            return self._clip(np.einsum("m...h,hm->...h", paths, self.weights))
+        return self._clip(COMBINATIONS[self.rule](paths))
+
+    def combine_paths(self, paths: Mapping[str, np.ndarray], tails: TailErrors) -> np.ndarray:
+        """The forecasts (points x horizons) this combination would have made had it been
+        fitted where the members were: ``paths`` are the members' forecasts, ``tails`` their
+        calibration errors after that fit. Selection scores combinations with it."""
+        weights = self.weights_for(tails)
+        stacked = np.stack([paths[n] for n in self.member_names()])
+        if self.rule == "inverse_error":
+            return self._clip(np.einsum("mph,hm->ph", stacked, weights))
+        return self._clip(COMBINATIONS[self.rule](stacked))
 
     def _advance(self, value: float) -> None:
         for member in self.members:
             member.update(value)
-        for view in self.views:
-            view.update(value)  # after the members: it combines their new forecasts
 
     def _advance_many(self, values: np.ndarray) -> np.ndarray:
-        """Each member replays ``values`` in bulk (see ForecastModel.replay); the combinations
-        of their paths are taken for all points at once."""
+        """Each member replays ``values`` in bulk (see ForecastModel.replay); their paths are
+        combined for all points at once."""
         self.history.extend(values)
         self.points_seen += len(values)
-        member_paths = np.stack([member.replay(values) for member in self.members])
-        for view in self.views:
-            view.replay_combined(values, member_paths)
-        return self._clip(COMBINATIONS[self.combine](member_paths))
-
-    def parts(self) -> dict[str, ForecastModel]:
-        return {m.name: m for m in [*self.members, *self.views]}
+        return self._combined(np.stack([member.replay(values) for member in self.members]))
 
     def _forecast_path(self) -> np.ndarray:
-        return COMBINATIONS[self.combine](np.stack([m.latest_path() for m in self.members]))
-
-
-class CombinationView(ForecastModel):
-    """Another combination of an ensemble's members, driven by that ensemble's fit and updates
-    (it fits nothing itself); it keeps its own errors, so it has its own upper bound."""
-
-    def __init__(self, members: list[ForecastModel], combine: str, name: str) -> None:
-        self.members = members
-        self.combine = combine
-        self.name = name
-        super().__init__(members[0].max_horizon)
-
-    @property
-    def min_points(self) -> int:
-        return max(m.min_points for m in self.members) + 1
-
-    def _fit(self, y: np.ndarray, state_at: int) -> None:
-        return None  # the ensemble has fitted the members
-
-    def replay_combined(self, values: np.ndarray, member_paths: np.ndarray) -> None:
-        """:meth:`replay` of ``values``, given the members' paths after each of them
-        (members x values x horizons), which the ensemble has just computed."""
-        self.history.extend(values)
-        self.points_seen += len(values)
-        self._record_replay(values, self._clip(COMBINATIONS[self.combine](member_paths)))
-
-    def _forecast_path(self) -> np.ndarray:
-        return COMBINATIONS[self.combine](np.stack([m.latest_path() for m in self.members]))
+        return self._combined(np.stack([m.latest_path() for m in self.members]))

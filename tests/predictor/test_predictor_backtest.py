@@ -8,24 +8,30 @@ import pytest
 from predictor.backtest import (
     BacktestResult,
     coverage,
-    pool,
+    expanding_origin,
+    forecast_targets,
     replay_with_selection,
     rolling_origin,
-    rolling_origin_with_parts,
     smape,
     under_rate,
     wape,
 )
 from predictor.models import (
-    MedianEnsemble,
+    Combination,
     NaiveModel,
-    SeasonalLevelModel,
     SeasonalNaiveModel,
     candidate_factories,
     shortest_cycle,
 )
 from predictor.models.base import ForecastModel
-from predictor.selection import choose, select_model, validation_folds
+from predictor.selection import (
+    candidate_forecasts,
+    choose,
+    refit_starts,
+    select_model,
+    significant_lead,
+    validation_blocks,
+)
 
 
 def test_measures_on_a_hand_computed_case():
@@ -110,18 +116,21 @@ def test_weekly_models_need_two_weeks_and_unknown_models_are_named():
         candidate_factories(3600, [86400], 2, 100, include=["arima"])
 
 
-def test_replay_with_selection_uses_each_horizons_winner():
+def test_replay_with_selection_uses_each_horizons_model_and_reselects_on_schedule():
     t = np.arange(24 * 8)
     y = 50 + 20 * np.sin(2 * np.pi * t / 24)
+    calls = []
 
     def select(history):
-        return {1: "naive", 2: "seasonal"}, {
-            "naive": lambda: NaiveModel(2),
-            "seasonal": lambda: SeasonalNaiveModel(24, 2),
-        }
+        calls.append(len(history))
+        naive, seasonal = NaiveModel(2), SeasonalNaiveModel(24, 2)
+        naive.fit(history)
+        seasonal.fit(history)
+        return {1: naive, 2: seasonal}
 
     result = replay_with_selection(select, y, [1, 2], test_start=24 * 6, reselect_every=24)
     assert result.wape[2] < 1e-9 < result.wape[1]
+    assert calls == [24 * 6, 24 * 7]
 
 
 class ConstantModel(ForecastModel):
@@ -142,170 +151,183 @@ class ConstantModel(ForecastModel):
         return np.array([self.value])
 
 
-def test_pool_weights_each_windows_errors_and_actuals():
-    a = rolling_origin(lambda: ConstantModel(10.0, "c"), [10.0, 10, 10, 20, 20], [1], 3)
-    b = rolling_origin(lambda: ConstantModel(10.0, "c"), [10.0, 10, 10, 10, 10], [1], 3)
-    pooled = pool([a, b], [1.0, 0.5])
-    # window a: errors 10+10 over actuals 40; window b: no error over 20, counted half
-    assert pooled.wape[1] == pytest.approx(100 * 20 / (40 + 0.5 * 20))
-    # a's first miss widens its bound to cover the second point; b covers both
-    assert list(a.upper[1] >= a.actual[1]) == [False, True]
-    assert pooled.coverage[1] == pytest.approx(100 * (1 + 0.5 * 2) / (2 + 0.5 * 2))
-    assert pooled.origins == 4
-
-
-def test_validation_folds_split_the_recent_history_and_shrink_when_short():
-    assert validation_folds(200, 2, 48, 4) == [152, 164, 176, 188]
-    assert validation_folds(200, 6, 24, 4) == [176, 188]  # 12 points each: >= 2 * horizon
-    assert validation_folds(200, 6, 8, 4) == [192]
-
-
-def test_validation_windows_each_span_a_whole_cycle_of_the_shortest_season():
-    # 72 hourly points with a daily season: three whole days, not four windows of 18 hours
-    assert validation_folds(300, 6, 72, 4, cycle=24) == [228, 252, 276]
-    assert validation_folds(300, 6, 96, 4, cycle=24) == [204, 228, 252, 276]
-    assert validation_folds(300, 6, 20, 4, cycle=24) == [280]  # less than a cycle: one window
+def test_blocks_are_whole_cycles_after_the_first_quarter_with_few_refits():
+    # 300 hourly points, daily season: the first quarter (75) is training only; then whole
+    # days ending at the last point, the first starting at 300 - 9 * 24 = 84.
+    assert validation_blocks(300, 6, cycle=24) == (84, 24)
+    # without a season, blocks of four times the deepest horizon
+    assert validation_blocks(200, 5) == (60, 20)
+    # at most 28 blocks however long the history
+    first, block = validation_blocks(24 * 100, 6, cycle=24)
+    assert (first, block) == (24 * 72, 24)
+    # refits spread over the blocks, at most six, the first at the first block
+    assert refit_starts(84, 24, 9, max_refits=6) == [84, 108, 156, 180, 228, 252]
+    assert refit_starts(84, 24, 3) == [84, 108, 132]
     assert shortest_cycle(3600, (86400.0, 604800.0), 24 * 13) == 24
     assert shortest_cycle(3600, (604800.0,), 24 * 13) == 0  # not two weeks yet: no season
 
 
-def test_selection_weights_recent_windows_more():
-    # Load sat at 10 for most of the history and moved to 20 in the last validation window.
+def test_a_lead_is_significant_only_when_steady_across_blocks():
+    equal = np.ones(6)
+    assert significant_lead(np.array([2.0, 1.5, 2.5, 1.8, 2.2, 2.0]), equal)
+    # the same mean lead, but from one lucky block: within the noise
+    assert not significant_lead(np.array([-1.0, -1.0, 13.0, -1.0, -1.0, 3.0]), equal)
+    # losing on average is never a lead
+    assert not significant_lead(np.array([-2.0, -1.0, -3.0]), np.ones(3))
+    # recent blocks weigh more: a lead in the recent blocks outweighs older deficits
+    recent = 0.5 ** np.arange(5, -1, -1)
+    assert significant_lead(np.array([-1.0, -1.0, -1.0, 2.0, 2.1, 1.9]), recent)
+    assert not significant_lead(np.array([-1.0, -1.0, -1.0, 2.0, 2.1, 1.9]), equal)
+
+
+def test_selection_weights_recent_blocks_more():
+    # Load sat at 10 for most of the history and moved to 20 in the last block.
     y = np.concatenate([np.full(180, 10.0), np.full(12, 20.0)])
     factories = {
         "old": lambda: ConstantModel(10.0, "old"),
         "recent": lambda: ConstantModel(20.0, "recent"),
     }
-    # Four windows of 12; equal weights: "old" errs on 12 points, "recent" on 36.
-    assert select_model(factories, y, [1], validation=48, half_life=1e9).overall == "old"
-    # Halving the weight every half window back makes the last window dominate.
-    chosen = select_model(factories, y, [1], validation=48, half_life=0.5)
+    # blocks of 4 (h=1), equal weights: "old" errs on one block of 36, "recent" on 35
+    assert select_model(factories, y, [1], half_life=1e9).overall == "old"
+    chosen = select_model(factories, y, [1], half_life=0.5)
     assert chosen.overall == "recent"
-    assert chosen.results["recent"].origins == 48
+    assert chosen.results["recent"].origins == len(y) - validation_blocks(len(y), 1)[0]
 
 
-def test_a_model_that_cannot_run_on_older_windows_is_scored_on_the_recent_ones():
-    y = 50 + 20 * np.sin(2 * np.pi * np.arange(24 * 3) / 24)
+def test_a_model_that_cannot_run_on_older_blocks_is_scored_on_the_recent_ones():
+    y = 50 + 20 * np.sin(2 * np.pi * np.arange(24 * 4) / 24)
     factories = {
         "naive": lambda: NaiveModel(1),
         "seasonal_56": lambda: SeasonalNaiveModel(56, 1),  # needs 57 points
     }
-    selection = select_model(factories, y, [1], validation=24, folds=4)
+    selection = select_model(factories, y, [1], cycle=24)
     assert selection.results["seasonal_56"].origins < selection.results["naive"].origins
     assert not selection.failures
 
 
-def test_seasonal_level_compares_the_last_day_and_the_gru_keeps_its_own_window():
-    # 15-min steps, weekly season: the level is measured over the last day (96 steps); the
-    # GRU's shorter input window must not leak into it.
+def test_seasonal_level_compares_the_last_day_and_the_gru_only_on_request():
     factories = candidate_factories(900, [86400, 604800], 4, 96 * 15)
     assert factories["seasonal_level"]().window == 96
-    assert factories["gru"]().window == 24
+    assert "gru" not in factories
+    requested = candidate_factories(900, [86400, 604800], 4, 96 * 15, include=["gru"])
+    assert requested["gru"]().window == 24
 
 
-def test_the_trimmed_ensemble_is_scored_from_the_median_ensembles_pass():
+def test_a_combination_is_scored_from_its_members_as_it_would_forecast_fitted_alone():
     t = np.arange(24 * 16)
-    y = 50 + 20 * np.sin(2 * np.pi * t / 24) + np.random.default_rng(3).normal(0, 3, len(t))
-    factories = candidate_factories(3600, [86400], 2, len(y))
-    assert "ensemble_trimmed" in factories and "ensemble_trimmed" in factories["ensemble"]().parts()
-    selection = select_model(factories, y, [1, 2])
-    alone = select_model(
-        {"ensemble_trimmed": factories["ensemble_trimmed"], "naive": factories["naive"]}, y, [1, 2]
-    )
-    for h in (1, 2):
-        np.testing.assert_allclose(
-            selection.results["ensemble_trimmed"].wape[h],
-            alone.results["ensemble_trimmed"].wape[h],
-            rtol=1e-6,
-        )
+    rng = np.random.default_rng(3)
+    y = rng.poisson(50 + 20 * np.sin(2 * np.pi * t / 24)).astype(float)
+    factories = candidate_factories(3600, [86400], 3, len(y))
+    starts = [24 * 10, 24 * 13]
+    forecasts, errors, names = candidate_forecasts(factories, y, starts[0], starts, 3)
+    assert not errors and set(names) == set(factories)
+    for name in ("combination", "ensemble", "ensemble_trimmed"):
+        model = factories[name]()
+        model.fit(y[: starts[1]])
+        paths = np.vstack([model.latest_path(), model.replay(y[starts[1] : -1])])
+        np.testing.assert_allclose(forecasts[name].point[24 * 3 :], paths, rtol=1e-9)
     # four members or fewer (no season): the trimmed mean is the median, so it is not offered
     assert "ensemble_trimmed" not in candidate_factories(3600, [], 2, len(y))
 
 
-def test_the_ensemble_can_be_chosen_alone_and_has_members_of_every_kind():
+def test_the_combination_weighs_the_best_members_and_always_the_best_seasonal_copy():
     factories = candidate_factories(3600, [86400], 2, 24 * 10, include=["ensemble"])
     assert set(factories) == {"naive", "seasonal_naive_daily", "ensemble"}
-    ensemble = factories["ensemble"]()
-    assert [m.name for m in ensemble.members] == [
+    members = [m.name for m in factories["ensemble"]().members]
+    assert members == [
         "ets_log",
+        "mstl",
         "autoregressive",
-        "gru",
+        "calendar",
         "seasonal_level",
         "seasonal_blend",
     ]
+    combination = Combination(
+        [NaiveModel(1), SeasonalNaiveModel(24, 1, name="seasonal_naive_daily")]
+        + [ConstantModel(c, f"c{c:g}") for c in (1.0, 2.0, 3.0)],
+        rule="inverse_error",
+        top=2,
+    )
+    tails = {
+        "naive": [np.array([1.0, -1.0])],  # error 1
+        "seasonal_naive_daily": [np.array([4.0])],  # error 4: last, but the anchor
+        "c1": [np.array([2.0])],
+        "c2": [np.array([3.0])],
+        "c3": [np.array([-2.0])],
+    }
+    weights = combination.weights_for(tails)[0]
+    inverse = np.array([1, 1 / 16, 1 / 4, 0, 0])
+    np.testing.assert_allclose(weights, inverse / inverse.sum())
 
 
-def _folds(per_fold: list[float], h: int = 1) -> dict[int, dict[int, float]]:
-    return {k: {h: v} for k, v in enumerate(per_fold)}
-
-
-def test_a_challenger_replaces_the_ensemble_only_when_ahead_by_more_than_a_standard_error():
-    results = {"ensemble": _result("ensemble", {1: 31.0}), "blend": _result("blend", {1: 30.0})}
-    # One point ahead pooled, but the per-window differences (-3, +2, -2, +1) have a standard
-    # error of about 1.2: no evidence, the ensemble stays.
-    noisy = {"ensemble": _folds([30, 30, 34, 30]), "blend": _folds([27, 32, 32, 31])}
-    assert choose(results, [1], noisy).per_horizon == {1: "ensemble"}
-    # The same lead, steady on every window (standard error 0.2): the challenger wins.
-    steady = {"ensemble": _folds([31, 31, 31, 31]), "blend": _folds([30, 30.5, 29.8, 30])}
+def test_a_challenger_replaces_the_incumbent_only_with_a_significant_lead():
+    results = {
+        "combination": _result("combination", {1: 31.0}),
+        "blend": _result("blend", {1: 30.0}),
+    }
+    noisy = {"combination": _blocks([30, 30, 36, 30]), "blend": _blocks([33, 28, 31, 28])}
+    assert choose(results, [1], noisy).per_horizon == {1: "combination"}
+    steady = {"combination": _blocks([31, 32, 30, 31]), "blend": _blocks([30, 31, 29, 30])}
     assert choose(results, [1], steady).per_horizon == {1: "blend"}
-    # Without per-window scores the noise is unknown: the lowest WAPE wins.
+    # no per-block scores: the lowest pooled WAPE
     assert choose(results, [1]).per_horizon == {1: "blend"}
 
 
-def test_the_previous_choice_is_the_incumbent_and_a_clear_lead_still_wins():
+def test_the_previous_choice_is_the_incumbent():
     results = {
-        "ensemble": _result("ensemble", {1: 30.0, 2: 40.0}),
-        "blend": _result("blend", {1: 31.0, 2: 30.0}),
+        "combination": _result("combination", {1: 30.0, 2: 30.0}),
+        "blend": _result("blend", {1: 29.0, 2: 29.0}),
     }
-    folds = {
-        "ensemble": {k: {1: 30.0 + d, 2: 40.0} for k, d in enumerate([1, -1, 1, -1])},
-        "blend": {k: {1: 31.0 - d, 2: 30.0} for k, d in enumerate([1, -1, 1, -1])},
+    noisy = {
+        "combination": {0: {1: 30, 2: 30}, 1: {1: 34, 2: 34}, 2: {1: 26, 2: 26}},
+        "blend": {0: {1: 32, 2: 32}, 1: {1: 28, 2: 28}, 2: {1: 27, 2: 27}},
     }
-    previous = choose(results, [1, 2], folds)
-    assert previous.per_horizon == {1: "ensemble", 2: "blend"}
+    previous = choose(results, [1, 2], {n: dict(v) for n, v in noisy.items()})
+    assert previous.per_horizon == {1: "combination", 2: "combination"}
     flipped = {
-        "ensemble": _result("ensemble", {1: 31.0, 2: 40.0}),
+        "combination": _result("combination", {1: 29.0, 2: 29.0}),
         "blend": _result("blend", {1: 30.0, 2: 30.0}),
     }
-    # blend now leads at h1 by 1 point, within the noise: the previous choice (ensemble) stays;
-    # at h2 blend's ten-point lead is steady: it stays chosen too.
-    again = choose(flipped, [1, 2], folds, previous=previous)
-    assert again.per_horizon == {1: "ensemble", 2: "blend"}
+    kept = choose(flipped, [1, 2], noisy, previous=choose(results, [1, 2]))
+    assert kept.per_horizon == {1: "blend", 2: "blend"}  # "blend" was chosen last time
 
 
-class CountingNaive(NaiveModel):
-    fits = 0
-
-    def _fit(self, y, state_at):
-        CountingNaive.fits += 1
+def _blocks(per_block: list[float], h: int = 1) -> dict[int, dict[int, float]]:
+    return {k: {h: v} for k, v in enumerate(per_block)}
 
 
-def test_ensemble_members_are_scored_from_the_ensemble_pass_as_they_would_be_alone():
-    t = np.arange(24 * 12)
-    rng = np.random.default_rng(1)
-    y = 50 + 20 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 3, len(t))
-    members = {
-        "naive": lambda: NaiveModel(3),
-        "seasonal_naive_daily": lambda: SeasonalNaiveModel(24, 3, name="seasonal_naive_daily"),
-        "seasonal_level": lambda: SeasonalLevelModel(24, 6, 3, name="seasonal_level"),
-    }
-    ensemble = lambda: MedianEnsemble([f() for f in members.values()])  # noqa: E731
-    together = rolling_origin_with_parts(ensemble, y, [1, 3], test_start=24 * 8)
-    assert list(together) == ["ensemble", *members]
-    for name, factory in members.items():
-        alone = rolling_origin(factory, y, [1, 3], test_start=24 * 8)
-        for h in (1, 3):
-            np.testing.assert_allclose(together[name].point[h], alone.point[h])
-            np.testing.assert_allclose(together[name].upper[h], alone.upper[h])
-    # select_model fits a member only inside the ensemble, never a second time alone
-    CountingNaive.fits = 0
-    factories = {
-        "naive": lambda: CountingNaive(3),
-        "ensemble": lambda: MedianEnsemble([NaiveModel(3), SeasonalNaiveModel(24, 3)]),
-    }
-    selection = select_model(factories, y, [1, 3])
-    assert CountingNaive.fits == 0 and set(selection.results) == {"naive", "ensemble"}
-    assert selection.results["naive"].wape[1] > 0
+def test_the_chosen_model_is_calibrated_with_the_backtests_out_of_sample_errors():
+    rng = np.random.default_rng(4)
+    t = np.arange(24 * 14)
+    y = rng.poisson(60 + 25 * np.sin(2 * np.pi * t / 24)).astype(float)
+    factories = candidate_factories(3600, [86400], 3, len(y))
+    selection = select_model(factories, y, [1, 3], cycle=24)
+    name = selection.per_horizon[3]
+    first, _ = validation_blocks(len(y), 3, 24)
+    starts = refit_starts(first, 24, (len(y) - first) // 24)
+    point = candidate_forecasts({name: factories[name]}, y, first, starts, 3)[0][name].point
+    actual = forecast_targets(y, first, 3)
+    errors, levels = selection.calibration[name][3]
+    np.testing.assert_allclose(levels, point[: len(y) - first - 2, 2])
+    np.testing.assert_allclose(errors, (actual - point)[: len(y) - first - 2, 2])
+    model = factories[name]()
+    model.fit(y)
+    selection.calibrate(model)
+    np.testing.assert_allclose(model.residuals.errors(3), errors)
+    # the split-conformal bounds of the backtest cover about 90 %
+    for h in (1, 3):
+        assert 80 <= selection.results[name].coverage[h] <= 97
+
+
+def test_expanding_origin_refits_a_fresh_model_at_each_start():
+    CountingSeasonal.made = 0
+    y = 50 + 20 * np.sin(2 * np.pi * np.arange(24 * 6) / 24)
+    result = expanding_origin(lambda: CountingSeasonal(24, 2), y, 48, [48, 96], 2)
+    assert CountingSeasonal.made == 2 and result.error is None
+    np.testing.assert_allclose(result.point[:, 0], y[48:], atol=1e-9)
+    short = expanding_origin(lambda: SeasonalNaiveModel(72, 2), y, 48, [48, 96], 2)
+    assert np.isnan(short.point[:48]).all() and np.isfinite(short.point[48:]).all()
+    assert "needs at least" in short.error
 
 
 class CountingSeasonal(SeasonalNaiveModel):
@@ -314,18 +336,6 @@ class CountingSeasonal(SeasonalNaiveModel):
     def __init__(self, *args, **kwargs):
         CountingSeasonal.made += 1
         super().__init__(*args, **kwargs)
-
-
-def test_selection_refits_one_instance_per_candidate_across_its_windows():
-    # A model that can start from its previous fit (the GRU) only gains from it if each
-    # window's refit reuses the instance the previous window fitted.
-    t = np.arange(24 * 12)
-    y = 50 + 20 * np.sin(2 * np.pi * t / 24)
-    CountingSeasonal.made = 0
-    factories = {"naive": lambda: NaiveModel(3), "copy": lambda: CountingSeasonal(24, 3)}
-    selection = select_model(factories, y, [1, 3], folds=4)
-    assert len(selection.fold_wape["copy"]) == 4
-    assert CountingSeasonal.made == 1
 
 
 def test_a_restricted_model_waits_for_its_history_while_the_baselines_forecast(caplog):

@@ -10,9 +10,11 @@ from statsmodels.tsa.holtwinters import ExponentialSmoothing
 from predictor.backtest import rolling_origin
 from predictor.models import (
     AutoregressiveModel,
+    CalendarRegressionModel,
+    Combination,
     ETSModel,
     InsufficientHistory,
-    MedianEnsemble,
+    MSTLModel,
     NaiveModel,
     SeasonalBlendModel,
     SeasonalLevelModel,
@@ -62,6 +64,8 @@ def test_naive_repeats_the_last_value_at_every_horizon():
         lambda: ETSModel(6, periods=(PERIOD,), log=True),
         lambda: AutoregressiveModel(6, periods=(PERIOD,)),
         lambda: AutoregressiveModel(6, periods=(PERIOD,), transform="none"),
+        lambda: CalendarRegressionModel(6, periods=(PERIOD,)),
+        lambda: MSTLModel(6, periods=(PERIOD,)),
     ],
 )
 def test_a_pure_seasonal_series_is_forecast_almost_exactly(factory):
@@ -272,43 +276,46 @@ def test_ets_update_runs_the_same_recursion_as_statsmodels():
     )
 
 
-def test_ensemble_takes_the_median_of_its_members():
+def test_ensemble_takes_the_median_of_its_members_each_fitted_alone():
     y = seasonal(24 * 10)
     members = [NaiveModel(2), SeasonalNaiveModel(PERIOD, 2), ETSModel(2, periods=(PERIOD,))]
-    ensemble = MedianEnsemble(members)
+    ensemble = Combination(members)
     ensemble.fit(y)
+    alone = ETSModel(2, periods=(PERIOD,))
+    alone.fit(y)
+    np.testing.assert_allclose(members[2].latest_path(), alone.latest_path())
     paths = np.stack([m.latest_path() for m in members])
     np.testing.assert_allclose(ensemble.predict([1, 2]).point, np.median(paths, axis=0))
+    with pytest.raises(ValueError, match="unknown combination"):
+        Combination(members, rule="mode")
 
 
-def test_a_trimmed_mean_view_forecasts_as_the_same_ensemble_would_alone():
-    # The view runs inside the median ensemble on the same fitted members; a trimmed-mean
-    # ensemble with members of its own must forecast exactly the same, bounds included.
+def test_an_inverse_error_combination_leans_on_the_member_that_erred_least():
     rng = np.random.default_rng(8)
     y = seasonal(24 * 12) + rng.normal(0, 4, 24 * 12)
+    members = [NaiveModel(3), SeasonalNaiveModel(PERIOD, 3, name="seasonal_naive_daily")]
+    combination = Combination(members, name="combination", rule="inverse_error")
+    combination.fit(y[:-10])
+    for v in y[-10:]:
+        combination.update(v)
+    # the seasonal copy erred far less on this seasonal series, above all further ahead
+    assert combination.weights[2, 1] > combination.weights[0, 1] > 0.5
+    paths = np.stack([m.latest_path() for m in members])
+    np.testing.assert_allclose(
+        combination.latest_path(), np.einsum("mh,hm->h", paths, combination.weights)
+    )
+    assert combination.predict([3]).upper[0] > combination.predict([3]).point[0]
 
-    def members():
-        return [
-            NaiveModel(3),
-            SeasonalNaiveModel(PERIOD, 3),
-            ETSModel(3, periods=(PERIOD,)),
-            SeasonalLevelModel(PERIOD, 6, 3),
-            AutoregressiveModel(3, periods=(PERIOD,)),
-        ]
 
-    median = MedianEnsemble(members(), views={"trimmed": "trimmed_mean"})
-    alone = MedianEnsemble(members(), combine="trimmed_mean")
-    for model in (median, alone):
-        model.fit(y[:-10])
-        for v in y[-10:]:
-            model.update(v)
-    view = median.parts()["trimmed"]
-    paths = np.sort(np.stack([m.latest_path() for m in median.members]), axis=0)
-    np.testing.assert_allclose(view.latest_path(), paths[1:-1].mean(axis=0))
-    np.testing.assert_allclose(median.latest_path(), paths[2])
-    np.testing.assert_allclose(view.predict([1, 3]).upper, alone.predict([1, 3]).upper)
-    with pytest.raises(ValueError, match="unknown combination"):
-        MedianEnsemble(members(), combine="mode")
+def test_the_calendar_regression_keeps_its_phase_across_updates():
+    # A daily and a weekly cycle; no seasonal lag in the features, only the phase.
+    t = np.arange(24 * 7 * 4)
+    y = 100 + 30 * np.sin(2 * np.pi * t / 24) + 20 * np.cos(2 * np.pi * t / (24 * 7))
+    model = CalendarRegressionModel(4, periods=(24, 24 * 7))
+    model.fit(y[: 24 * 7 * 3])
+    for v in y[24 * 7 * 3 : -4]:
+        model.update(v)
+    assert np.abs(model.predict([1, 2, 3, 4]).point - y[-4:]).max() < 1.0
 
 
 @pytest.mark.parametrize("name", list(candidate_factories(3600, (86400.0,), 3, 24 * 14)))
@@ -321,7 +328,7 @@ def test_a_replay_in_bulk_leaves_a_model_as_point_by_point_updates_would(name):
     factory = candidate_factories(3600, (86400.0,), 3, len(y))[name]
     stepped, bulk = factory(), factory()
     for model in (stepped, bulk):
-        model.fit_until(y, 250)
+        model.fit(y[:250])
         model.update(y[250])
     paths = []
     for v in y[251:320]:
@@ -331,14 +338,11 @@ def test_a_replay_in_bulk_leaves_a_model_as_point_by_point_updates_would(name):
     for v in y[320:325]:
         stepped.update(v)
         bulk.update(v)
-    for part, twin in zip(
-        [stepped, *stepped.parts().values()], [bulk, *bulk.parts().values()], strict=True
-    ):
-        for h in (1, 2, 3):
-            np.testing.assert_allclose(part.residuals.errors(h), twin.residuals.errors(h))
-        ahead, again = part.predict([1, 2, 3]), twin.predict([1, 2, 3])
-        np.testing.assert_allclose(ahead.point, again.point, rtol=1e-9)
-        np.testing.assert_allclose(ahead.upper, again.upper, rtol=1e-9)
+    for h in (1, 2, 3):
+        np.testing.assert_allclose(stepped.residuals.errors(h), bulk.residuals.errors(h))
+    ahead, again = stepped.predict([1, 2, 3]), bulk.predict([1, 2, 3])
+    np.testing.assert_allclose(ahead.point, again.point, rtol=1e-9)
+    np.testing.assert_allclose(ahead.upper, again.upper, rtol=1e-9)
 
 
 def test_upper_bound_is_never_below_the_point_and_counts_forecasts_are_not_negative():

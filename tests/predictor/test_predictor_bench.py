@@ -1,0 +1,42 @@
+"""The predictor bench's smoke mode runs on the real traces and writes a consistent report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT.parent / "shared/autoscaling-traces"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRACES.exists(), reason="needs shared/autoscaling-traces beside the repo")
+def test_smoke_bench_scores_every_horizon_against_the_best_baseline(tmp_path):
+    out = tmp_path / "predictor.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench/predictor.py"), "--smoke", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    report = json.loads(out.read_text())
+    (series,) = report["series"].values()
+    (window,) = series["windows"]
+    horizons = [str(h) for h in report["horizons"]]
+    assert list(window["ratio"]) == horizons
+    for h in horizons:
+        baseline = window["best_baseline"][h]
+        baselines = [n for n in window["models"] if n == "naive" or "seasonal_naive" in n]
+        assert len(baselines) == 3  # the last value, yesterday's and last week's copies
+        assert baseline == min(window["models"][n][h] for n in baselines)
+        assert window["ratio"][h] == pytest.approx(window["selected"][h] / baseline, abs=2e-3)
+        oracle = min(v[h] for v in window["models"].values())
+        assert window["oracle_ratio"][h] == pytest.approx(oracle / baseline, abs=2e-3)
+        assert 0 < window["coverage"][h] <= 100
+    check = report["summary"]["check"]
+    assert check["cells"] == len(horizons)
+    assert check["worst_ratio"] == max(window["ratio"].values())
