@@ -440,7 +440,7 @@ class Batcher:
                 queue_full_retry_after(
                     self._best_effort_items + size - bound,
                     limit,
-                    self._expected_cost_of(limit),
+                    self._expected_cost_of(limit) or self.quantum,  # nothing measured yet
                     self.controller.share,
                     max(0.0, self._busy_until - now),
                 ),
