@@ -260,6 +260,8 @@ def _convert(name: str, raw: Any, kind: Any) -> Any:
             if not isinstance(raw, dict):
                 raise ValueError
             return dict(raw)
+    except ConfigError:
+        raise
     except ValueError:
         expected = getattr(base, "__name__", str(base))
         raise ConfigError(f"{flag}: {raw!r} is not a valid {expected}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -10,11 +11,15 @@ import pytest
 
 from autoglm.config import (
     ConfigError,
+    OneLineErrorParser,
     add_config_arguments,
+    check_can_listen,
     config_from_args,
+    finite_float_argument,
     load_config,
     parse_listen,
 )
+from autoglm.version import package_version
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,8 @@ class DemoConfig:
     source: Literal["auto", "nvml", "simulated"] = "auto"
     debug: bool = False
     labels: list[str] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    name: str = field(default="", metadata={"help": "a name"})
 
     def __post_init__(self) -> None:
         if self.interval <= 0:
@@ -86,7 +93,7 @@ def test_parse_listen(value, expected):
     assert parse_listen(value) == expected
 
 
-@pytest.mark.parametrize("value", ["9400", "host:", "host:99999", "host:abc"])
+@pytest.mark.parametrize("value", ["9400", "host:", "host:99999", "host:abc", "host:\u00b2"])
 def test_parse_listen_rejects(value):
     with pytest.raises(ConfigError, match="must be HOST:PORT"):
         parse_listen(value)
@@ -98,3 +105,80 @@ def test_unknown_flag_is_one_line_and_exit_2(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["demo: error: unrecognized arguments: --no-such-flag; see --help"]
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "Infinity", "1e999"])
+def test_non_finite_numbers_are_refused_on_the_command_line(text):
+    with pytest.raises(ConfigError, match=f"--interval: '{text}' is not a finite number"):
+        parse([f"--interval={text}"])
+
+
+@pytest.mark.parametrize("content", ["interval: .nan\n", "interval: .inf\n", "interval: -.inf\n"])
+def test_non_finite_numbers_are_refused_in_the_file(tmp_path, content):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(content)
+    with pytest.raises(ConfigError, match=r"--interval: .* is not a finite number"):
+        parse(["--config", str(cfg_file)])
+
+
+def test_non_finite_numbers_are_refused_in_lists_and_as_integers(tmp_path):
+    with pytest.raises(ConfigError, match="--weights: 'nan' is not a finite number"):
+        parse(["--weights", "1", "--weights", "nan"])
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("gpus: .inf\n")
+    with pytest.raises(ConfigError, match="--gpus: inf is not a valid int"):
+        parse(["--config", str(cfg_file)])
+
+
+def test_finite_float_argument_names_its_flag_in_one_line(capsys):
+    parser = OneLineErrorParser(prog="demo")
+    parser.add_argument("--q", type=finite_float_argument("--q"))
+    assert parser.parse_args(["--q", "0.25"]).q == 0.25
+    for bad in ("nan", "inf", "lots"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["--q", bad])
+        assert exc.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("demo: error: argument --q: ") and bad in line
+
+
+def test_a_file_that_is_not_text_is_one_line(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ConfigError, match="is not text"):
+        parse(["--config", str(cfg_file)])
+
+
+def test_help_shows_defaults_but_never_an_empty_one(capsys):
+    parser = argparse.ArgumentParser(prog="demo")
+    add_config_arguments(parser, DemoConfig)
+    text = " ".join(parser.format_help().split())
+    assert "(default: :9400)" in text and "(default: 1.0)" in text
+    assert "(default: )" not in text
+    assert "--name NAME a name" in text
+
+
+def test_every_config_command_answers_version(capsys):
+    parser = argparse.ArgumentParser(prog="demo")
+    add_config_arguments(parser, DemoConfig)
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"demo {package_version()}\n"
+    assert package_version()[0].isdigit()
+
+
+def test_a_port_someone_listens_on_is_refused_before_start():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"--listen '127.0.0.1:{port}': cannot listen"):
+            check_can_listen(f"127.0.0.1:{port}")
+    check_can_listen(f"127.0.0.1:{port}")  # free again once the holder is gone
+    check_can_listen("127.0.0.1:0")
+
+
+def test_an_unresolvable_listen_host_is_one_error():
+    with pytest.raises(ConfigError, match="cannot resolve host"):
+        check_can_listen("no-such-host.invalid:9400", flag="--listen")

@@ -7,6 +7,7 @@ import importlib
 import pytest
 
 from autoglm.cli import COMPONENTS, main
+from autoglm.version import package_version
 
 
 def test_every_component_module_has_a_main():
@@ -34,3 +35,23 @@ def test_bad_flag_reaches_the_component_and_exits_2(name, capsys):
         raise SystemExit(code)
     assert exc.value.code == 2
     assert "--definitely-not-a-flag" in capsys.readouterr().err
+
+
+def test_version_is_the_installed_package_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"autoglm {package_version()}\n"
+
+
+def test_help_lists_components_and_the_version_flag(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "autoglm --version" in out and "--help" in out
+
+
+@pytest.mark.parametrize("name", ["up", "exporter", "batcher", "predictor", "autoscaler"])
+def test_every_component_answers_version(name, capsys):
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main([name, "--version"]))
+    assert exc.value.code == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("autoglm") and out.endswith(package_version())
