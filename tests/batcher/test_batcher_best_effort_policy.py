@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from autoglm.config import ConfigError
 from batcher.best_effort import (
     BEST_EFFORT,
     ONLINE,
@@ -24,6 +25,7 @@ from batcher.best_effort import (
     queue_full_retry_after,
     throttled_retry_after,
 )
+from batcher.config import BatcherConfig
 
 
 @pytest.mark.parametrize(
@@ -145,3 +147,18 @@ def test_retry_after_is_derived_from_the_window_and_the_queue() -> None:
     assert queue_full_retry_after(20, 8, 0.025, 1.0, 0.0) < queue_full_retry_after(
         20, 8, 0.025, 0.25, 0.0
     )
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"priority_levels": 3, "best_effort_priority": 2}, "--best-effort-priority must be"),
+        ({"best_effort_quantum_seconds": -0.1}, "--best-effort-quantum-seconds must be >= 0"),
+        ({"best_effort_max_queue": -1}, "--best-effort-max-queue must be >= 0"),
+        ({"best_effort_slack_margin": 1.0}, "--best-effort-slack-margin must be in"),
+        ({"best_effort_window_seconds": 0.0}, "--best-effort-window-seconds must be > 0"),
+    ],
+)
+def test_bad_best_effort_settings_are_refused_at_start(settings: dict, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        BatcherConfig(**settings)

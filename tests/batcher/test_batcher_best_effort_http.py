@@ -1,0 +1,111 @@
+"""The best-effort class over real HTTP: a real server, requests and tritonclient's ``priority``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as triton
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.batcher.batcher_test_models import EchoModel
+from tests.batcher.test_batcher_http import json_request, triton_inputs
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on /metrics, keyed by (name, sorted labels without ``model``)."""
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "model"))
+            found[(sample.name, labels)] = sample.value
+    return found
+
+
+def class_requests(found: dict, request_class: str, outcome: str) -> float:
+    key = (("class", request_class), ("outcome", outcome))
+    return found[("autoglm_batcher_class_requests_total", key)]
+
+
+def online_requests(found: dict, outcome: str) -> float:
+    return found[("autoglm_batcher_requests_total", (("outcome", outcome),))]
+
+
+def test_best_effort_by_name_is_served_and_counted_apart_from_online(serve) -> None:
+    server = serve(EchoModel(), warmup_repeats=0)
+    url = f"{server.url}/v2/models/echo/infer"
+    body = json_request([[1, 2, 3]], [[7]], parameters={"priority": "best-effort"})
+    reply = requests.post(url, json=body, timeout=10)
+    assert reply.status_code == 200, reply.text
+    assert {o["name"]: o["data"] for o in reply.json()["outputs"]}["y"] == [2, 4, 6]
+    online = json_request([[1, 1, 1]], [[1]], parameters={"priority": "online"})
+    assert requests.post(url, json=online, timeout=10).status_code == 200
+    found = samples(server.url)
+    assert class_requests(found, "best_effort", "ok") == 1
+    assert class_requests(found, "online", "ok") == 1
+    assert online_requests(found, "ok") == 1  # the existing series: online only
+    assert found[("autoglm_batcher_request_latency_seconds_count", ())] == 1
+    assert found[("autoglm_batcher_class_batch_size_count", (("class", "best_effort"),))] == 1
+    busy = found[("autoglm_batcher_class_busy_seconds_total", (("class", "best_effort"),))]
+    assert busy > 0
+    assert found[("autoglm_batcher_best_effort_share", ())] == 1.0
+    assert found[("autoglm_batcher_best_effort_quantum_seconds", ())] == pytest.approx(0.025)
+    assert found[("autoglm_batcher_best_effort_throttled", ())] == 0
+
+
+def test_tritonclient_integer_priorities_choose_the_class(serve) -> None:
+    server = serve(EchoModel(), warmup_repeats=0)  # one level: 0 and 1 online, 2 and up best-effort
+    client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
+    try:
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        k = np.arange(2, dtype=np.int32).reshape(2, 1)
+        for priority in (2, 7, 1, 0):
+            result = client.infer("echo", triton_inputs(x, k, True), priority=priority)
+            np.testing.assert_array_equal(result.as_numpy("y"), x * 2)
+    finally:
+        client.close()
+    found = samples(server.url)
+    assert class_requests(found, "best_effort", "ok") == 2
+    assert class_requests(found, "online", "ok") == 2
+
+
+@pytest.mark.parametrize(
+    ("priority", "reason"),
+    [("batch", "'batch' is not a request class"), (1.5, "parameters.priority must be")],
+)
+def test_unknown_priorities_get_400_with_the_reason(serve, priority, reason) -> None:
+    server = serve(EchoModel(), warmup_repeats=0)
+    body = json_request([[1, 2, 3]], [[7]], parameters={"priority": priority})
+    reply = requests.post(f"{server.url}/v2/models/echo/infer", json=body, timeout=10)
+    assert reply.status_code == 400
+    assert reason in reply.json()["error"]
+
+
+def test_throttled_best_effort_gets_429_with_a_derived_retry_after(serve) -> None:
+    # Each batch takes 30 ms against a 20 ms SLO: every online request breaks it, the slack is
+    # negative and best-effort work is throttled.
+    server = serve(
+        EchoModel(delay_seconds=0.03),
+        warmup_repeats=0,
+        slo_seconds=0.02,
+        best_effort_window_seconds=3.0,
+    )
+    url = f"{server.url}/v2/models/echo/infer"
+    assert requests.post(url, json=json_request([[1, 2, 3]], [[7]]), timeout=10).ok
+    time.sleep(0.5)  # past one control step (window / 10)
+    body = json_request([[1, 2, 3]], [[7]], parameters={"priority": "best-effort"})
+    reply = requests.post(url, json=body, timeout=10)
+    assert reply.status_code == 429
+    assert "best-effort work is paused" in reply.json()["error"]
+    # the slow request leaves the 3 s window about 2.5 s from now, plus a 0.3 s control step
+    assert 2 <= int(reply.headers["Retry-After"]) <= 3
+    found = samples(server.url)
+    assert found[("autoglm_batcher_best_effort_refusals_total", (("reason", "throttled"),))] == 1
+    assert found[("autoglm_batcher_best_effort_throttled", ())] == 1
+    assert found[("autoglm_batcher_online_latency_slack_seconds", ())] < 0
+    assert online_requests(found, "rejected") == 0
