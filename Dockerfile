@@ -1,5 +1,5 @@
 # One image for every Open-AutoGLM component (ghcr.io/open-autoglm/open-autoglm):
-#   autoglm-exporter, autoglm-predictor, autoglm-autoscaler, autoglm-batcher, autoglm.
+#   autoglm-exporter, autoglm-predictor, autoglm-autoscaler, autoglm-batcher, autoglm-job, autoglm.
 # The chart picks the command per component. Build:  docker build -t open-autoglm:dev .
 #
 # torch is the CPU build: the predictor and autoscaler need no GPU and the exporter reads NVML
@@ -22,6 +22,7 @@ COPY exporter ./exporter
 COPY predictor ./predictor
 COPY autoscaler ./autoscaler
 COPY batcher ./batcher
+COPY jobs ./jobs
 COPY dashboards ./dashboards
 RUN pip install .
 
