@@ -29,6 +29,7 @@ the load itself; every policy sees exactly the same signal and target.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -361,14 +362,25 @@ def simulate(
 def sized_replicas(config: SimulationConfig, rate: float) -> int:
     """The replicas SLO sizing asks for at ``rate`` (its best effort when the SLO is out of
     reach)."""
-    return replicas_for_slo(
+    return _sized_replicas(
         rate,
         config.slo_seconds,
         config.service,
-        min_replicas=config.min_replicas,
-        max_replicas=config.max_replicas,
-        quantile=config.slo_quantile,
-    ).replicas
+        config.min_replicas,
+        config.max_replicas,
+        config.slo_quantile,
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def _sized_replicas(
+    rate: float, slo: float, service: ServiceModel, low: int, high: int, quantile: float
+) -> int:
+    # A replay asks for the same measured rates (whole requests per window) over and over.
+    sizing = replicas_for_slo(
+        rate, slo, service, min_replicas=low, max_replicas=high, quantile=quantile
+    )
+    return sizing.replicas
 
 
 def recent_online_p99(fleet: Fleet, now: float, window: float) -> float | None:

@@ -66,10 +66,15 @@ def test_no_slice_starts_beyond_the_cap_and_a_raised_cap_starts_idle_replicas():
     assert fleet.backfill_seconds == 0  # cap 0: off
     fleet.set_backfill_cap(3)
     assert fleet.backfilling_count == 3
-    fleet.advance(20.0)
-    assert fleet.backfill_seconds == pytest.approx(3 * 10.0 + 3 * 5.0)
+    fleet.advance(22.0)
+    assert fleet.backfill_seconds == pytest.approx(3 * 12.0)
+    fleet.set_backfill_cap(1)  # two runs stop at their slice boundary, 25 s
+    assert fleet.backfilling_count == 1
+    fleet.advance(40.0)
+    assert fleet.backfill_seconds == pytest.approx(3 * 15.0 + 15.0)
     fleet.set_backfill_cap(0)
-    fleet.advance(40.0)  # running slices end, none starts
+    fleet.advance(60.0)
+    assert fleet.backfill_seconds == pytest.approx(3 * 15.0 + 15.0)
     assert fleet.backfilling_count == 0
 
 
