@@ -30,6 +30,7 @@ from autoscaler.controller.forecasts import PrometheusForecasts
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.core import MetricInput, PodSample, ScalingState, decide
+from autoscaler.core.replica_calculator import ReadinessTimes
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.spec import SpecError, load_spec_file
 
@@ -91,6 +92,14 @@ def _kube_api_client(cfg: AutoscalerConfig):
     return kubernetes.client.ApiClient(configuration)
 
 
+def _hpa_flags(cfg: AutoscalerConfig) -> dict[str, Any]:
+    """The kube-controller-manager flags the decision core takes, as the reconciler's keywords."""
+    return {
+        "readiness": ReadinessTimes(cfg.initialization_period, cfg.initial_readiness_delay),
+        "downscale_stabilization": cfg.downscale_stabilization,
+    }
+
+
 def _run(cfg: AutoscalerConfig) -> int:
     from autoscaler.controller.controllers import KubernetesController, LocalController
     from autoscaler.controller.kube import KubeAPI
@@ -123,6 +132,7 @@ def _run(cfg: AutoscalerConfig) -> int:
             metrics,
             dry_run=cfg.dry_run,
             may_act=may_act,
+            **_hpa_flags(cfg),
         )
         kube = KubeAPI(api_client, identity=identity)
         controller: Any = KubernetesController(
@@ -142,6 +152,7 @@ def _run(cfg: AutoscalerConfig) -> int:
             PrometheusForecasts(client, cfg.forecast_query),
             metrics,
             dry_run=cfg.dry_run,
+            **_hpa_flags(cfg),
         )
         controller = LocalController(spec, group, reconciler)
 
@@ -212,7 +223,12 @@ def decide_main(argv: Sequence[str]) -> int:
         print(f"{PROG} decide: error: {exc}", file=sys.stderr)
         return 2
     now = time.time()
-    decision = decide(spec, args.current, inputs, ScalingState(), now)
+    # Without a Pods metric to list them, the current replicas count as Running and Ready pods
+    # (what Value targets multiply).
+    listed = next((i.pods for i in inputs if i.pods is not None), None)
+    if listed is None:
+        listed = tuple(PodSample(f"pod-{i}", None, started_at=0.0) for i in range(args.current))
+    decision = decide(spec, args.current, inputs, ScalingState(), now, pods=listed)
     print(
         json.dumps(
             {
@@ -241,9 +257,16 @@ def _input_from_json(metric, raw: Any) -> MetricInput:
         pods = raw.get("pods")
         if not isinstance(pods, dict):
             raise ValueError(f"--metrics: {metric.name} is a Pods metric; give 'pods': {{...}}")
-        # Pods given here count as started long ago and ready.
+        # Pods given here count as started long ago, ready, and requesting one unit of the
+        # metric's resource (a Utilization value is then that pod's percent of it).
         samples = tuple(
-            PodSample(name, None if v is None else float(v), ready=True, started_at=0.0)
+            PodSample(
+                name,
+                None if v is None else float(v),
+                ready=True,
+                started_at=0.0,
+                containers={"main": {metric.resource: 1.0}},
+            )
             for name, v in pods.items()
         )
         return MetricInput(metric, pods=samples, forecast_upper=forecast)

@@ -8,6 +8,11 @@ from typing import Literal
 from autoglm.config import ConfigError, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
 from autoscaler.controller.forecasts import DEFAULT_FORECAST_QUERY
+from autoscaler.core.decision import DOWNSCALE_STABILIZATION_SECONDS
+from autoscaler.core.replica_calculator import (
+    INITIAL_READINESS_DELAY_SECONDS,
+    INITIALIZATION_PERIOD_SECONDS,
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,28 @@ class AutoscalerConfig(PrometheusAccessConfig):
         },
     )
     interval: float = field(default=15.0, metadata={"help": "seconds between reconciles"})
+    initialization_period: float = field(
+        default=INITIALIZATION_PERIOD_SECONDS,
+        metadata={
+            "help": "seconds after a pod starts during which a Utilization sample counts only once "
+            "the pod is ready and the sample postdates it (the HPA's "
+            "--horizontal-pod-autoscaler-cpu-initialization-period)"
+        },
+    )
+    initial_readiness_delay: float = field(
+        default=INITIAL_READINESS_DELAY_SECONDS,
+        metadata={
+            "help": "seconds after a pod starts within which a readiness change means it was never "
+            "ready (the HPA's --horizontal-pod-autoscaler-initial-readiness-delay)"
+        },
+    )
+    downscale_stabilization: float = field(
+        default=DOWNSCALE_STABILIZATION_SECONDS,
+        metadata={
+            "help": "scale-down stabilization window in seconds where the spec sets none (the "
+            "HPA's --horizontal-pod-autoscaler-downscale-stabilization)"
+        },
+    )
     dry_run: bool = field(
         default=False, metadata={"help": "decide and report, but never change replicas"}
     )
@@ -90,6 +117,10 @@ class AutoscalerConfig(PrometheusAccessConfig):
         parse_listen(self.listen)
         if self.interval <= 0:
             raise ConfigError("interval must be > 0 seconds (e.g. --interval 15)")
+        for name in ("initialization_period", "initial_readiness_delay", "downscale_stabilization"):
+            if getattr(self, name) < 0:
+                flag, default = name.replace("_", "-"), self.__dataclass_fields__[name].default
+                raise ConfigError(f"{name} must be >= 0 seconds (default: --{flag} {default:g})")
         if self.prometheus_timeout <= 0:
             raise ConfigError("prometheus_timeout must be > 0 seconds")
         if not 0 < self.renew_deadline < self.lease_duration:

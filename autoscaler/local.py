@@ -24,8 +24,12 @@ import requests
 from autoglm.ports import free_port
 from autoscaler.controller.kube import KubeAPI
 from autoscaler.core.replica_calculator import PodSample
+from autoscaler.spec import DEFAULT_RESOURCE
 
 log = logging.getLogger(__name__)
+
+# A worker plays a pod with one GPU: what a Utilization target's usage is a share of.
+WORKER_REQUESTS = {"worker": {DEFAULT_RESOURCE: 1.0}}
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,14 @@ class LocalProcessGroup:
     def _sample(self, worker: _Worker) -> PodSample:
         name = f"{self.host}:{worker.port}"
         if worker.process.poll() is not None:
-            return PodSample(name, None, ready=False, phase="Failed", started_at=worker.started_at)
+            return PodSample(
+                name,
+                None,
+                ready=False,
+                phase="Failed",
+                started_at=worker.started_at,
+                containers=WORKER_REQUESTS,
+            )
         ready = self._probe(worker.port)
         if ready != worker.ready:
             worker.ready, worker.ready_changed_at = ready, self.clock()
@@ -232,6 +243,7 @@ class LocalProcessGroup:
             phase="Running",
             started_at=worker.started_at,
             ready_changed_at=worker.ready_changed_at,
+            containers=WORKER_REQUESTS,
         )
 
     def _probe(self, port: int) -> bool:

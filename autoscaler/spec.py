@@ -14,7 +14,13 @@ query rather than from a metrics API::
         type: Pods                      # Pods | Object | External
         query: avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="llm"})
         target: {type: Utilization, averageUtilization: 70}
+        resource: nvidia.com/gpu        # Utilization only: the request it is a share of
         prediction: {horizonSeconds: 300, quantile: 0.9, warmupSeconds: 180}
+
+Without a ``behavior`` section the autoscaler follows the HPA's rules for an object without one
+(scale-down window from the controller's flag, at most max(2x, 4) replicas up per decision, no
+rate limit down); with one, unset fields are filled from the API defaults direction by direction,
+and the scale-down window, which the API leaves unset, from the controller's flag.
 
 Errors raise :class:`SpecError`, whose message starts with the path of the bad field
 (``spec.metrics[1].target.value: ...``) and says what is accepted.
@@ -52,8 +58,8 @@ _TARGET_KEY = {
 }
 
 DEFAULT_TOLERANCE = 0.1
-DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS = 300
 DEFAULT_SCALE_UP_STABILIZATION_SECONDS = 0
+DEFAULT_RESOURCE = "nvidia.com/gpu"
 DEFAULT_POLICY_PERIOD_SECONDS = 15
 MAX_STABILIZATION_WINDOW_SECONDS = 3600
 MAX_POLICY_PERIOD_SECONDS = 1800
@@ -93,7 +99,13 @@ class Prediction:
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """One metric: where its value comes from (PromQL), how it is read, and its target."""
+    """One metric: where its value comes from (PromQL), how it is read, and its target.
+
+    ``resource`` and ``container`` matter for Utilization targets only: the pods' request of
+    ``resource`` (in ``container``, or summed over all containers) is what the usage is a share of.
+    Constructing one with a source or target type the core does not know raises
+    :class:`SpecError` here, not later in a reconcile.
+    """
 
     name: str
     query: str
@@ -101,6 +113,17 @@ class MetricSpec:
     target_type: TargetType
     target_value: float
     prediction: Prediction | None = None
+    resource: str = DEFAULT_RESOURCE
+    container: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise SpecError(_unknown_source_message(f"metric {self.name!r} type", self.source))
+        if self.target_type not in ALLOWED_TARGETS[self.source]:
+            raise SpecError(
+                f"metric {self.name!r} target type: {self.target_type!r} is not allowed for a "
+                f"{self.source} metric; use one of {', '.join(ALLOWED_TARGETS[self.source])}"
+            )
 
     @property
     def prediction_query(self) -> str:
@@ -121,7 +144,8 @@ class HPAScalingPolicy:
 
 @dataclass(frozen=True)
 class HPAScalingRules:
-    """Rules for one direction; ``stabilization_window_seconds`` is always filled in by parsing."""
+    """Rules for one direction; a None ``stabilization_window_seconds`` (scale-down only) means
+    the controller's --downscale-stabilization applies."""
 
     stabilization_window_seconds: int | None
     select_policy: SelectPolicy
@@ -144,8 +168,10 @@ def default_scale_up_rules() -> HPAScalingRules:
 
 
 def default_scale_down_rules() -> HPAScalingRules:
+    """The API's scale-down defaults; the window stays unset, to be filled from the controller's
+    --downscale-stabilization flag (as kube-controller-manager does)."""
     return HPAScalingRules(
-        stabilization_window_seconds=DEFAULT_SCALE_DOWN_STABILIZATION_SECONDS,
+        stabilization_window_seconds=None,
         select_policy="Max",
         policies=(HPAScalingPolicy("Percent", 100, DEFAULT_POLICY_PERIOD_SECONDS),),
     )
@@ -167,7 +193,7 @@ class GPUAutoscalerSpec:
     min_replicas: int
     max_replicas: int
     metrics: tuple[MetricSpec, ...]
-    behavior: Behavior
+    behavior: Behavior | None  # None: no behavior section, the HPA's rules for that case
     tolerance_up: float = DEFAULT_TOLERANCE
     tolerance_down: float = DEFAULT_TOLERANCE
 
@@ -269,12 +295,27 @@ def _parse_target_ref(raw: Any, path: str) -> ScaleTargetRef:
     )
 
 
+def _unknown_source_message(path: str, source: Any) -> str:
+    hint = ""
+    if source in ("Resource", "ContainerResource"):
+        hint = (
+            "; there is no resource metrics API here: a resource's utilization is a Pods metric "
+            "with a Utilization target (type: Pods, target: {type: Utilization, "
+            "averageUtilization: 70}, resource: nvidia.com/gpu, optionally container: NAME)"
+        )
+    return f"{path}: {source!r} is not one of {', '.join(SOURCES)}{hint}"
+
+
 def _parse_metric(raw: Any, path: str) -> MetricSpec:
     if not isinstance(raw, Mapping):
         raise SpecError(f"{path}: expected a mapping with name, type, query and target")
-    _reject_unknown(raw, path, {"name", "type", "query", "target", "prediction"})
+    _reject_unknown(
+        raw, path, {"name", "type", "query", "target", "prediction", "resource", "container"}
+    )
     name = _str(_required(raw, "name", path), f"{path}.name")
-    source = _choice(raw.get("type", "Pods"), f"{path}.type", SOURCES)
+    source = raw.get("type", "Pods")
+    if source not in SOURCES:
+        raise SpecError(_unknown_source_message(f"{path}.type", source))
     query = _str(_required(raw, "query", path), f"{path}.query")
     target = _required(raw, "target", path)
     tpath = f"{path}.target"
@@ -294,7 +335,26 @@ def _parse_metric(raw: Any, path: str) -> MetricSpec:
     prediction = None
     if raw.get("prediction") is not None:
         prediction = _parse_prediction(raw["prediction"], f"{path}.prediction")
-    return MetricSpec(name, query, source, target_type, value, prediction)  # type: ignore[arg-type]
+    for key in ("resource", "container"):
+        if raw.get(key) is not None and target_type != "Utilization":
+            raise SpecError(
+                f"{path}.{key}: only a Utilization target is a share of a resource request; "
+                "remove it"
+            )
+    resource = _str(raw.get("resource", DEFAULT_RESOURCE), f"{path}.resource")
+    container = raw.get("container")
+    if container is not None:
+        container = _str(container, f"{path}.container")
+    return MetricSpec(
+        name,
+        query,
+        source,  # type: ignore[arg-type]
+        target_type,  # type: ignore[arg-type]
+        value,
+        prediction,
+        resource,
+        container,
+    )
 
 
 def _parse_prediction(raw: Any, path: str) -> Prediction:
@@ -319,9 +379,9 @@ def _parse_prediction(raw: Any, path: str) -> Prediction:
     return Prediction(enabled, query, horizon, quantile, warmup)
 
 
-def _parse_behavior(raw: Any, path: str) -> tuple[Behavior, float, float]:
+def _parse_behavior(raw: Any, path: str) -> tuple[Behavior | None, float, float]:
     if raw is None:
-        raw = {}
+        return None, DEFAULT_TOLERANCE, DEFAULT_TOLERANCE
     if not isinstance(raw, Mapping):
         raise SpecError(f"{path}: expected a mapping with scaleUp and/or scaleDown")
     _reject_unknown(raw, path, {"scaleUp", "scaleDown"})
@@ -358,10 +418,11 @@ def _parse_rules(raw: Any, path: str, default: HPAScalingRules) -> tuple[HPAScal
         if not isinstance(items, list):
             raise SpecError(f"{path}.policies: expected a list of {{type, value, periodSeconds}}")
         policies = tuple(_parse_policy(p, f"{path}.policies[{i}]") for i, p in enumerate(items))
-        if not policies and select != "Disabled":
+        if not policies:
             raise SpecError(
-                f"{path}.policies: must not be empty unless selectPolicy is Disabled; "
-                "add a policy or remove the key to get the defaults"
+                f"{path}.policies: must specify at least one policy (as the Kubernetes API "
+                "requires); remove the key to get the defaults, or set selectPolicy: Disabled "
+                "with a policy to stop scaling in this direction"
             )
     tolerance = DEFAULT_TOLERANCE
     if raw.get("tolerance") is not None:

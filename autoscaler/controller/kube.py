@@ -30,6 +30,7 @@ import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.core.replica_calculator import PodSample
+from autoscaler.spec import SpecError, parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +319,10 @@ def _pod_sample(pod: kubernetes.client.V1Pod) -> PodSample:
             ready = cond.status == "True"
             ready_changed = _ts(cond.last_transition_time)
     phase = status.phase if status.phase in _PHASES else "Unknown"
+    containers = {
+        c.name: _requests(c.resources.requests if c.resources else None)
+        for c in (pod.spec.containers if pod.spec else None) or []
+    }
     return PodSample(
         name=pod.metadata.name,
         value=None,
@@ -326,7 +331,20 @@ def _pod_sample(pod: kubernetes.client.V1Pod) -> PodSample:
         deleting=pod.metadata.deletion_timestamp is not None,
         started_at=_ts(status.start_time),
         ready_changed_at=ready_changed,
+        containers=containers,
     )
+
+
+def _requests(raw: Mapping[str, str] | None) -> dict[str, float]:
+    """A container's requests as numbers; one that is not a quantity is left out (and a
+    Utilization target over it then reports the request missing)."""
+    out: dict[str, float] = {}
+    for resource, quantity in (raw or {}).items():
+        try:
+            out[resource] = parse_quantity(quantity, resource)
+        except SpecError:
+            log.warning("unparseable resource request", extra={"resource": resource})
+    return out
 
 
 _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")

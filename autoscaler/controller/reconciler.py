@@ -26,7 +26,8 @@ from autoscaler.controller.forecasts import ForecastSource
 from autoscaler.controller.kube import KubeError
 from autoscaler.controller.metrics_source import MetricsSource
 from autoscaler.core import Decision, MetricInput, ScalingState, decide, record_scale
-from autoscaler.core.replica_calculator import PodSample
+from autoscaler.core.decision import DOWNSCALE_STABILIZATION_SECONDS
+from autoscaler.core.replica_calculator import DEFAULT_READINESS, PodSample, ReadinessTimes
 from autoscaler.local import ScaleTarget
 from autoscaler.metrics import AutoscalerMetrics, nan_if_none
 from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
@@ -65,7 +66,11 @@ class Reconciler:
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
         may_act: Callable[[], bool] = lambda: True,
+        readiness: ReadinessTimes = DEFAULT_READINESS,
+        downscale_stabilization: float = DOWNSCALE_STABILIZATION_SECONDS,
     ) -> None:
+        self.readiness = readiness
+        self.downscale_stabilization = downscale_stabilization
         self.metrics_source = metrics_source
         self.forecasts = forecasts
         self.m = self_metrics
@@ -115,7 +120,11 @@ class Reconciler:
         current = scale.replicas
 
         pods: list[PodSample] | None = None
-        if any(m.source == "Pods" for m in spec.metrics) and current > 0:
+        # The HPA lists the pods for every metric that uses them: Pods metrics for their samples,
+        # Value targets for the count of ready pods their ratio multiplies.
+        if current > 0 and any(
+            m.source == "Pods" or m.target_type == "Value" for m in spec.metrics
+        ):
             try:
                 pods = target.pods()
             except (KubeError, OSError) as exc:
@@ -127,7 +136,17 @@ class Reconciler:
 
         # A decision made from a scale that changes before the write must leave no trace.
         before = copy.deepcopy(state)
-        decision = decide(spec, current, inputs, state, now, status_replicas=scale.status_replicas)
+        decision = decide(
+            spec,
+            current,
+            inputs,
+            state,
+            now,
+            status_replicas=scale.status_replicas,
+            pods=pods,
+            readiness=self.readiness,
+            downscale_stabilization=self.downscale_stabilization,
+        )
         result.decision = decision
         for ctype, (ok, reason, message) in decision.conditions.items():
             # ScalingLimited false is the normal state; the other two false mean trouble.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.spec import Behavior, HPAScalingRules
@@ -36,11 +36,17 @@ class ScaleEvent:
 
 @dataclass
 class ScalingState:
-    """Past recommendations and scale events of one autoscaler (the HPA keeps them per key)."""
+    """Past recommendations and scale events of one autoscaler (the HPA keeps them per key).
+
+    ``seeded`` tells "no recommendation yet" (a new autoscaler, or a restarted controller: the
+    current count is recorded first, so nothing scales down at once) from a history whose
+    recommendations have all aged out of the windows, or that holds a recommendation of 0.
+    """
 
     recommendations: list[TimedRecommendation] = field(default_factory=list)
     scale_up_events: list[ScaleEvent] = field(default_factory=list)
     scale_down_events: list[ScaleEvent] = field(default_factory=list)
+    seeded: bool = False
 
     def restore(self, snapshot: ScalingState) -> None:
         """Go back to ``snapshot`` (a deep copy taken earlier), forgetting what happened since:
@@ -49,6 +55,7 @@ class ScalingState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "seeded": self.seeded,
             "recommendations": [[r.replicas, r.at] for r in self.recommendations],
             "scaleUpEvents": [[e.change, e.at] for e in self.scale_up_events],
             "scaleDownEvents": [[e.change, e.at] for e in self.scale_down_events],
@@ -58,11 +65,12 @@ class ScalingState:
     def from_dict(cls, data: dict[str, Any]) -> ScalingState:
         """Rebuild from :meth:`to_dict`; malformed entries raise ValueError naming the key."""
         try:
+            recommendations = [
+                TimedRecommendation(int(r), float(t)) for r, t in data.get("recommendations", [])
+            ]
             return cls(
-                recommendations=[
-                    TimedRecommendation(int(r), float(t))
-                    for r, t in data.get("recommendations", [])
-                ],
+                recommendations=recommendations,
+                seeded=bool(data.get("seeded", bool(recommendations))),
                 scale_up_events=[
                     ScaleEvent(int(c), float(t)) for c, t in data.get("scaleUpEvents", [])
                 ],
@@ -78,9 +86,11 @@ class ScalingState:
 
 
 def record_initial_recommendation(state: ScalingState, current_replicas: int, now: float) -> None:
-    """The first recommendation is the current count, so a restart never scales down at once."""
-    if not state.recommendations:
+    """The first recommendation is the current count, so a restart never scales down at once
+    (``recordInitialRecommendation``); only an unseeded state gets one."""
+    if not state.seeded:
         state.recommendations.append(TimedRecommendation(current_replicas, now))
+        state.seeded = True
 
 
 def record_scale(state: ScalingState, now: float, from_replicas: int, to_replicas: int) -> None:
@@ -92,19 +102,28 @@ def record_scale(state: ScalingState, now: float, from_replicas: int, to_replica
 
 
 def forget_outdated(state: ScalingState, behavior: Behavior, now: float) -> None:
-    """Drop what no window or period can see any more; it could never change a decision."""
+    """Drop what no window or period can see any more; it could never change a decision.
+
+    ``behavior`` must have both windows filled in (:func:`with_downscale_window`).
+    """
     longest_window = max(
         behavior.scale_up.stabilization_window_seconds or 0,
         behavior.scale_down.stabilization_window_seconds or 0,
     )
-    recent = [r for r in state.recommendations if r.at > now - longest_window]
-    # Keep one old entry rather than none: an empty history would mean "first decision" and
-    # re-seed the current count (the HPA also never empties it once it exists).
-    state.recommendations = recent or state.recommendations[-1:]
+    state.recommendations = [r for r in state.recommendations if r.at > now - longest_window]
     up_period = behavior.scale_up.longest_policy_period
     down_period = behavior.scale_down.longest_policy_period
     state.scale_up_events = [e for e in state.scale_up_events if e.at > now - up_period]
     state.scale_down_events = [e for e in state.scale_down_events if e.at > now - down_period]
+
+
+def with_downscale_window(behavior: Behavior, downscale_stabilization: float) -> Behavior:
+    """Fill an unset scale-down window from the controller's flag
+    (``maybeInitScaleDownStabilizationWindow``): the API defaults leave it unset on purpose."""
+    if behavior.scale_down.stabilization_window_seconds is not None:
+        return behavior
+    down = replace(behavior.scale_down, stabilization_window_seconds=round(downscale_stabilization))
+    return replace(behavior, scale_down=down)
 
 
 @dataclass(frozen=True)
@@ -244,6 +263,63 @@ def limit_rate(
             )
         if desired < allowed:
             return RateLimited(allowed, True, reason, message)
+    return RateLimited(
+        desired, False, "DesiredWithinRange", "the desired count is within the acceptable range"
+    )
+
+
+# --- without a behavior section: the HPA's older rules (``normalizeDesiredReplicas``) ----------
+
+# horizontal.go's scaleUpLimitFactor and scaleUpLimitMinimum.
+LEGACY_SCALE_UP_FACTOR = 2
+LEGACY_SCALE_UP_MINIMUM = 4
+
+
+def stabilize_legacy(state: ScalingState, window: float, desired: int, now: float) -> Stabilized:
+    """``stabilizeRecommendation``: the highest recommendation of the scale-down window, the new
+    one included. Unlike the behavior path it is not clamped to the current count, so a higher
+    recommendation still in the window can raise the count; scale events are not kept."""
+    cutoff = now - window
+    state.recommendations = [r for r in state.recommendations if r.at >= cutoff]
+    state.scale_up_events, state.scale_down_events = [], []
+    highest = max([desired, *(r.replicas for r in state.recommendations)])
+    state.recommendations.append(TimedRecommendation(desired, now))
+    if highest != desired:
+        return Stabilized(
+            highest,
+            "ScaleDownStabilized",
+            "recent recommendations were higher than current one, "
+            "applying the highest recent recommendation",
+        )
+    return Stabilized(highest, "ReadyForNewScale", "recommended size matches current size")
+
+
+def limit_rate_legacy(
+    min_replicas: int, max_replicas: int, current: int, desired: int
+) -> RateLimited:
+    """``convertDesiredReplicasWithRules``: at most max(2x current, 4) up, no limit down."""
+    scale_up_limit = max(LEGACY_SCALE_UP_FACTOR * current, LEGACY_SCALE_UP_MINIMUM)
+    if max_replicas > scale_up_limit:
+        maximum, reason, message = (
+            scale_up_limit,
+            "ScaleUpLimit",
+            "the desired replica count is increasing faster than the maximum scale rate",
+        )
+    else:
+        maximum, reason, message = (
+            max_replicas,
+            "TooManyReplicas",
+            "the desired replica count is more than the maximum replica count",
+        )
+    if desired < min_replicas:
+        return RateLimited(
+            min_replicas,
+            True,
+            "TooFewReplicas",
+            "the desired replica count is less than the minimum replica count",
+        )
+    if desired > maximum:
+        return RateLimited(maximum, True, reason, message)
     return RateLimited(
         desired, False, "DesiredWithinRange", "the desired count is within the acceptable range"
     )

@@ -25,16 +25,23 @@ from autoscaler.core.behavior import (
     ScalingState,
     forget_outdated,
     limit_rate,
+    limit_rate_legacy,
     record_initial_recommendation,
     stabilize,
+    stabilize_legacy,
+    with_downscale_window,
 )
 from autoscaler.core.replica_calculator import (
+    DEFAULT_READINESS,
     MetricUnavailable,
     PodSample,
     Proposal,
+    ReadinessTimes,
     Tolerances,
     average_value_metric_replicas,
+    count_ready,
     pods_metric_replicas,
+    resource_utilization_replicas,
     value_metric_replicas,
 )
 from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
@@ -49,6 +56,10 @@ DRIVER_ALL_INVALID = "all_metrics_invalid"
 DRIVER_STABILIZATION = "stabilization"
 DRIVER_SCALE_UP_LIMIT = "policy:scale_up_limit"
 DRIVER_SCALE_DOWN_LIMIT = "policy:scale_down_limit"
+
+# kube-controller-manager's --horizontal-pod-autoscaler-downscale-stabilization default: the
+# scale-down window when the spec has no behavior or leaves the window unset.
+DOWNSCALE_STABILIZATION_SECONDS = 300.0
 
 _FAILED_REASON = {
     "Pods": "FailedGetPodsMetric",
@@ -113,13 +124,17 @@ def decide(
     now: float,
     *,
     status_replicas: int | None = None,
-    ready_pods: int | None = None,
+    pods: Sequence[PodSample] | None = None,
+    readiness: ReadinessTimes = DEFAULT_READINESS,
+    downscale_stabilization: float = DOWNSCALE_STABILIZATION_SECONDS,
 ) -> Decision:
     """Decide the desired replica count and record the recommendation in ``state``.
 
     ``current_replicas`` is the scale's spec.replicas; ``status_replicas`` (default: the same) is
-    what per-pod Object/External targets divide by; ``ready_pods`` (default: counted from any
-    Pods input, else ``current_replicas``) is what Value targets multiply.
+    what per-pod Object/External targets divide by; ``pods`` are the target's pods as listed
+    (default: those of any Pods input), whose Running and Ready ones Value targets multiply, as
+    the HPA counts them for every metric type. ``readiness`` and ``downscale_stabilization`` are
+    the kube-controller-manager flags of the same names, with the same defaults.
     After a successful scale the caller must call :func:`record_scale`.
     """
     record_initial_recommendation(state, current_replicas, now)
@@ -157,10 +172,12 @@ def decide(
 
     by_name = {i.spec.name: i for i in inputs}
     tolerances = Tolerances(up=spec.tolerance_up, down=spec.tolerance_down)
+    listed = pods if pods is not None else _listed_pods(inputs)
     counts = _PodCounts(
         current=current_replicas,
         status=current_replicas if status_replicas is None else status_replicas,
-        ready=ready_pods if ready_pods is not None else _count_ready(inputs, current_replicas),
+        ready=count_ready(listed) if listed else None,
+        readiness=readiness,
     )
     outcomes: list[MetricOutcome] = []
     best: tuple[int, str] | None = None
@@ -246,8 +263,12 @@ def decide(
             f"the HPA was able to successfully calculate a replica count from {driver}",
         )
     }
-    forget_outdated(state, spec.behavior, now)
-    stabilized = stabilize(state, spec.behavior, current_replicas, proposal, now)
+    if spec.behavior is None:
+        stabilized = stabilize_legacy(state, downscale_stabilization, proposal, now)
+    else:
+        behavior = with_downscale_window(spec.behavior, downscale_stabilization)
+        forget_outdated(state, behavior, now)
+        stabilized = stabilize(state, behavior, current_replicas, proposal, now)
     if stabilized.replicas != proposal:
         conditions["AbleToScale"] = (True, stabilized.reason, stabilized.message)
         driver = DRIVER_STABILIZATION
@@ -257,15 +278,20 @@ def decide(
             "ReadyForNewScale",
             "recommended size matches current size",
         )
-    limited = limit_rate(
-        state,
-        spec.behavior,
-        spec.min_replicas,
-        spec.max_replicas,
-        current_replicas,
-        stabilized.replicas,
-        now,
-    )
+    if spec.behavior is None:
+        limited = limit_rate_legacy(
+            spec.min_replicas, spec.max_replicas, current_replicas, stabilized.replicas
+        )
+    else:
+        limited = limit_rate(
+            state,
+            behavior,
+            spec.min_replicas,
+            spec.max_replicas,
+            current_replicas,
+            stabilized.replicas,
+            now,
+        )
     conditions["ScalingLimited"] = (limited.limited, limited.reason, limited.message)
     if limited.limited:
         driver = _LIMIT_DRIVER[limited.reason]
@@ -300,19 +326,19 @@ _LIMIT_DRIVER = {
 class _PodCounts:
     current: int
     status: int
-    ready: int
+    ready: int | None  # None: no pods listed, so Value targets cannot scale from a ratio
+    readiness: ReadinessTimes
 
 
 def _out_of_range(current: int, desired: int, driver: str, reason: str) -> Decision:
     return Decision(current, desired, None, None, driver, reason, (), {})
 
 
-def _count_ready(inputs: Sequence[MetricInput], default: int) -> int:
-    """Running pods whose Ready condition is true (``getReadyPodsCount``)."""
+def _listed_pods(inputs: Sequence[MetricInput]) -> Sequence[PodSample] | None:
     for reading in inputs:
         if reading.pods is not None:
-            return sum(1 for p in reading.pods if p.phase == "Running" and p.ready)
-    return default
+            return reading.pods
+    return None
 
 
 def _proposal(
@@ -325,27 +351,41 @@ def _proposal(
 ) -> Proposal:
     """The per-metric maths for the live reading of ``metric``, or for ``forecast`` if given."""
     if reading.error is not None:
-        raise MetricUnavailable(_FAILED_REASON[metric.source], reading.error)
+        raise MetricUnavailable(_failed_reason(metric), reading.error)
     if metric.source == "Pods":
         if reading.pods is None:
-            raise MetricUnavailable(_FAILED_REASON["Pods"], "no pod samples were read")
+            raise MetricUnavailable(_failed_reason(metric), "no pod samples were read")
         pods = reading.pods
         if forecast is not None:
             # Every pod that has a sample is assumed to run at the forecast level.
             pods = tuple(p if p.value is None else replace(p, value=forecast) for p in pods)
-        return pods_metric_replicas(
-            pods,
-            counts.current,
-            metric.target_value,
-            tolerances,
-            now,
-            utilization=metric.target_type == "Utilization",
-        )
+        if metric.target_type == "Utilization":
+            return resource_utilization_replicas(
+                pods,
+                counts.current,
+                metric.target_value,
+                metric.resource,
+                tolerances,
+                now,
+                container=metric.container,
+                readiness=counts.readiness,
+            )
+        return pods_metric_replicas(pods, counts.current, metric.target_value, tolerances, now)
     value = reading.value if forecast is None else forecast
     if value is None or math.isnan(value):
-        raise MetricUnavailable(_FAILED_REASON[metric.source], "the query returned no number")
+        raise MetricUnavailable(_failed_reason(metric), "the query returned no number")
     if metric.target_type == "Value":
-        return value_metric_replicas(
-            value, counts.current, counts.ready, metric.target_value, tolerances
-        )
+        try:
+            return value_metric_replicas(
+                value, counts.current, metric.target_value, tolerances, counts.ready
+            )
+        except MetricUnavailable as exc:
+            raise MetricUnavailable(_failed_reason(metric), exc.message) from exc
     return average_value_metric_replicas(value, counts.status, metric.target_value, tolerances)
+
+
+def _failed_reason(metric: MetricSpec) -> str:
+    """The HPA's condition reason for a metric that cannot be computed."""
+    if metric.target_type == "Utilization":
+        return "FailedGetResourceMetric"
+    return _FAILED_REASON[metric.source]

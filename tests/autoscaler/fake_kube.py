@@ -108,7 +108,11 @@ class FakeKube:
         start_time: str = "2024-01-01T00:00:00Z",
         phase: str = "Running",
         deleting: bool = False,
+        requests: dict[str, str] | None = None,
     ) -> None:
+        """A pod whose one container requests ``requests`` (default: one GPU)."""
+        if requests is None:
+            requests = {"nvidia.com/gpu": "1"}
         with self.lock:
             meta = self._meta(namespace, name)
             meta["labels"] = dict(labels)
@@ -118,7 +122,15 @@ class FakeKube:
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": meta,
-                "spec": {"containers": [{"name": "server", "image": "example/server:1"}]},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": "example/server:1",
+                            "resources": {"requests": dict(requests)},
+                        }
+                    ]
+                },
                 "status": {
                     "phase": phase,
                     "startTime": start_time,

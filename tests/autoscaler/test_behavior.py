@@ -9,6 +9,7 @@ from autoscaler.core.behavior import (
     scale_down_limit,
     scale_up_limit,
     stabilize,
+    with_downscale_window,
 )
 from autoscaler.spec import (
     Behavior,
@@ -75,7 +76,7 @@ def test_scale_ups_in_the_period_count_against_scale_down_start():
 
 
 def test_stabilization_window_holds_scale_down_at_highest_recent_recommendation():
-    behavior = default_behavior()  # 300 s down window
+    behavior = with_downscale_window(default_behavior(), 300)  # the controller's flag
     state = ScalingState()
     assert stabilize(state, behavior, 10, 10, 0.0).replicas == 10
     assert stabilize(state, behavior, 10, 8, 60.0).replicas == 10

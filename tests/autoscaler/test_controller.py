@@ -253,7 +253,7 @@ def test_prometheus_down_never_scales_down_and_is_reported():
         assert not scale_writes(h.fake)
         active = h.condition("ScalingActive")
         assert active["status"] == "False"
-        assert active["reason"] == "FailedGetPodsMetric"
+        assert active["reason"] == "FailedGetResourceMetric"  # a Utilization target
         assert "unreachable" in active["message"]
         assert h.status()["lastDecision"]["driver"] == "all_metrics_invalid"
         errors = h.sample(
@@ -264,7 +264,7 @@ def test_prometheus_down_never_scales_down_and_is_reported():
         )
         assert errors == 3
         # one Warning when the condition turned false, not one per reconcile
-        assert [e["reason"] for e in h.fake.events(NS)] == ["FailedGetPodsMetric"]
+        assert [e["reason"] for e in h.fake.events(NS)] == ["FailedGetResourceMetric"]
         assert (
             h.sample(
                 "autoglm_autoscaler_condition",
@@ -507,7 +507,8 @@ def test_a_forecast_orders_replicas_before_the_load_arrives(h):
     ]
     h.deployment("llm", 2, [0.0, 0.0])
     h.prom.set_pods(queue, {"llm-0": 4.0, "llm-1": 4.0})  # at target now: reactive keeps 2
-    h.fake.add_custom("gpuautoscalers", autoscaler_object(metrics=metrics))
+    # with a behavior section, so the default policies allow 2 -> 6 at once
+    h.fake.add_custom("gpuautoscalers", autoscaler_object(metrics=metrics, behavior={}))
     predictor = StubPredictor(upper=24.0, issued_at=T0 - 30)  # the fleet's total queue, ahead
     h.reconciler.forecasts = ProviderForecasts(predictor, clock=h.clock)
 

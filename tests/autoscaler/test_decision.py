@@ -6,7 +6,9 @@ from autoscaler.core import MetricInput, PodSample, ScalingState, decide, record
 from autoscaler.spec import parse_spec
 
 
-def make_spec(min_replicas=1, max_replicas=20, metrics=None, behavior=None):
+def make_spec(min_replicas=1, max_replicas=20, metrics=None, behavior=...):
+    """A spec with a behavior section (all defaults) unless ``behavior`` says otherwise; None
+    leaves the section out (the HPA's legacy rules)."""
     raw = {
         "scaleTargetRef": {"kind": "Deployment", "name": "llm"},
         "minReplicas": min_replicas,
@@ -23,7 +25,7 @@ def make_spec(min_replicas=1, max_replicas=20, metrics=None, behavior=None):
         ],
     }
     if behavior is not None:
-        raw["behavior"] = behavior
+        raw["behavior"] = {} if behavior is ... else behavior
     return parse_spec(raw)
 
 
@@ -215,13 +217,154 @@ def test_object_value_metric_uses_ready_pods_and_scale_from_zero():
     )
     d = decide(spec, 0, [MetricInput(spec.metrics[0], value=35.0)], ScalingState(), 0.0)
     assert d.reactive_proposal == 4 and d.desired_replicas == 4
+    # four pods, of which two are Running and Ready: the ratio scales those two
+    listed = (
+        PodSample("a", None),
+        PodSample("b", None),
+        PodSample("c", None, ready=False),
+        PodSample("d", None, phase="Pending"),
+    )
     d = decide(
-        spec, 4, [MetricInput(spec.metrics[0], value=30.0)], ScalingState(), 0.0, ready_pods=2
+        spec, 4, [MetricInput(spec.metrics[0], value=30.0)], ScalingState(), 0.0, pods=listed
     )
     assert d.reactive_proposal == 6
+    # without the pod list the ratio has nothing to multiply: the metric is invalid
+    d = decide(spec, 4, [MetricInput(spec.metrics[0], value=30.0)], ScalingState(), 0.0)
+    assert d.driver == "all_metrics_invalid"
+    assert d.conditions["ScalingActive"][1] == "FailedGetObjectMetric"
 
 
 def test_missing_input_for_a_metric_counts_as_invalid():
     spec = two_metric_spec()
     d = decide(spec, 3, [MetricInput(spec.metrics[0], pods=pods(1.0, 1.0, 1.0))], ScalingState(), 0)
     assert d.driver == "invalid_metrics_no_scale_down"
+
+
+def gpu_pods(*pairs):
+    """Pods given as (percent of request, GPUs requested)."""
+    return tuple(
+        PodSample(f"g{i}", pct, started_at=-1000.0, containers={"server": {"nvidia.com/gpu": gpus}})
+        for i, (pct, gpus) in enumerate(pairs)
+    )
+
+
+def utilization_spec(**behavior):
+    return make_spec(
+        metrics=[
+            {
+                "name": "gpu",
+                "query": "q",
+                "target": {"type": "Utilization", "averageUtilization": 50},
+            }
+        ],
+        **behavior,
+    )
+
+
+def test_utilization_is_summed_usage_over_summed_requests():
+    spec = utilization_spec()
+    # a 4-GPU pod at 90% and a 1-GPU pod at 10%: 3.7 GPUs busy of 5 = 74%, not the mean 50%
+    d = decide(
+        spec,
+        2,
+        [MetricInput(spec.metrics[0], pods=gpu_pods((90, 4), (10, 1)))],
+        ScalingState(),
+        0.0,
+    )
+    assert d.per_metric[0].usage == 74
+    assert d.reactive_proposal == 3  # ceil(2 * 74/50)
+
+
+def test_a_pod_without_the_request_makes_a_utilization_metric_invalid():
+    spec = utilization_spec()
+    pods = (*gpu_pods((90, 1)), PodSample("cpu-only", 90.0, containers={"server": {}}))
+    d = decide(spec, 2, [MetricInput(spec.metrics[0], pods=pods)], ScalingState(), 0.0)
+    assert d.driver == "all_metrics_invalid"
+    assert d.conditions["ScalingActive"][1] == "FailedGetResourceMetric"
+    assert "missing request for nvidia.com/gpu in container server of Pod cpu-only" in d.reason
+
+
+def test_asymmetric_tolerances_from_the_spec_reach_the_decision():
+    spec = make_spec(behavior={"scaleUp": {"tolerance": 2.0}, "scaleDown": {"tolerance": 0.01}})
+    # 1.9x is inside the 200% scale-up tolerance; 0.95x is outside the 1% scale-down one
+    assert decide(spec, 2, [util(spec, 95.0, 95.0)], ScalingState(), 0.0).reactive_proposal == 2
+    assert decide(spec, 4, [util(spec, *[47.5] * 4)], ScalingState(), 0.0).reactive_proposal == 4
+    spec = make_spec(behavior={"scaleDown": {"tolerance": 0.01}})
+    d = decide(spec, 20, [util(spec, *[47.5] * 20)], ScalingState(), 0.0)
+    assert d.reactive_proposal == 19  # ceil(20 * 0.95)
+    spec = make_spec(behavior={"scaleUp": {"tolerance": 0.01}})
+    d = decide(spec, 20, [util(spec, *[52.5] * 20)], ScalingState(), 0.0)
+    assert d.reactive_proposal == 21  # ceil(20 * 1.05)
+
+
+def test_proposals_are_capped_at_int32():
+    spec = make_spec(
+        max_replicas=2**31 - 1,
+        metrics=[
+            {
+                "name": "qps",
+                "type": "External",
+                "query": "q",
+                "target": {"type": "AverageValue", "averageValue": "1m"},
+            }
+        ],
+    )
+    d = decide(spec, 3, [MetricInput(spec.metrics[0], value=1e300)], ScalingState(), 0.0)
+    assert d.reactive_proposal == 2**31 - 1
+
+
+def test_without_a_behavior_section_the_legacy_hpa_rules_apply():
+    """No behavior: at most max(2x, 4) up per decision and no period bookkeeping; an empty
+    section gets the API defaults: max(+4 pods, 2x) per 15 s."""
+    legacy, defaulted = make_spec(behavior=None), make_spec()
+    assert legacy.behavior is None and defaulted.behavior is not None
+    up = [util(legacy, 500.0)]
+    assert decide(legacy, 1, up, ScalingState(), 0.0).desired_replicas == 4
+    assert decide(defaulted, 1, [util(defaulted, 500.0)], ScalingState(), 0.0).desired_replicas == 5
+    # legacy stabilization is not clamped to the current count: a higher recommendation still
+    # in the 300 s window raises it (after, say, a manual scale-down to 2), within max(2x, 4)
+    state = ScalingState()
+    decide(legacy, 6, [util(legacy, *[50.0] * 6)], state, 0.0)
+    d = decide(legacy, 2, [util(legacy, 50.0, 50.0)], state, 60.0)
+    assert (d.reactive_proposal, d.desired_replicas) == (2, 4)
+    assert d.conditions["AbleToScale"][1] == "ScaleDownStabilized"
+    state = ScalingState()
+    decide(defaulted, 6, [util(defaulted, *[50.0] * 6)], state, 0.0)
+    assert decide(defaulted, 2, [util(defaulted, 50.0, 50.0)], state, 60.0).desired_replicas == 2
+
+
+def test_the_scale_down_window_comes_from_the_flag_unless_the_spec_sets_it():
+    spec = make_spec(
+        behavior={"scaleDown": {"policies": [{"type": "Pods", "value": 10, "periodSeconds": 15}]}}
+    )
+    assert spec.behavior.scale_down.stabilization_window_seconds is None
+    for window, expected in ((60.0, 1), (300.0, 6)):
+        state = ScalingState()
+        decide(spec, 6, [util(spec, *[50.0] * 6)], state, 0.0, downscale_stabilization=window)
+        d = decide(spec, 6, [util(spec, *[5.0] * 6)], state, 61.0, downscale_stabilization=window)
+        assert d.desired_replicas == expected
+
+
+def test_no_recommendation_yet_differs_from_a_recommendation_of_zero():
+    spec = make_spec(
+        min_replicas=0,
+        metrics=[
+            {
+                "name": "q",
+                "type": "External",
+                "query": "q",
+                "target": {"type": "AverageValue", "averageValue": 10},
+            }
+        ],
+    )
+    zero = MetricInput(spec.metrics[0], value=0.0)
+    # a fresh state records the current count first, so the first decision cannot scale down
+    assert decide(spec, 3, [zero], ScalingState(), 0.0).desired_replicas == 3
+    # a state whose window holds only a recommendation of 0 lets the count follow it
+    state = ScalingState.from_dict({"seeded": True, "recommendations": [[0, -10.0]]})
+    assert decide(spec, 3, [zero], state, 0.0).desired_replicas == 0
+    # once everything aged out, the state stays seeded: nothing re-records the current count
+    state = ScalingState()
+    decide(spec, 3, [MetricInput(spec.metrics[0], value=30.0)], state, 0.0)
+    assert decide(spec, 3, [zero], state, 1000.0).desired_replicas == 0
+    assert ScalingState.from_dict(state.to_dict()) == state

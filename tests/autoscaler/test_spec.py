@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.spec import SpecError, load_spec_file, parse_quantity, parse_spec
+from autoscaler.spec import (
+    MetricSpec,
+    SpecError,
+    default_scale_down_rules,
+    default_scale_up_rules,
+    load_spec_file,
+    parse_quantity,
+    parse_spec,
+)
 
 FULL = """
 apiVersion: autoglm.io/v1alpha1
@@ -69,8 +77,9 @@ def test_bare_spec_gets_kubernetes_defaults():
     )
     assert spec.min_replicas == 1
     assert spec.scale_target_ref.api_version == "apps/v1"
-    assert spec.behavior.scale_down.stabilization_window_seconds == 300
-    assert [(p.type, p.value) for p in spec.behavior.scale_down.policies] == [("Percent", 100)]
+    # no behavior section: the HPA's rules for that case apply, not the behavior defaults
+    assert spec.behavior is None
+    assert (spec.tolerance_up, spec.tolerance_down) == (0.1, 0.1)
 
 
 @pytest.mark.parametrize(
@@ -176,3 +185,70 @@ def test_unreadable_and_non_mapping_files(tmp_path):
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(SpecError, match="must hold"):
         load_spec_file(bad)
+
+
+BASE = {
+    "scaleTargetRef": {"kind": "Deployment", "name": "d"},
+    "maxReplicas": 5,
+    "metrics": [{"name": "m", "query": "q", "target": {"type": "AverageValue", "averageValue": 1}}],
+}
+
+
+@pytest.mark.parametrize("source", ["Resource", "ContainerResource", "Bogus"])
+def test_unknown_metric_types_are_refused_when_parsed(source):
+    metric = {
+        "name": "m",
+        "type": source,
+        "query": "q",
+        "target": {"type": "Utilization", "averageUtilization": 50},
+    }
+    with pytest.raises(SpecError, match=r"spec.metrics\[0\].type: .* is not one of") as err:
+        parse_spec({**BASE, "metrics": [metric]})
+    if source != "Bogus":  # the message says what to write instead
+        assert "Pods metric with a Utilization target" in str(err.value)
+
+
+def test_unknown_metric_types_are_refused_when_constructed():
+    """A spec built in code (simulator, library use) fails at construction, not in a tick."""
+    with pytest.raises(SpecError, match="'Resource' is not one of Pods, Object, External"):
+        MetricSpec("m", "q", "Resource", "Utilization", 50.0)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="not allowed for a Object metric"):
+        MetricSpec("m", "q", "Object", "Utilization", 50.0)
+
+
+def test_behavior_absent_partial_and_empty_policies():
+    assert parse_spec(BASE).behavior is None  # the HPA's legacy rules apply
+    empty = parse_spec({**BASE, "behavior": {}}).behavior
+    assert empty.scale_up == default_scale_up_rules()
+    assert empty.scale_down == default_scale_down_rules()
+    partial = parse_spec({**BASE, "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}}})
+    assert partial.behavior.scale_up == default_scale_up_rules()
+    assert partial.behavior.scale_down.stabilization_window_seconds == 60
+    assert partial.behavior.scale_down.policies == default_scale_down_rules().policies
+    for select in ("Max", "Disabled"):
+        with pytest.raises(SpecError, match=r"scaleUp\.policies: must specify at least one policy"):
+            parse_spec({**BASE, "behavior": {"scaleUp": {"policies": [], "selectPolicy": select}}})
+
+
+def test_utilization_names_its_resource_and_optionally_a_container():
+    metric = {
+        "name": "gpu",
+        "query": "q",
+        "resource": "nvidia.com/gpu",
+        "container": "server",
+        "target": {"type": "Utilization", "averageUtilization": 70},
+    }
+    spec = parse_spec({**BASE, "metrics": [metric]})
+    assert (spec.metrics[0].resource, spec.metrics[0].container) == ("nvidia.com/gpu", "server")
+    assert (
+        parse_spec({**BASE, "metrics": [{**metric, "container": None}]}).metrics[0].container
+        is None
+    )
+    plain = {
+        "name": "q",
+        "query": "q",
+        "resource": "cpu",
+        "target": {"type": "AverageValue", "averageValue": 1},
+    }
+    with pytest.raises(SpecError, match=r"spec.metrics\[0\].resource: only a Utilization"):
+        parse_spec({**BASE, "metrics": [plain]})
