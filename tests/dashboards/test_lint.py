@@ -35,6 +35,7 @@ from exporter.collector import Collector
 from exporter.podresources import PodRef
 from exporter.render import render
 from exporter.sources import SimulatedSource, load_profile, parse_fault
+from jobs.metrics import JobMetrics
 from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
 from predictor.service import PredictorService
@@ -98,8 +99,9 @@ def _series_names(registry: CollectorRegistry) -> set[str]:
 
 @pytest.fixture(scope="module")
 def component_metrics() -> set[str]:
-    """Series of the batcher (memory statistics as on CUDA), predictor and autoscaler, from
-    their real metrics classes; the predictor's forecast families from a fitted service."""
+    """Series of the batcher (memory statistics as on CUDA), predictor, autoscaler and job
+    runner, from their real metrics classes; the predictor's forecast families from a fitted
+    service."""
     batcher = BatcherMetrics(CollectorRegistry(), "demo", slo_seconds=0.25, max_batch_size=8)
     cuda_stats = [
         "allocated_bytes",
@@ -120,7 +122,14 @@ def component_metrics() -> set[str]:
         _series_names(batcher.registry)
         | _series_names(predictor.registry)
         | _series_names(AutoscalerMetrics().registry)
+        | _series_names(_job_registry())
     )
+
+
+def _job_registry() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    JobMetrics(registry, "nightly")
+    return registry
 
 
 @pytest.fixture(scope="module")
