@@ -221,9 +221,11 @@ _FALSE = {"false", "no", "off", "0"}
 
 def _convert(name: str, raw: Any, kind: Any) -> Any:
     flag = "--" + name.replace("_", "-")
-    if raw is None:
-        return None
     inner = _unwrap_optional(kind)
+    if raw is None:
+        if inner is not kind:  # X | None: null is a value
+            return None
+        raise ConfigError(f"{flag}: no value given (an empty YAML key); give one or drop the key")
     choices = _literal_choices(inner)
     if choices is not None:
         if str(raw) not in choices:
@@ -262,7 +264,7 @@ def _convert(name: str, raw: Any, kind: Any) -> Any:
             return dict(raw)
     except ConfigError:
         raise
-    except ValueError:
+    except (ValueError, TypeError, OverflowError):  # a YAML list where a number goes, 1e999 ...
         expected = getattr(base, "__name__", str(base))
         raise ConfigError(f"{flag}: {raw!r} is not a valid {expected}") from None
     return raw
