@@ -2,11 +2,12 @@
 
     autoglm up                                  # until Ctrl-C, live terminal view
     autoglm up --duration 300 --no-tui          # five minutes, structured log lines
-    autoglm up --profile step --peak-rps 80     # a synthetic plateau instead of the trace
-    autoglm up --prometheus                     # also a Prometheus with the project's rules
+    autoglm up --profile trace                  # the Alibaba GenAI trace instead of the ramp
+    autoglm up --no-job                         # online load only, no best-effort backlog
 
-Exit codes: 0 after a clean run (Ctrl-C included); 2 for a bad flag, a taken port or a missing
-``prometheus`` binary (one line on stderr, nothing started); 1 when the stack failed to start.
+Exit codes: 0 after a clean run (Ctrl-C included); 2 for a bad flag, a taken port or a report
+directory that cannot be written (one line on stderr, nothing started); 1 when the stack failed
+to start.
 """
 
 from __future__ import annotations
@@ -15,21 +16,21 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from autoglm.config import ConfigError, load_config
 from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
 from autoglm.up.config import UpConfig
-from autoglm.up.report import summary_lines, write_report
+from autoglm.up.report import check_report_dir, summary_lines, write_report
 from autoglm.up.stack import Stack, Stopped
 from autoglm.up.view import LogView, TerminalView, View
 
 PROG = "autoglm up"
 LOG_FILE = "autoglm-up.log"
 DESCRIPTION = (
-    "Run the exporter, batcher workers, predictor and autoscaler on this machine under a "
-    "replayed load; show them live, then write a summary and an HTML report."
+    "Run the exporter, batcher workers, Prometheus, predictor and autoscaler on this machine "
+    "under a replayed online load and a best-effort job; show them live, then write a summary "
+    "and an HTML report."
 )
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -43,12 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     tui = cfg.tui and sys.stdout.isatty()
-    report_dir = Path(cfg.report_dir).resolve()
+    try:
+        report_dir = check_report_dir(cfg.report_dir)
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     saved_stderr: int | None = None
     if tui:
         # The live view owns the terminal: this process's and the workers' log lines (the
         # workers inherit file descriptor 2) go to a file in the report directory instead.
-        report_dir.mkdir(parents=True, exist_ok=True)
         log_fd = os.open(report_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         saved_stderr = os.dup(2)
         os.dup2(log_fd, 2)
@@ -100,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     summary = stack.summary()
     report = write_report(report_dir, stack.samples, stack.events, summary)
-    print(f"\nautoglm up: summary after {summary.duration_seconds:.0f} s")
+    print(f"\n{PROG}: summary after {summary.duration_seconds:.0f} s")
     for line in summary_lines(summary):
         print(f"  {line}")
     print(f"  report            {report}")

@@ -1,7 +1,7 @@
 """Settings of ``autoglm up``: one dataclass, as flags (``--duration 120``) or YAML keys.
 
 Wall-clock settings (intervals, stabilization, warm-up) are in real seconds; the load profile runs
-on a compressed clock (``--time-compression 360`` makes a day of the trace pass in four minutes),
+on a compressed clock (``--time-compression 480`` makes a day pass in three minutes),
 because a trace's day must pass in minutes while workers still take real seconds to start.
 """
 
@@ -13,13 +13,15 @@ from typing import Literal
 from autoglm.config import ConfigError
 
 DAY_SECONDS = 86400.0
-PROFILES = ("trace", "diurnal", "step", "spike")
+PROFILES = ("ramp", "trace", "diurnal", "step", "spike")
 
 # Offsets from --port-base, so one flag moves every endpoint of the stack.
 EXPORTER_OFFSET = 0
 PREDICTOR_OFFSET = 1
 AUTOSCALER_OFFSET = 2
 LOADGEN_OFFSET = 3
+SERVICE_OFFSET = 4
+JOB_OFFSET = 5
 PROMETHEUS_OFFSET = 90
 WORKERS_OFFSET = 100
 
@@ -36,14 +38,16 @@ class UpConfig:
         default=9400,
         metadata={
             "help": "first port: exporter +0, predictor +1, autoscaler +2, load generator +3, "
-            "prometheus +90, workers +100.. (0: any free ports)"
+            "the workers' service +4, the job's metrics +5, prometheus +90, workers +100.. "
+            "(0: any free ports)"
         },
     )
     target_utilization: float = field(
-        default=70.0,
+        default=0.7,
         metadata={
-            "help": "GPU utilization (percent) the autoscaler keeps each worker at; 70 matches "
-            "fleet:DCGM_FI_DEV_GPU_UTIL:target in alerts/rules.yaml"
+            "help": "share of each worker's GPU time (a ratio in 0-1) the autoscaler keeps busy "
+            "with online requests; 0.7 matches fleet:DCGM_FI_DEV_GPU_UTIL:target in "
+            "alerts/rules.yaml"
         },
     )
     slo_seconds: float = field(
@@ -53,11 +57,12 @@ class UpConfig:
     max_workers: int = field(
         default=4, metadata={"help": "most batcher workers (one simulated GPU each)"}
     )
-    profile: Literal["trace", "diurnal", "step", "spike"] = field(
-        default="trace",
+    profile: Literal["ramp", "trace", "diurnal", "step", "spike"] = field(
+        default="ramp",
         metadata={
-            "help": "load shape: trace (Alibaba GenAI requests, shipped excerpt), diurnal, step "
-            "(a plateau of high load), spike (a short burst)"
+            "help": "load shape: ramp (quiet, a ramp to the peak, a plateau, a fall: the demo's "
+            "day), trace (Alibaba GenAI requests, shipped excerpt), diurnal, step (a plateau of "
+            "high load), spike (a short burst)"
         },
     )
     trace_file: str = field(
@@ -68,23 +73,30 @@ class UpConfig:
         default=100.0, metadata={"help": "requests per second at the profile's highest point"}
     )
     base_rps: float = field(
-        default=4.0, metadata={"help": "requests per second at the synthetic profiles' lowest"}
+        default=20.0, metadata={"help": "requests per second at the synthetic profiles' lowest"}
     )
     time_compression: float = field(
-        default=360.0,
-        metadata={"help": "how much faster than real time the profile plays (360: a day in 4 min)"},
+        default=480.0,
+        metadata={"help": "how much faster than real time the profile plays (480: a day in 3 min)"},
     )
     interval: float = field(default=2.0, metadata={"help": "seconds between autoscaler decisions"})
     scale_down_stabilization: float = field(
-        default=20.0,
+        default=15.0,
         metadata={"help": "seconds a lower recommendation must hold before scaling down"},
     )
     warmup_seconds: float = field(
-        default=10.0,
+        default=8.0,
         metadata={"help": "time a new worker needs to serve; the forecast looks this far ahead"},
     )
     prediction: bool = field(
         default=True, metadata={"help": "let the predictor's forecast add replicas ahead of load"}
+    )
+    job: bool = field(
+        default=True,
+        metadata={
+            "help": "run a best-effort job (a generated backlog of requests, through the job "
+            "runner) on the capacity online requests leave idle (--no-job: online load only)"
+        },
     )
     max_in_flight: int = field(
         default=256,
@@ -99,8 +111,12 @@ class UpConfig:
         metadata={"help": "package.module:factory the batcher workers serve"},
     )
     prometheus: bool = field(
-        default=False,
-        metadata={"help": "also start the prometheus binary with the project's rules"},
+        default=True,
+        metadata={
+            "help": "start the prometheus binary with the project's rules and scale through "
+            "it, with a cluster's PromQL (without the binary, or with --no-prometheus: an "
+            "embedded metrics window)"
+        },
     )
     report_dir: str = field(
         default="autoglm-up-report", metadata={"help": "where the HTML report is written"}
@@ -121,8 +137,13 @@ class UpConfig:
                 f"--port-base {self.port_base} must be 0 (free ports) or within "
                 f"1024..{65535 - WORKERS_OFFSET - 64}, e.g. --port-base 19400"
             )
-        if not 0 < self.target_utilization <= 100:
-            raise ConfigError("--target-utilization is a percentage in (0, 100], e.g. 60")
+        if not 0 < self.target_utilization <= 1:
+            hint = (
+                f", e.g. {self.target_utilization / 100:g} for {self.target_utilization:g} %"
+                if 1 < self.target_utilization <= 100
+                else ", e.g. 0.7"
+            )
+            raise ConfigError(f"--target-utilization is a ratio in (0, 1]{hint}")
         if self.slo_seconds <= 0:
             raise ConfigError("--slo-seconds must be > 0, e.g. --slo-seconds 0.25")
         if self.min_workers < 1:

@@ -1,8 +1,10 @@
 """Simulated GPUs that follow the batcher's real work: worker slot *i* drives GPU *i*.
 
 Each batcher worker counts the time its device spends executing batches
-(``autoglm_batcher_device_busy_seconds_total``). Its rate over the last few seconds is the busy
-fraction a real GPU under that worker would show, so it becomes the simulated GPU's utilization
+(``autoglm_batcher_device_busy_seconds_total``: online and best-effort batches together, the sum
+of ``autoglm_batcher_class_busy_seconds_total`` over its classes). Its rate over the last few
+seconds is the busy fraction a real GPU under that worker would show, so it becomes the
+simulated GPU's utilization
 through ``SimulatedSource.set_external_load``; power, temperature, memory and clocks then follow
 from the simulation's physics. A slot with no worker is an idle GPU (0 %).
 
@@ -24,6 +26,9 @@ from autoglm.up.window import MetricsWindow
 log = logging.getLogger(__name__)
 
 BUSY_COUNTER = "autoglm_batcher_device_busy_seconds_total"
+CLASS_BUSY_COUNTER = "autoglm_batcher_class_busy_seconds_total"
+ONLINE = "online"  # the batcher's request classes, as its ``class`` label spells them
+BEST_EFFORT = "best_effort"
 NAMESPACE = "local"
 WORKLOAD = "batcher"
 

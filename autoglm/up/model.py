@@ -4,9 +4,13 @@ On a laptop without a GPU the demo MLP answers a batch in tens of microseconds, 
 loopback load generator can send would keep a worker busy, and nothing would ever need scaling.
 Each batch therefore also holds the worker for ``FIXED_SECONDS + PER_ITEM_SECONDS x items`` of
 wall time, as a GPU kernel would (the cost model ``t(b) = c + a·b`` the batcher fits online). The
-wait is a sleep in the batcher's executor thread: it costs no CPU, so several workers share two
-cores without stealing time from each other, and the batcher's measured busy time -- which the
-simulated GPUs and the autoscaler read -- is the time each batch really held the worker.
+cost is mostly per item, so a worker's busy time grows with the requests it serves (as a large
+model's does) and a few dozen requests a second are enough to fill a GPU: the load generator and
+the job runner stay cheap on a laptop's CPU, and one best-effort item fits the batcher's default
+quantum (a tenth of the 0.25 s SLO). The wait is a sleep in the batcher's executor thread: it
+costs no CPU, so several workers share two cores without stealing time from each other, and the
+batcher's measured busy time -- which the simulated GPUs and the autoscaler read -- is the time
+each batch really held the worker.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import torch
 from batcher.model import TensorSpec
 from batcher.models.demo import DemoMLP
 
-FIXED_SECONDS = 0.02
-PER_ITEM_SECONDS = 0.003
+FIXED_SECONDS = 0.004
+PER_ITEM_SECONDS = 0.02
 
 
 class SimulatedKernelModel:

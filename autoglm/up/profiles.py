@@ -26,6 +26,10 @@ TRACE_START_SECONDS = 15 * 3600.0
 DIURNAL_PEAK_SECONDS = 14 * 3600.0
 STEP_WINDOW = (0.2, 0.5)  # share of the day the step profile holds its peak
 SPIKE_WINDOW = (0.45, 0.5)
+# The ramp profile's day, as shares of it: quiet until the ramp starts (long enough for the
+# predictor to gather the history it needs), a linear rise to the peak, a plateau, a linear fall,
+# quiet again. At the default compression the whole shape passes within the first two minutes.
+RAMP_SHAPE = (0.24, 0.42, 0.5, 0.56)
 
 
 class RateProfile(Protocol):
@@ -65,7 +69,7 @@ class TraceProfile:
 
 @dataclass(frozen=True)
 class ShapeProfile:
-    """A synthetic day between ``base_rps`` and ``peak_rps``: diurnal, step or spike."""
+    """A synthetic day between ``base_rps`` and ``peak_rps``: ramp, diurnal, step or spike."""
 
     name: str
     base_rps: float
@@ -74,11 +78,25 @@ class ShapeProfile:
 
     def rate(self, elapsed: float) -> float:
         day = (elapsed % self.day_seconds) / self.day_seconds
+        if self.name == "ramp":
+            return self.base_rps + (self.peak_rps - self.base_rps) * ramp_level(day)
         if self.name == "diurnal":
             phase = 2.0 * math.pi * (day - DIURNAL_PEAK_SECONDS / DAY_SECONDS)
             return self.base_rps + (self.peak_rps - self.base_rps) * (1.0 + math.cos(phase)) / 2
         low, high = STEP_WINDOW if self.name == "step" else SPIKE_WINDOW
         return self.peak_rps if low <= day < high else self.base_rps
+
+
+def ramp_level(day: float) -> float:
+    """The ramp profile's level (0: base, 1: peak) at ``day``, a share of the day in [0, 1)."""
+    rise, top, fall, bottom = RAMP_SHAPE
+    if day < rise or day >= bottom:
+        return 0.0
+    if day < top:
+        return (day - rise) / (top - rise)
+    if day < fall:
+        return 1.0
+    return (bottom - day) / (bottom - fall)
 
 
 def read_trace(path: str | Path | None) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -1,7 +1,7 @@
-"""``--prometheus``: a real Prometheus beside the local stack, so the dashboards' queries work.
+"""A real Prometheus beside the local stack: the bus the autoscaler and predictor read, as in a
+cluster, and what Grafana's dashboards query.
 
-The embedded window is all the stack needs; this is for people who want to see the run in
-Grafana. ``prometheus`` (from PATH) is started on loopback with the project's rules
+``prometheus`` (from PATH) is started on loopback with the project's rules
 (``alerts/rules.yaml``) and one scrape job per component, named as in a cluster
 (``autoglm-exporter``, ``autoglm-batcher``, ...), so the recording rules, alerts and dashboard
 queries apply unchanged. Workers come and go, so their job reads a file-based service discovery
@@ -28,7 +28,10 @@ from autoglm.config import ConfigError
 
 log = logging.getLogger(__name__)
 
-SCRAPE_INTERVAL = "2s"
+# Every second, as the local stack's decisions come every few seconds; the rules (recording rules
+# and alerts, for the dashboards) are not on the scaling path and are evaluated less often.
+SCRAPE_INTERVAL = "1s"
+EVALUATION_INTERVAL = "2s"
 READY_TIMEOUT_SECONDS = 30.0
 WORKERS_JOB = "autoglm-batcher"
 
@@ -63,7 +66,10 @@ def build_config(static_jobs: Mapping[str, Sequence[str]], workers_file: Path, r
     ]
     jobs.append({"job_name": WORKERS_JOB, "file_sd_configs": [{"files": [str(workers_file)]}]})
     return {
-        "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+        "global": {
+            "scrape_interval": SCRAPE_INTERVAL,
+            "evaluation_interval": EVALUATION_INTERVAL,
+        },
         "rule_files": [str(rules)],
         "scrape_configs": jobs,
     }
@@ -99,6 +105,8 @@ class PrometheusServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        # A fresh database: an earlier run's series would be history the predictor fits on.
+        shutil.rmtree(self.directory / "data", ignore_errors=True)
         self.directory.mkdir(parents=True, exist_ok=True)
         write_targets(self.workers_file, [])
         config = self.directory / "prometheus.yml"
@@ -157,7 +165,7 @@ def grafana_hint(url: str) -> list[str]:
     """How to look at the run in Grafana, for the terminal."""
     return [
         f"Prometheus: {url} (rules from alerts/rules.yaml; jobs autoglm-exporter, "
-        "autoglm-batcher, autoglm-predictor, autoglm-autoscaler, autoglm-loadgen)",
+        "autoglm-batcher, autoglm-predictor, autoglm-autoscaler, autoglm-loadgen, autoglm-job)",
         "Grafana: add a Prometheus data source with this URL, then import dashboards/json/*.json "
         "(Dashboards > New > Import) and pick that data source",
     ]

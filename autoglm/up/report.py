@@ -1,11 +1,14 @@
 """What a run of ``autoglm up`` leaves behind: a summary and an HTML report with plots.
 
 The stack records one :class:`Sample` a second and one :class:`ScaleEvent` per rescale. From
-those, :func:`summarize` computes what the run achieved: SLO attainment (requests answered
-correctly within the SLO, out of all sent, shed ones included), GPU-seconds (each worker holds
-one GPU while it exists), the mean utilization of those GPUs, and the scale events.
-:func:`write_report` writes ``report.html`` (plots embedded as base64 PNG, so the file stands
-alone) and ``summary.json`` (the same numbers and the decision log, for scripts and tests).
+those, :func:`summarize` computes what the run achieved: SLO attainment (online requests answered
+correctly within the SLO, out of all sent, shed ones included), the paid GPU-seconds (each worker
+holds one GPU while it exists, starting and idle included) and how busy they were -- with online
+requests, with the best-effort job, and both together -- the best-effort work done, the mean
+online utilization of the ready workers (what the autoscaler holds at its target) and the scale
+events. :func:`write_report` writes ``report.html`` (plots embedded as base64 PNG, so the file
+stands alone) and ``summary.json`` (the same numbers and the decision log, for scripts and tests).
+:func:`check_report_dir` makes sure both can be written before a run starts.
 """
 
 from __future__ import annotations
@@ -16,16 +19,23 @@ import io
 import itertools
 import json
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autoglm.config import ConfigError
 from autoglm.up.loadgen import Totals
+
+REPORT_FILES = ("report.html", "summary.json")
 
 
 @dataclass(frozen=True)
 class Sample:
-    """The stack's state at one instant (``elapsed`` seconds after the load started)."""
+    """The stack's state at one instant (``elapsed`` seconds after the load started).
+
+    Work is in percent of one GPU (100 = one GPU busy), summed over the workers."""
 
     elapsed: float
     target_rps: float
@@ -33,11 +43,20 @@ class Sample:
     workers: int  # processes that exist (each holds a GPU)
     ready_workers: int
     desired_workers: int
-    mean_utilization: float | None  # percent, over ready workers
-    total_busy: float | None  # sum of the workers' utilization, percent (100 = one GPU busy)
-    forecast_upper: float | None  # forecast of total_busy at the horizon (upper bound)
+    online_utilization: float | None  # percent, mean over ready workers: what the target is for
+    online_work: float | None
+    best_effort_work: float | None
+    best_effort_done: int  # job lines answered since the start
+    forecast_upper: float | None  # forecast of online_work at the horizon (upper bound)
     forecast_for: float | None  # the elapsed time the forecast is for
-    p99_seconds: float | None  # client-side, over the last seconds
+    p99_seconds: float | None  # client-side, online requests, over the last seconds
+
+    @property
+    def busy_share(self) -> float | None:
+        """Share of the paid GPUs busy now, online and best-effort together (0..1)."""
+        if not self.workers or self.online_work is None:
+            return None
+        return (self.online_work + (self.best_effort_work or 0.0)) / (100.0 * self.workers)
 
 
 @dataclass(frozen=True)
@@ -60,14 +79,19 @@ class Summary:
     requests_ok: int
     outcomes: dict[str, int]
     slo_seconds: float
-    slo_attainment: float | None
+    slo_attainment: float | None  # online requests within the SLO, out of all sent
     p99_seconds: float | None
-    gpu_seconds: float
-    mean_utilization: float | None
-    target_utilization: float
+    gpu_seconds: float  # paid: every worker from its start to its stop
+    busy_share: float | None  # of the paid GPU-seconds, online and best-effort together
+    online_busy_share: float | None
+    best_effort_busy_share: float | None
+    best_effort_done: int  # job lines answered
+    online_utilization: float | None  # percent, mean over ready workers
+    target_utilization: float  # ratio, as the flag
     scale_ups: int
     scale_downs: int
     peak_workers: int
+    load_average: tuple[float, float, float] | None = None  # the machine's, at the end
     scale_events: list[dict] = field(default_factory=list)
 
 
@@ -78,17 +102,23 @@ def summarize(
     slo_seconds: float,
     target_utilization: float,
     p99_seconds: float | None,
+    load_average: tuple[float, float, float] | None = None,
 ) -> Summary:
-    """The run's figures; GPU-seconds and mean utilization integrate the samples over time."""
-    gpu_seconds = 0.0
-    busy_seconds = 0.0
-    counted_seconds = 0.0
+    """The run's figures; GPU-seconds, busy time and utilization integrate the samples."""
+    gpu_seconds = online_seconds = best_effort_seconds = 0.0
+    ready_busy = ready_seconds = 0.0
     for before, after in itertools.pairwise(samples):
         dt = after.elapsed - before.elapsed
         gpu_seconds += before.workers * dt
-        if before.mean_utilization is not None and before.ready_workers:
-            busy_seconds += before.mean_utilization / 100.0 * before.ready_workers * dt
-            counted_seconds += before.ready_workers * dt
+        online_seconds += (before.online_work or 0.0) / 100.0 * dt
+        best_effort_seconds += (before.best_effort_work or 0.0) / 100.0 * dt
+        if before.online_utilization is not None and before.ready_workers:
+            ready_busy += before.online_utilization / 100.0 * before.ready_workers * dt
+            ready_seconds += before.ready_workers * dt
+
+    def share(seconds: float) -> float | None:
+        return seconds / gpu_seconds if gpu_seconds else None
+
     return Summary(
         duration_seconds=samples[-1].elapsed if samples else 0.0,
         requests_sent=totals.sent,
@@ -98,11 +128,16 @@ def summarize(
         slo_attainment=totals.attainment,
         p99_seconds=p99_seconds,
         gpu_seconds=gpu_seconds,
-        mean_utilization=100.0 * busy_seconds / counted_seconds if counted_seconds else None,
+        busy_share=share(online_seconds + best_effort_seconds),
+        online_busy_share=share(online_seconds),
+        best_effort_busy_share=share(best_effort_seconds),
+        best_effort_done=samples[-1].best_effort_done if samples else 0,
+        online_utilization=100.0 * ready_busy / ready_seconds if ready_seconds else None,
         target_utilization=target_utilization,
         scale_ups=sum(1 for e in events if e.direction == "up"),
         scale_downs=sum(1 for e in events if e.direction == "down"),
         peak_workers=max((s.workers for s in samples), default=0),
+        load_average=load_average,
         scale_events=[{**asdict(e), "direction": e.direction} for e in events],
     )
 
@@ -110,24 +145,67 @@ def summarize(
 def summary_lines(summary: Summary) -> list[str]:
     """The summary as aligned lines for the terminal."""
 
-    def pct(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:.1f} %"
+    def pct(x: float | None, scale: float = 100.0) -> str:
+        return "n/a" if x is None else f"{scale * x:.1f} %"
 
     mean_workers = summary.gpu_seconds / summary.duration_seconds if summary.duration_seconds else 0
     p99 = "n/a" if summary.p99_seconds is None else f"{summary.p99_seconds:.3f} s"
-    attainment = None if summary.slo_attainment is None else 100 * summary.slo_attainment
     failed = {k: v for k, v in summary.outcomes.items() if k != "ok" and v}
-    return [
-        f"requests          {summary.requests_sent} sent, {summary.requests_ok} answered"
+    lines = [
+        f"online requests   {summary.requests_sent} sent, {summary.requests_ok} answered"
         + (f" ({', '.join(f'{v} {k}' for k, v in failed.items())})" if failed else ""),
-        f"SLO attainment    {pct(attainment)} answered within {summary.slo_seconds:g} s",
-        f"p99 latency       {p99}",
-        f"GPU-seconds       {summary.gpu_seconds:.0f} (mean {mean_workers:.2f} workers, "
+        f"SLO attainment    {pct(summary.slo_attainment)} of online requests answered within "
+        f"{summary.slo_seconds:g} s",
+        f"p99 latency       {p99} (online)",
+        f"GPU-seconds       {summary.gpu_seconds:.0f} paid (mean {mean_workers:.2f} workers, "
         f"peak {summary.peak_workers})",
-        f"mean utilization  {pct(summary.mean_utilization)} "
-        f"(target {summary.target_utilization:g} %)",
+        f"busy              {pct(summary.busy_share)} of paid GPU-time "
+        f"(online {pct(summary.online_busy_share)}, "
+        f"best-effort {pct(summary.best_effort_busy_share)})",
+        f"best-effort work  {summary.best_effort_done} job requests answered",
+        f"utilization       {pct(summary.online_utilization, 1.0)} online, mean over ready "
+        f"workers (target {pct(summary.target_utilization)})",
         f"scale events      {summary.scale_ups} up, {summary.scale_downs} down",
     ]
+    if summary.load_average is not None:
+        lines.append(
+            "machine load      "
+            + ", ".join(f"{x:.2f}" for x in summary.load_average)
+            + " (1, 5, 15 min)"
+        )
+    return lines
+
+
+def check_report_dir(directory: str | Path) -> Path:
+    """The report directory, created and proven writable now, so that a run is never lost at its
+    end; ConfigError naming the problem otherwise."""
+    path = Path(directory).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(
+            f"--report-dir {str(directory)!r} is a file, not a directory; name a directory"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"--report-dir {str(directory)!r} cannot be created: {exc.strerror}; "
+            "name a directory you can write to"
+        ) from None
+    for name in REPORT_FILES:
+        target = path / name
+        if target.exists() and not target.is_file():
+            raise ConfigError(f"--report-dir: {target} exists and is not a file; remove it")
+        if target.exists() and not os.access(target, os.W_OK):
+            raise ConfigError(f"--report-dir: {target} cannot be overwritten; check permissions")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--report-dir {str(directory)!r} is not writable: {exc.strerror}; "
+            "name a directory you can write to"
+        ) from None
+    return path
 
 
 def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Summary) -> bytes:
@@ -150,18 +228,24 @@ def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Sum
     ax.legend(loc="upper left")
 
     ax = axes[1]
-    ax.plot(t, series([s.total_busy for s in samples]), label="observed", color="tab:blue")
+    online = series([s.online_work for s in samples])
+    combined = [o + (s.best_effort_work or 0.0) for o, s in zip(online, samples, strict=True)]
+    ax.fill_between(t, 0, online, label="online", color="tab:blue", alpha=0.5, step="post")
+    ax.fill_between(
+        t, online, combined, label="best-effort", color="tab:green", alpha=0.4, step="post"
+    )
+    ax.step(t, [100 * s.workers for s in samples], where="post", label="paid GPUs", color="0.3")
     forecast = [(s.forecast_for, s.forecast_upper) for s in samples if s.forecast_upper is not None]
     if forecast:
         ax.plot(
             [f[0] for f in forecast],
             [f[1] for f in forecast],
-            label="forecast upper bound (plotted at the time it predicts)",
+            label="online forecast, upper bound (at the time it predicts)",
             color="tab:orange",
             linestyle="--",
         )
     ax.set_ylabel("GPU work (100 = one GPU busy)")
-    ax.set_title("Work and its forecast")
+    ax.set_title("Paid GPUs, the work filling them, and the forecast of online work")
     ax.legend(loc="upper left")
 
     ax = axes[2]
@@ -174,15 +258,17 @@ def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Sum
     ax.legend(loc="upper left")
 
     ax = axes[3]
-    ax.plot(t, series([s.mean_utilization for s in samples]), label="mean GPU utilization %")
-    ax.axhline(summary.target_utilization, color="tab:blue", linestyle=":", label="target %")
+    ax.plot(t, series([s.online_utilization for s in samples]), label="online utilization %")
+    ax.axhline(100 * summary.target_utilization, color="tab:blue", linestyle=":", label="target %")
+    busy = [None if s.busy_share is None else 100 * s.busy_share for s in samples]
+    ax.plot(t, series(busy), color="tab:green", label="busy, with best-effort %")
     ax.set_ylabel("percent")
     ax.set_ylim(0, 105)
     twin = ax.twinx()
     twin.plot(t, series([s.p99_seconds for s in samples]), color="tab:red", label="p99 latency (s)")
     twin.axhline(summary.slo_seconds, color="tab:red", linestyle=":", label="SLO (s)")
     twin.set_ylabel("seconds")
-    ax.set_title("Utilization against target, p99 latency against SLO")
+    ax.set_title("Utilization against target, online p99 latency against SLO")
     lines = ax.get_legend_handles_labels()
     more = twin.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left")

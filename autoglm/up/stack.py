@@ -6,14 +6,19 @@ What runs where:
   NVML finds a driver;
 * batcher workers are subprocesses, started and stopped by the autoscaler's
   :class:`~autoscaler.local.LocalProcessGroup` (one worker = one replica = one GPU);
+* a local Prometheus scrapes every component each second, as in a cluster. The predictor reads
+  the fleet's online work from it with a range query and publishes ``autoglm_forecast_upper``;
+  the autoscaler (the cluster's reconciler and decision core) asks it the same PromQL a
+  GPUAutoscaler holds: each worker's share of GPU time spent on online requests, and the
+  forecast. It scales on online work only, so best-effort work filling the idle time never
+  makes it add workers. Without a ``prometheus`` binary the stack says so and reads an embedded
+  window instead (:mod:`autoglm.up.window`: the same values computed in Python);
 * a scraper fills the embedded metrics window from every /metrics endpoint each second; after
-  each scrape the GPU link pushes each worker's busy fraction into its simulated GPU, the
-  predictor is fed the fleet's total GPU work, and the load generator learns which workers are
-  ready;
-* the autoscaler (in-process, the same reconciler as in a cluster) decides every ``interval``
-  seconds on ``DCGM_FI_DEV_GPU_UTIL`` per worker, read from the window, and the predictor's
-  forecast of the total;
-* the load generator replays the profile against the ready workers.
+  each scrape the GPU link pushes each worker's busy fraction (online and best-effort) into its
+  simulated GPU, and the load generator and the job learn which workers are ready;
+* the load generator replays the profile's online requests against the ready workers, and a
+  best-effort job (:mod:`autoglm.up.job`) sends its backlog through the job runner on the
+  capacity they leave idle.
 
 :meth:`Stack.close` stops everything in the reverse order and is safe after a partial start, so a
 failed start, Ctrl-C and the end of ``--duration`` all leave no process behind.
@@ -22,6 +27,8 @@ failed start, Ctrl-C and the end of ``--duration`` all leave no process behind.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import socket
 import sys
 import threading
@@ -35,23 +42,28 @@ from prometheus_client import CollectorRegistry
 from autoglm.config import ConfigError
 from autoglm.httpserver import HTTPServer, Response, registry_route
 from autoglm.ports import free_port
+from autoglm.prometheus_api import PrometheusClient
 from autoglm.up import config as ports
 from autoglm.up.config import UpConfig
-from autoglm.up.gpu_link import BUSY_COUNTER, GPULink
+from autoglm.up.gpu_link import BEST_EFFORT, CLASS_BUSY_COUNTER, ONLINE, GPULink
+from autoglm.up.job import BestEffortJob
 from autoglm.up.loadgen import LoadGenerator, LoadGenMetrics, RequestLog
 from autoglm.up.profiles import profile_from_config
-from autoglm.up.prometheus import PrometheusServer, grafana_hint
+from autoglm.up.prometheus import WORKERS_JOB, PrometheusServer, grafana_hint
 from autoglm.up.report import Sample, ScaleEvent, Summary, summarize
+from autoglm.up.service import LocalService
 from autoglm.up.view import View
 from autoglm.up.window import MetricsWindow, Scraper, WindowMetricsSource
 from autoscaler.controller.controllers import LocalController
-from autoscaler.controller.forecasts import ProviderForecasts
+from autoscaler.controller.forecasts import PrometheusForecasts, ProviderForecasts
+from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.core.replica_calculator import PodSample
 from autoscaler.local import LocalProcessGroup, TargetScale
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.spec import GPUAutoscalerSpec, parse_spec
 from exporter.service import ExporterService
+from predictor.api import Forecast
 from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
 from predictor.service import PredictorService
@@ -61,17 +73,59 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 EXPORTER = "exporter"
 MODEL_NAME = "demo"
-METRIC = "gpu_util"
+METRIC = "online_busy"
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
-UTIL_SERIES = "DCGM_FI_DEV_GPU_UTIL"
 # Seconds a sample needs after a worker turns ready before it counts: the busy rate's window
-# plus an exporter collection and a scrape (the HPA's readiness rule, window_seconds).
+# plus a scrape (the HPA's readiness rule, window_seconds).
 SAMPLE_WINDOW_SECONDS = 5.0
 BUSY_RATE_SECONDS = 3.0
+PROMQL_RATE_WINDOW = "5s"  # five scrapes at the stack's 1 s scrape interval
 WORKERS_READY_TIMEOUT_SECONDS = 180.0
 P99_WINDOW_SECONDS = 10.0
 RATE_WINDOW_SECONDS = 3.0
-PREDICTOR_STEP_SECONDS = 2.0
+PROMETHEUS_TIMEOUT_SECONDS = 2.0
+# The predictor's series: one point a second; horizons (in steps) up to the default warm-up,
+# as few as cover it, because the history a refit needs grows with the deepest horizon
+# (predictor.selection.minimum_history) and the demo's first ramp comes within a minute.
+PREDICTOR_STEP_SECONDS = 1.0
+PREDICTOR_REFIT_SECONDS = 20.0
+
+
+def online_busy_query(by_pod: bool) -> str:
+    """PromQL for the online share of the workers' GPU time, in percent (100 = one GPU busy):
+    per worker, labelled ``pod`` (the worker's HOST:PORT, Prometheus' ``instance``), or summed
+    over the fleet (what the predictor forecasts)."""
+    rate = (
+        f'rate({CLASS_BUSY_COUNTER}{{job="{WORKERS_JOB}",class="{ONLINE}"}}[{PROMQL_RATE_WINDOW}])'
+    )
+    if by_pod:
+        return f'100 * sum by (pod) (label_replace({rate}, "pod", "$1", "instance", "(.*)"))'
+    return f"100 * sum({rate})"
+
+
+def predictor_horizons(warmup_seconds: float, interval: float) -> tuple[int, ...]:
+    """Steps ahead the predictor forecasts: doubling up to the one that covers the warm-up (the
+    horizon the autoscaler asks for) and one step more, since a forecast counts from its last
+    point, which is up to a step old."""
+    needed = max(1, math.ceil(max(warmup_seconds, interval) / PREDICTOR_STEP_SECONDS)) + 1
+    steps = [1]
+    while steps[-1] < needed:
+        steps.append(min(needed, steps[-1] * 2))
+    return tuple(steps)
+
+
+def class_percent(
+    window: MetricsWindow, worker: str, request_class: str, now: float
+) -> float | None:
+    """The share of the worker's GPU time spent on one request class over the last seconds, in
+    percent (100 = its GPU busy); None before it has two scrapes."""
+    rate = window.rate(worker, CLASS_BUSY_COUNTER, BUSY_RATE_SECONDS, now, {"class": request_class})
+    return None if rate is None else 100.0 * min(1.0, max(0.0, rate))
+
+
+def online_percent(window: MetricsWindow, worker: str, now: float) -> float | None:
+    """What :func:`online_busy_query` asks Prometheus for one worker, read from the window."""
+    return class_percent(window, worker, ONLINE, now)
 
 
 class Stopped(Exception):
@@ -81,15 +135,18 @@ class Stopped(Exception):
 def plan_ports(cfg: UpConfig) -> dict[str, int]:
     """Role -> port; 0 everywhere when ``--port-base 0`` (pick free ports)."""
     base = cfg.port_base
-    if base == 0:
-        return {"exporter": 0, "predictor": 0, "autoscaler": 0, "loadgen": 0, "prometheus": 0}
-    planned = {
-        "exporter": base + ports.EXPORTER_OFFSET,
-        "predictor": base + ports.PREDICTOR_OFFSET,
-        "autoscaler": base + ports.AUTOSCALER_OFFSET,
-        "loadgen": base + ports.LOADGEN_OFFSET,
-        "prometheus": base + ports.PROMETHEUS_OFFSET,
+    offsets = {
+        "exporter": ports.EXPORTER_OFFSET,
+        "predictor": ports.PREDICTOR_OFFSET,
+        "autoscaler": ports.AUTOSCALER_OFFSET,
+        "loadgen": ports.LOADGEN_OFFSET,
+        "service": ports.SERVICE_OFFSET,
+        "job": ports.JOB_OFFSET,
+        "prometheus": ports.PROMETHEUS_OFFSET,
     }
+    if base == 0:
+        return dict.fromkeys(offsets, 0)
+    planned = {role: base + offset for role, offset in offsets.items()}
     for i in range(cfg.max_workers):
         planned[f"worker {i}"] = base + ports.WORKERS_OFFSET + i
     return planned
@@ -112,19 +169,23 @@ def check_ports(planned: dict[str, int], skip: Sequence[str] = ()) -> None:
                 ) from None
 
 
-def build_spec(cfg: UpConfig, query: str) -> GPUAutoscalerSpec:
-    """The GPUAutoscaler the local stack runs: the cluster's example, on wall-clock seconds
-    that suit workers starting in seconds."""
+def build_spec(cfg: UpConfig) -> GPUAutoscalerSpec:
+    """The GPUAutoscaler the local stack runs: online GPU time per worker against the target,
+    with the forecast of the fleet's online work, on wall-clock seconds that suit workers
+    starting in seconds."""
     metric: dict[str, Any] = {
         "name": METRIC,
         "type": "Pods",
-        "query": query,
-        "target": {"type": "Utilization", "averageUtilization": cfg.target_utilization},
+        "query": online_busy_query(by_pod=True),
+        "target": {
+            "type": "Utilization",
+            "averageUtilization": round(100 * cfg.target_utilization, 3),
+        },
     }
     if cfg.prediction:
         horizon = max(cfg.warmup_seconds, cfg.interval)
         metric["prediction"] = {
-            "query": f'sum({UTIL_SERIES}{{namespace="local"}})',
+            "query": online_busy_query(by_pod=False),
             "horizonSeconds": horizon,
             "quantile": 0.9,
             "warmupSeconds": cfg.warmup_seconds,
@@ -240,7 +301,8 @@ class Stack:
         self.controller: LocalController | None = None
         self.loadgen: LoadGenerator | None = None
         self.prometheus: PrometheusServer | None = None
-        self._reader: Callable[[MetricsWindow, str, float], float | None] = lambda *_: None
+        self.job: BestEffortJob | None = None
+        self.service: LocalService | None = None
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -256,13 +318,10 @@ class Stack:
     def _start(self, stop_requested: threading.Event) -> None:
         cfg = self.cfg
         planned = plan_ports(cfg)
-        check_ports(planned, skip=() if cfg.prometheus else ("prometheus",))
+        prometheus_binary = self._prometheus_binary()
+        unused = () if prometheus_binary else ("prometheus",)
+        check_ports(planned, skip=unused + (() if cfg.job else ("service", "job")))
         profile = profile_from_config(cfg)
-        if cfg.prometheus:  # fail on a missing binary before anything starts
-            from autoglm.up.prometheus import find_binary, find_rules
-
-            find_binary()
-            find_rules()
 
         self.source, self.simulated, notice = open_gpus(cfg)
         self._notice(notice)
@@ -290,40 +349,47 @@ class Stack:
         )
         self.exporter.start()
 
+        prometheus_port = (planned["prometheus"] or free_port(HOST)) if prometheus_binary else 0
+        client = (
+            PrometheusClient(f"http://{HOST}:{prometheus_port}", timeout=PROMETHEUS_TIMEOUT_SECONDS)
+            if prometheus_binary
+            else None
+        )
+        spec = build_spec(cfg)
+        metric = spec.metrics[0]
         day = cfg.day_seconds
         self.predictor = PredictorService(
             [
                 TargetConfig(
                     name=METRIC,
+                    query=metric.prediction_query if client is not None else "",
                     step=PREDICTOR_STEP_SECONDS,
-                    lookback=max(3 * day, 60 * PREDICTOR_STEP_SECONDS),
-                    horizons=(1, 2, 3, 5, 8, 12),
+                    lookback=max(2 * day, 120 * PREDICTOR_STEP_SECONDS),
+                    horizons=predictor_horizons(cfg.warmup_seconds, cfg.interval),
                     quantile=0.9,
                     seasons=(day,),
                     aggregate="mean",
                     models=("ets_log",),
                 )
             ],
+            source=client,
             metrics=PredictorMetrics(),
         )
         predictor_server = self._serve("predictor", planned, self.predictor.metrics.registry)
 
         autoscaler_metrics = AutoscalerMetrics()
-        self._reader = reader = self._utilization_reader()
-        spec = build_spec(
-            cfg,
-            f'avg by (pod) ({UTIL_SERIES}{{namespace="local"}})'
-            if self.simulated is not None
-            else f"100 * rate({BUSY_COUNTER}[{BUSY_RATE_SECONDS:g}s])",
-        )
-        forecasts = (
-            ProviderForecasts(self.predictor, max_age_seconds=60.0) if cfg.prediction else None
-        )
-        reconciler = Reconciler(
-            WindowMetricsSource(self.window, {METRIC: reader}, SAMPLE_WINDOW_SECONDS),
-            forecasts,
-            autoscaler_metrics,
-        )
+        if client is not None:
+            reconciler = Reconciler(
+                PrometheusMetricsSource(client),
+                PrometheusForecasts(client) if cfg.prediction else None,
+                autoscaler_metrics,
+            )
+        else:
+            reconciler = Reconciler(
+                WindowMetricsSource(self.window, {METRIC: online_percent}, SAMPLE_WINDOW_SECONDS),
+                ProviderForecasts(self.predictor, max_age_seconds=60.0) if cfg.prediction else None,
+                autoscaler_metrics,
+            )
         self.controller = LocalController(spec, self.routed, reconciler)  # type: ignore[arg-type]
         autoscaler_server = self._serve(
             "autoscaler",
@@ -341,20 +407,33 @@ class Stack:
             max_in_flight=cfg.max_in_flight,
         )
         loadgen_server = self._serve("loadgen", planned, loadgen_registry)
+        jobs_to_scrape = {"autoglm-loadgen": [f"{HOST}:{loadgen_server.port}"]}
+        if cfg.job:
+            self.service = LocalService(HOST, planned["service"])
+            self.service.start()
+            self.job = BestEffortJob(
+                Path(cfg.report_dir).resolve() / "job", self.service.url, MODEL_NAME
+            )
+            self.job.prepare()
+            job_server = self._serve("job", planned, self.job.registry)
+            jobs_to_scrape["autoglm-job"] = [f"{HOST}:{job_server.port}"]
 
-        if cfg.prometheus:
-            port = planned["prometheus"] or free_port(HOST)
+        if prometheus_binary:
             self.prometheus = PrometheusServer(
                 Path(cfg.report_dir).resolve() / "prometheus",
-                port,
+                prometheus_port,
                 {
                     "autoglm-exporter": [f"{HOST}:{self.exporter.server.port}"],
                     "autoglm-predictor": [f"{HOST}:{predictor_server.port}"],
                     "autoglm-autoscaler": [f"{HOST}:{autoscaler_server.port}"],
-                    "autoglm-loadgen": [f"{HOST}:{loadgen_server.port}"],
+                    **jobs_to_scrape,
                 },
             )
             self.prometheus.start()
+            self._notice(
+                f"the autoscaler and the predictor read Prometheus at {self.prometheus.url} "
+                "with the PromQL of a cluster's GPUAutoscaler"
+            )
             for hint in grafana_hint(self.prometheus.url):
                 self._notice(hint)
 
@@ -367,9 +446,11 @@ class Stack:
         self.view = self.view_factory(self.notices)
         self.view.start()
         self.predictor.start(
-            refit_seconds=max(30.0, day / 4), update_seconds=PREDICTOR_STEP_SECONDS
+            refit_seconds=PREDICTOR_REFIT_SECONDS, update_seconds=PREDICTOR_STEP_SECONDS
         )
         self.loadgen.start()
+        if self.job is not None:
+            self.job.start()
         self._autoscaler_thread = threading.Thread(
             target=self._autoscale, name="autoglm-up-autoscaler", daemon=True
         )
@@ -381,8 +462,30 @@ class Stack:
                 "workers": self.routed.endpoints(),
                 "profile": profile.name,
                 "day_seconds": round(day, 1),
+                "prometheus": self.prometheus.url if self.prometheus else None,
             },
         )
+
+    def _prometheus_binary(self) -> str | None:
+        """The prometheus binary when the stack should start one; a notice when it cannot."""
+        if not self.cfg.prometheus:
+            self._notice(
+                "--no-prometheus: the autoscaler reads an embedded metrics window instead of "
+                "Prometheus (the same values, computed in Python)"
+            )
+            return None
+        from autoglm.up.prometheus import find_binary, find_rules
+
+        try:
+            binary = find_binary()
+        except ConfigError:
+            self._notice(
+                "no 'prometheus' binary on PATH (Debian: apt-get install prometheus): the "
+                "autoscaler reads an embedded metrics window instead of Prometheus"
+            )
+            return None
+        find_rules()
+        return binary
 
     def _notice(self, text: str) -> None:
         """Something the user must know: shown in the live view, logged without it."""
@@ -433,25 +536,6 @@ class Stack:
         server.start()
         self._servers.append(server)
         return server
-
-    def _utilization_reader(self) -> Callable[[MetricsWindow, str, float], float | None]:
-        """How one worker's GPU utilization (percent) is read from the window."""
-        if self.gpu_link is not None:
-            link = self.gpu_link
-
-            def simulated_gpu(window: MetricsWindow, pod: str, now: float) -> float | None:
-                slots = link.slots()
-                if pod not in slots or not window.up(EXPORTER):
-                    return None
-                return window.latest(EXPORTER, UTIL_SERIES, {"gpu": str(slots.index(pod))})
-
-            return simulated_gpu
-
-        def measured_busy(window: MetricsWindow, pod: str, now: float) -> float | None:
-            rate = window.rate(pod, BUSY_COUNTER, BUSY_RATE_SECONDS, now)
-            return None if rate is None else 100.0 * min(1.0, rate)
-
-        return measured_busy
 
     def _wait_for_workers(self, stop_requested: threading.Event) -> None:
         assert self.routed is not None
@@ -510,26 +594,41 @@ class Stack:
         ready = self._ready_workers()
         if self.loadgen is not None:
             self.loadgen.set_endpoints(ready)
-        values = {w: self._reader(self.window, w, now) for w in self.routed.endpoints()}
-        known = [v for v in values.values() if v is not None]
-        total = sum(known) if known else None
-        ready_values = [values[w] for w in ready if values.get(w) is not None]
-        if total is not None:
-            self.predictor.observe(METRIC, now, total)
+        if self.service is not None:
+            self.service.set_endpoints(ready)
+        workers = self.routed.endpoints()
+        online = {w: online_percent(self.window, w, now) for w in workers}
+        known = [v for v in online.values() if v is not None]
+        online_total = sum(known) if known else None
+        if online_total is not None and self.predictor.targets[METRIC].config.query == "":
+            self.predictor.observe(METRIC, now, online_total)  # embedded mode: pushed
         if self.loadgen is None or self.loadgen.started_at is None:
             return
-        self._record(now, ready, ready_values, total)
+        ready_online = [online[w] for w in ready if online.get(w) is not None]
+        best_effort = [class_percent(self.window, w, BEST_EFFORT, now) for w in workers]
+        best_effort_known = [v for v in best_effort if v is not None]
+        self._record(
+            now,
+            ready,
+            sum(ready_online) / len(ready_online) if ready_online else None,
+            online_total,
+            sum(best_effort_known) if best_effort_known else None,
+        )
 
     def _record(
-        self, now: float, ready: list[str], ready_values: list[float], total: float | None
+        self,
+        now: float,
+        ready: list[str],
+        online_utilization: float | None,
+        online_work: float | None,
+        best_effort_work: float | None,
     ) -> None:
         assert self.loadgen is not None and self.predictor is not None and self.routed
         elapsed = self.loadgen.elapsed()
         now_mono = self.loadgen.clock()
         recent = self.request_log.window(now_mono, P99_WINDOW_SECONDS)
         sent_rps = self.request_log.window(now_mono, RATE_WINDOW_SECONDS).rate_rps
-        horizon = max(self.cfg.warmup_seconds, self.cfg.interval)
-        forecast = self.predictor.forecast(METRIC, horizon, 0.9)
+        forecast = self._forecast()
         sample = Sample(
             elapsed=elapsed,
             target_rps=self.loadgen.profile.rate(elapsed),
@@ -537,8 +636,10 @@ class Stack:
             workers=len(self.routed.endpoints()),
             ready_workers=len(ready),
             desired_workers=self._desired,
-            mean_utilization=sum(ready_values) / len(ready_values) if ready_values else None,
-            total_busy=total,
+            online_utilization=online_utilization,
+            online_work=online_work,
+            best_effort_work=best_effort_work,
+            best_effort_done=self.job.done() if self.job is not None else 0,
             forecast_upper=forecast.upper if forecast else None,
             forecast_for=elapsed + forecast.horizon_seconds if forecast else None,
             p99_seconds=recent.p99_seconds,
@@ -546,6 +647,14 @@ class Stack:
         self.samples.append(sample)
         if self.view is not None:
             self.view.show(sample)
+
+    def _forecast(self) -> Forecast | None:
+        """The forecast the autoscaler reads: of those published, the nearest at or beyond the
+        warm-up horizon (the rule of autoscaler.controller.forecasts.PrometheusForecasts)."""
+        assert self.predictor is not None
+        horizon = max(self.cfg.warmup_seconds, self.cfg.interval)
+        ahead = [f for f in self.predictor.forecasts(METRIC) if f.horizon_seconds >= horizon]
+        return min(ahead, key=lambda f: f.horizon_seconds, default=None)
 
     def _autoscale(self) -> None:
         assert self.controller is not None and self.loadgen is not None
@@ -592,6 +701,7 @@ class Stack:
             self.cfg.slo_seconds,
             self.cfg.target_utilization,
             recent.p99_seconds,
+            os.getloadavg(),
         )
 
     # -- stop ----------------------------------------------------------------------------------
@@ -600,11 +710,13 @@ class Stack:
         """Stop every part that was started, newest first; each step runs even if one fails."""
         self._stop.set()
         steps: list[tuple[str, Callable[[], None] | None]] = [
+            ("best-effort job", self.job.stop if self.job else None),
             ("load generator", self.loadgen.stop if self.loadgen else None),
             ("autoscaler", self._join_autoscaler),
             ("view", self.view.stop if self.view else None),
             ("predictor", self.predictor.stop if self.predictor else None),
             ("workers", self.group.close if self.group else None),
+            ("service", self.service.stop if self.service else None),
             ("scraper", self.scraper.stop),
             ("prometheus", self.prometheus.stop if self.prometheus else None),
             ("exporter", self.exporter.stop if self.exporter else None),
@@ -620,6 +732,7 @@ class Stack:
                 log.exception("stopping failed", extra={"part": name})
         self._servers.clear()
         self.loadgen = None
+        self.service = None
         self.view = None
         self.predictor = None
         self.group = None

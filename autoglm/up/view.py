@@ -55,8 +55,11 @@ class LogView:
                 "workers": sample.workers,
                 "ready": sample.ready_workers,
                 "desired": sample.desired_workers,
-                "utilization_pct": _round(sample.mean_utilization),
-                "work_pct": _round(sample.total_busy),
+                "online_utilization_pct": _round(sample.online_utilization),
+                "online_work_pct": _round(sample.online_work),
+                "best_effort_work_pct": _round(sample.best_effort_work),
+                "busy_share": _round(sample.busy_share, 3),
+                "best_effort_done": sample.best_effort_done,
                 "forecast_upper_pct": _round(sample.forecast_upper),
                 "p99_s": _round(sample.p99_seconds, 3),
             },
@@ -147,9 +150,14 @@ class TerminalView:
                 f"profile asks {s.target_rps:.1f} req/s",
             )
             table.add_row(
-                "work",
-                f"{_num(s.total_busy, '6.0f')} %   forecast {_num(s.forecast_upper, '.0f')} %",
+                "online work",
+                f"{_num(s.online_work, '6.0f')} %   forecast {_num(s.forecast_upper, '.0f')} %",
                 "100 % = one GPU busy; forecast = upper bound at the warm-up horizon",
+            )
+            table.add_row(
+                "best-effort",
+                f"{_num(s.best_effort_work, '6.0f')} %   {s.best_effort_done} job requests done",
+                "the job's backlog, served on the idle GPU time",
             )
             table.add_row(
                 "replicas",
@@ -157,26 +165,33 @@ class TerminalView:
                 f"{self._bar(s.workers, self.max_workers, self.max_workers * 3)}",
                 f"autoscaler wants {s.desired_workers}",
             )
-            util = s.mean_utilization
-            style = "green" if util is not None and util <= self.target * 1.1 else "yellow"
+            util = s.online_utilization
+            target = 100 * self.target
+            style = "green" if util is not None and util <= target * 1.1 else "yellow"
             table.add_row(
                 "utilization",
                 f"[{style}]{_num(util, '6.1f')} %[/]  {self._bar(util or 0, 100)}",
-                f"target {self.target:g} %",
+                f"online, per ready worker; target {target:g} %",
+            )
+            busy = None if s.busy_share is None else 100 * s.busy_share
+            table.add_row(
+                "busy",
+                f"{_num(busy, '6.1f')} %  {self._bar(busy or 0, 100)}",
+                "of the paid GPUs, online and best-effort together",
             )
             p99 = s.p99_seconds
             style = "green" if p99 is not None and p99 <= self.slo else "red"
             table.add_row(
                 "p99 latency",
                 f"[{style}]{_num(p99, '6.3f')} s[/]",
-                f"SLO {self.slo:g} s",
+                f"online requests; SLO {self.slo:g} s",
             )
         decisions = Table(title="scale decisions", title_justify="left", expand=False)
         for column in ("time", "workers", "driver", "reason"):
             decisions.add_column(column)
         for e in self._events:
             decisions.add_row(
-                f"{e.elapsed:.0f} s", f"{e.from_workers} → {e.to_workers}", e.driver, e.reason[:70]
+                f"{e.elapsed:.0f} s", f"{e.from_workers} → {e.to_workers}", e.driver, e.reason[:90]
             )
         elapsed = "" if s is None else f" · {s.elapsed:.0f} s"
         parts = [table, decisions, *[f"[dim]{n}[/]" for n in self.notices]]

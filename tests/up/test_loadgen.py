@@ -13,7 +13,13 @@ from autoglm.up.config import UpConfig
 from autoglm.up.data import derive
 from autoglm.up.loadgen import Arrivals, RequestLog, RoundRobin, infer_body, percentile
 from autoglm.up.model import factory
-from autoglm.up.profiles import ShapeProfile, TraceProfile, profile_from_config, read_trace
+from autoglm.up.profiles import (
+    RAMP_SHAPE,
+    ShapeProfile,
+    TraceProfile,
+    profile_from_config,
+    read_trace,
+)
 from batcher.oip import parse_infer_request
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,6 +104,24 @@ def test_shape_profiles() -> None:
     assert [spike.rate(t) for t in (10, 46, 49, 51)] == [1.0, 50.0, 50.0, 1.0]
 
 
+def test_ramp_day_is_quiet_then_rises_holds_falls_and_is_quiet_again() -> None:
+    ramp = ShapeProfile("ramp", 20.0, 100.0, day_seconds=100.0)
+    rates = [ramp.rate(t) for t in range(100)]
+    rise, top, fall, bottom = (round(100 * x) for x in RAMP_SHAPE)
+    assert set(rates[:rise]) == {20.0} and set(rates[bottom:]) == {20.0}
+    assert set(rates[top:fall]) == {100.0}
+    assert rates[rise : top + 1] == sorted(rates[rise : top + 1])  # a rise, not a jump
+    assert rates[fall : bottom + 1] == sorted(rates[fall : bottom + 1], reverse=True)
+    assert len(set(rates[rise + 1 : top])) == top - rise - 1
+    assert ramp.rate(100.0 + 50.0) == ramp.rate(50.0)  # every day the same
+    # The default stack plays it so the rise, the peak and the fall come within two minutes.
+    default = profile_from_config(UpConfig())
+    assert default.name == "ramp"
+    assert default.rate(30.0) == UpConfig().base_rps
+    assert max(default.rate(float(t)) for t in range(40, 100)) == UpConfig().peak_rps
+    assert default.rate(110.0) == UpConfig().base_rps
+
+
 def test_bad_trace_files_are_named(tmp_path: Path) -> None:
     bad = tmp_path / "t.csv"
     for text, words in [
@@ -108,7 +132,7 @@ def test_bad_trace_files_are_named(tmp_path: Path) -> None:
     ]:
         bad.write_text(text)
         with pytest.raises(ConfigError, match=words):
-            profile_from_config(UpConfig(trace_file=str(bad)))
+            profile_from_config(UpConfig(profile="trace", trace_file=str(bad)))
     with pytest.raises(ConfigError, match="cannot read"):
         read_trace(tmp_path / "missing.csv")
 

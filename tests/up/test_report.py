@@ -1,4 +1,4 @@
-"""The run's summary figures and the self-contained HTML report."""
+"""The run's summary figures, the self-contained HTML report, and the report folder's check."""
 
 from __future__ import annotations
 
@@ -9,11 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from autoglm.config import ConfigError
 from autoglm.up.loadgen import Totals
-from autoglm.up.report import Sample, ScaleEvent, summarize, summary_lines, write_report
+from autoglm.up.report import (
+    Sample,
+    ScaleEvent,
+    check_report_dir,
+    summarize,
+    summary_lines,
+    write_report,
+)
 
 
-def sample(t: float, workers: int, ready: int, util: float | None) -> Sample:
+def sample(
+    t: float, workers: int, ready: int, util: float | None, best_effort: float = 0.0, done: int = 0
+) -> Sample:
     return Sample(
         elapsed=t,
         target_rps=10.0,
@@ -21,8 +31,10 @@ def sample(t: float, workers: int, ready: int, util: float | None) -> Sample:
         workers=workers,
         ready_workers=ready,
         desired_workers=workers,
-        mean_utilization=util,
-        total_busy=None if util is None else util * ready,
+        online_utilization=util,
+        online_work=None if util is None else util * ready,
+        best_effort_work=best_effort,
+        best_effort_done=done,
         forecast_upper=120.0,
         forecast_for=t + 10,
         p99_seconds=0.05,
@@ -30,14 +42,14 @@ def sample(t: float, workers: int, ready: int, util: float | None) -> Sample:
 
 
 SAMPLES = [
-    sample(0, 1, 1, 50.0),  # 10 s of 1 worker at 50 %
-    sample(10, 2, 1, 90.0),  # 10 s of 2 workers, one ready at 90 %
-    sample(20, 2, 2, 60.0),  # 10 s of 2 workers at 60 %
-    sample(30, 1, 1, None),
+    sample(0, 1, 1, 50.0, best_effort=40.0, done=0),  # 10 s: 1 worker, 50 % online, 40 % job
+    sample(10, 2, 1, 90.0, done=300),  # 10 s: 2 workers (one starting), one at 90 % online
+    sample(20, 2, 2, 60.0, best_effort=50.0, done=320),  # 10 s: 2 workers at 60 % + 50 % job
+    sample(30, 1, 1, None, done=500),
 ]
 EVENTS = [
-    ScaleEvent(10, 1, 2, "metric:gpu_util/reactive", "above target"),
-    ScaleEvent(30, 2, 1, "metric:gpu_util/reactive", "below target"),
+    ScaleEvent(10, 1, 2, "metric:online_busy/predictive", "above target"),
+    ScaleEvent(30, 2, 1, "metric:online_busy/reactive", "below target"),
 ]
 
 
@@ -48,23 +60,58 @@ def totals() -> Totals:
 
 
 def test_summary_integrates_over_time() -> None:
-    s = summarize(SAMPLES, EVENTS, totals(), 0.25, 70.0, 0.2)
+    s = summarize(SAMPLES, EVENTS, totals(), 0.25, 0.7, 0.2, (1.5, 2.0, 2.5))
     assert s.gpu_seconds == pytest.approx(10 * 1 + 10 * 2 + 10 * 2)
-    # busy GPU-seconds 5 + 9 + 12 = 26 over 40 ready GPU-seconds
-    assert s.mean_utilization == pytest.approx(100 * 26 / 40)
+    # online busy GPU-seconds 5 + 9 + 12 = 26, best-effort 4 + 0 + 5 = 9, of 50 paid
+    assert s.online_busy_share == pytest.approx(26 / 50)
+    assert s.best_effort_busy_share == pytest.approx(9 / 50)
+    assert s.busy_share == pytest.approx(35 / 50)
+    # the online utilization is over ready workers only: 26 of 40 ready GPU-seconds
+    assert s.online_utilization == pytest.approx(100 * 26 / 40)
+    assert s.best_effort_done == 500
     assert s.slo_attainment == pytest.approx(0.95)
     assert (s.scale_ups, s.scale_downs, s.peak_workers) == (1, 1, 2)
     assert s.duration_seconds == 30
     lines = "\n".join(summary_lines(s))
     assert "95.0 %" in lines and "5 shed" in lines and "1 up, 1 down" in lines
+    assert "70.0 % of paid GPU-time (online 52.0 %, best-effort 18.0 %)" in lines
+    assert "500 job requests" in lines and "(target 70.0 %)" in lines
+    assert "1.50, 2.00, 2.50" in lines
+
+
+def test_a_sample_knows_the_busy_share_of_its_paid_gpus() -> None:
+    assert SAMPLES[2].busy_share == pytest.approx((120 + 50) / 200)
+    assert SAMPLES[3].busy_share is None  # nothing read yet
+    assert sample(0, 0, 0, 10.0).busy_share is None  # no worker, nothing paid
 
 
 def test_report_is_html_with_an_embedded_png(tmp_path: Path) -> None:
-    s = summarize(SAMPLES, EVENTS, totals(), 0.25, 70.0, 0.2)
+    s = summarize(SAMPLES, EVENTS, totals(), 0.25, 0.7, 0.2)
     path = write_report(tmp_path / "out", SAMPLES, EVENTS, s)
     text = path.read_text()
     png = base64.b64decode(re.search(r"data:image/png;base64,([A-Za-z0-9+/=]+)", text).group(1))
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
-    assert "above target" in text and "1 &rarr; 2" in text
+    assert "above target" in text and "1 &rarr; 2" in text and "predictive" in text
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert data["scale_ups"] == 1 and len(data["samples"]) == 4
+    assert data["busy_share"] == pytest.approx(0.7) and data["best_effort_done"] == 500
+
+
+def test_report_dir_is_created_and_proven_writable(tmp_path: Path) -> None:
+    path = check_report_dir(tmp_path / "a" / "b")
+    assert path.is_dir() and list(path.iterdir()) == []  # the probe file is gone
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda root: (root / "f").write_text("x") and root / "f", "is a file"),
+        (lambda root: (root / "f").write_text("x") and root / "f" / "sub", "cannot be created"),
+        (lambda root: (root / "r" / "report.html").mkdir(parents=True) or root / "r", "not a file"),
+    ],
+)
+def test_report_dir_that_cannot_hold_the_report_is_refused(
+    tmp_path: Path, make, words: str
+) -> None:
+    with pytest.raises(ConfigError, match=words):
+        check_report_dir(make(tmp_path))

@@ -2,8 +2,10 @@
 
 One run replays a step profile (a plateau of high load in the middle of a one-minute "day") so
 the autoscaler must scale up and, once the load falls and the stabilization window passes, back
-down. A second run is stopped with Ctrl-C (SIGINT). Both must leave no process behind: every
-worker's pid (from the structured logs) must be gone once ``autoglm up`` has exited.
+down; it scales through the real Prometheus the stack starts, and the best-effort job fills the
+idle time. One runs the default profile for 90 s, which must show a scale event. One is stopped
+with Ctrl-C (SIGINT). Each must leave no process behind: every worker's pid (from the structured
+logs) must be gone once ``autoglm up`` has exited.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
             "--base-rps",
             "4",
             "--target-utilization",
-            "50",
+            "0.5",
             "--scale-down-stabilization",
             "10",
         ),
@@ -100,7 +102,7 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
-    for field in ("SLO attainment", "GPU-seconds", "mean utilization", "scale events", "p99"):
+    for field in ("SLO attainment", "GPU-seconds", "busy", "best-effort work", "scale events"):
         assert field in out, out
     report = Path(re.search(r"report\s+(\S+report\.html)", out).group(1))
     assert report.is_file() and "data:image/png;base64," in report.read_text()
@@ -113,12 +115,42 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     assert 0 < summary["slo_attainment"] <= 1
     assert summary["gpu_seconds"] > 60  # at least one worker the whole time
     assert f"{summary['scale_ups']} up, {summary['scale_downs']} down" in out
+    # The scaling read the local Prometheus, with the GPUAutoscaler's PromQL on online work.
+    assert "the autoscaler and the predictor read Prometheus at" in run.stderr
+    assert all(e["driver"].startswith("metric:online_busy/") for e in summary["scale_events"])
+    config = (report_dir / "prometheus" / "prometheus.yml").read_text()
+    assert "autoglm-batcher" in config and "autoglm-job" in config
+    # The best-effort job ran through the job runner and its answers are in the run's folder.
+    assert summary["best_effort_done"] > 0 and summary["best_effort_busy_share"] > 0
+    answered = sum(
+        len(p.read_text().splitlines()) for p in (report_dir / "job").glob("answers-*.jsonl")
+    )
+    assert answered >= summary["best_effort_done"]
+    assert 0 < summary["online_busy_share"] < summary["busy_share"] <= 1.0
+    assert f"{summary['best_effort_done']} job requests answered" in out
     # the simulated-GPU notice is printed once
     assert run.stderr.count("simulating 3 NVIDIA") == 1  # logged once, not printed again
 
     pids = worker_pids(run.stderr)
     assert len(pids) >= 2
     assert [p for p in pids if alive(p)] == []
+
+
+@pytest.mark.timeout(200)
+def test_the_default_profile_scales_within_90_seconds(tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    run = subprocess.run(
+        up_command(report_dir, "--duration", "90", "--max-workers", "4"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=190,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((report_dir / "summary.json").read_text())
+    assert summary["scale_ups"] + summary["scale_downs"] >= 1, summary["scale_events"]
+    assert summary["best_effort_done"] > 0
+    assert [p for p in worker_pids(run.stderr) if alive(p)] == []
 
 
 @pytest.mark.timeout(120)
@@ -155,9 +187,17 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
     assert [p for p in set(pids) | set(workers) if alive(p)] == []
 
 
-def test_bad_values_get_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_values_get_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("not a directory")
     for argv, words in [
         (["--target-utilization", "0"], "--target-utilization"),
+        (["--target-utilization", "70"], "ratio in (0, 1], e.g. 0.7 for 70 %"),
+        (["--target-utilization", "nan"], "--target-utilization: 'nan' is not a finite number"),
+        (["--peak-rps", "inf"], "--peak-rps: 'inf' is not a finite number"),
+        (["--report-dir", str(taken)], "is a file"),
         (["--max-workers", "1", "--min-workers", "2"], "--max-workers 1 is below"),
         (["--profile", "sawtooth"], "sawtooth"),
         (["--duration", "soon"], "--duration"),

@@ -1,0 +1,69 @@
+"""What the local stack asks of the autoscaler and the predictor: the GPUAutoscaler it runs, its
+PromQL, the predictor's horizons, and the same reading from the embedded window."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+from autoglm.up.config import UpConfig
+from autoglm.up.profiles import RAMP_SHAPE
+from autoglm.up.stack import (
+    PREDICTOR_STEP_SECONDS,
+    build_spec,
+    class_percent,
+    online_busy_query,
+    online_percent,
+    predictor_horizons,
+)
+from autoglm.up.window import MetricsWindow, Scrape, parse_exposition
+from predictor.selection import minimum_history
+
+
+def test_the_spec_scales_on_online_work_per_worker_with_the_fleet_forecast() -> None:
+    spec = build_spec(UpConfig(target_utilization=0.6, warmup_seconds=9.0, max_workers=5))
+    (metric,) = spec.metrics
+    assert (metric.name, metric.source) == ("online_busy", "Pods")
+    assert metric.target_type == "Utilization"
+    assert metric.target_value == pytest.approx(60.0)  # the ratio flag, as the HPA's percent
+    assert metric.query == online_busy_query(by_pod=True)
+    assert 'class="online"' in metric.query and '"pod", "$1", "instance"' in metric.query
+    assert metric.prediction is not None
+    assert metric.prediction_query == online_busy_query(by_pod=False)
+    assert metric.prediction.effective_horizon_seconds == pytest.approx(9.0)
+    assert (spec.min_replicas, spec.max_replicas) == (1, 5)
+    assert build_spec(UpConfig(prediction=False)).metrics[0].prediction is None
+
+
+@pytest.mark.parametrize(("warmup", "interval"), [(8.0, 2.0), (12.0, 2.0), (1.0, 5.0)])
+def test_predictor_horizons_reach_past_the_horizon_the_autoscaler_asks(
+    warmup: float, interval: float
+) -> None:
+    steps = predictor_horizons(warmup, interval)
+    assert steps == tuple(sorted(set(steps))) and steps[0] == 1
+    assert steps[-1] * PREDICTOR_STEP_SECONDS >= max(warmup, interval) + PREDICTOR_STEP_SECONDS
+
+
+def test_the_first_forecast_can_come_before_the_default_ramp() -> None:
+    cfg = UpConfig()
+    history = minimum_history(max(predictor_horizons(cfg.warmup_seconds, cfg.interval)))
+    assert history * PREDICTOR_STEP_SECONDS < RAMP_SHAPE[0] * cfg.day_seconds
+
+
+def busy_scrape(t: float, online: float, best_effort: float) -> Scrape:
+    registry = CollectorRegistry()
+    counter = Counter(
+        "autoglm_batcher_class_busy_seconds", "busy", ["model", "class"], registry=registry
+    )
+    counter.labels("demo", "online").inc(online)
+    counter.labels("demo", "best_effort").inc(best_effort)
+    return Scrape(t, True, parse_exposition(generate_latest(registry).decode()))
+
+
+def test_the_window_reads_each_class_of_a_workers_busy_time() -> None:
+    window = MetricsWindow()
+    window.add("w1", busy_scrape(100.0, 0.0, 0.0))
+    window.add("w1", busy_scrape(102.0, 1.2, 0.6))  # 60 % online, 30 % best-effort
+    assert online_percent(window, "w1", 102.0) == pytest.approx(60.0)
+    assert class_percent(window, "w1", "best_effort", 102.0) == pytest.approx(30.0)
+    assert online_percent(window, "w2", 102.0) is None  # no worker, no reading
