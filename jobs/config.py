@@ -66,7 +66,8 @@ class JobConfig:
         },
     )
     initial_concurrency: int = field(
-        default=4, metadata={"help": "requests in flight at the start"}
+        default=4,
+        metadata={"help": "requests in flight at the start (kept within min..max concurrency)"},
     )
     min_concurrency: int = field(default=1, metadata={"help": "fewest requests in flight"})
     max_concurrency: int = field(default=64, metadata={"help": "most requests in flight"})
@@ -174,10 +175,8 @@ class JobConfig:
                 "--min-concurrency must be >= 1 and <= --max-concurrency "
                 f"(got {self.min_concurrency} and {self.max_concurrency})"
             )
-        if not self.min_concurrency <= self.initial_concurrency <= self.max_concurrency:
-            raise ConfigError(
-                "--initial-concurrency must lie within --min-concurrency..--max-concurrency"
-            )
+        if self.initial_concurrency < 1:
+            raise ConfigError("--initial-concurrency must be >= 1")
         for name in (
             "request_timeout_seconds",
             "patience_seconds",
