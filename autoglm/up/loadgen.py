@@ -66,6 +66,10 @@ class RoundRobin:
     def set(self, endpoints: Sequence[str]) -> None:
         self._endpoints = list(endpoints)
 
+    @property
+    def size(self) -> int:
+        return len(self._endpoints)
+
     def pick(self) -> str | None:
         if not self._endpoints:
             return None

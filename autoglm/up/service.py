@@ -2,11 +2,12 @@
 
 The best-effort job talks to a single endpoint (in a cluster: the batchers' Service), while the
 local workers come and go on ports of their own. This forwards each request, unchanged, to the
-next ready worker in turn and passes the answer back with its status and ``Retry-After``, so the
-job runner sees what it would see through kube-proxy: a worker's 429 when it has no idle
-capacity, and a 503 with ``Retry-After`` while no worker is ready (as a Service with no ready
-endpoints refuses connections). The load generator keeps its own round-robin: it plays the
-online users, who reach the fleet the same way.
+next ready worker in turn and passes the answer back with its status and ``Retry-After``. A
+refusal for lack of capacity (429) is tried on the next worker first, as a proxy with a retry
+policy on 429 does (Envoy's retriable status codes in a service mesh), so one busy worker does not
+turn the job away while another has idle time; the job runner sees a 429 only when every ready
+worker refused, and a 503 with ``Retry-After`` while no worker is ready. The load generator keeps
+its own round-robin: it plays the online users, who reach the fleet the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 FORWARDED_HEADERS = ("Content-Type", "Retry-After")
 NO_WORKER_RETRY_AFTER = "1"
+REFUSED = 429
 UPSTREAM_TIMEOUT_SECONDS = 30.0
 
 
@@ -101,23 +103,34 @@ class LocalService:
             await self._runner.cleanup()
 
     async def _forward(self, request: web.Request) -> web.Response:
-        endpoint = self.router.pick()
-        if endpoint is None:
-            return _unavailable("no worker is ready")
         assert self._session is not None
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k in ("Content-Type", "Accept")}
-        try:
-            async with self._session.request(
-                request.method, f"http://{endpoint}{request.rel_url}", data=body, headers=headers
-            ) as upstream:
-                payload = await upstream.read()
-                kept = {k: upstream.headers[k] for k in FORWARDED_HEADERS if k in upstream.headers}
-                return web.Response(status=upstream.status, body=payload, headers=kept)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            # The worker is stopping (taken out of rotation a moment ago) or gone.
-            log.debug("forward failed", extra={"endpoint": endpoint, "error": str(exc)[:200]})
-            return _unavailable(f"worker {endpoint} did not answer")
+        answer = _unavailable("no worker is ready")
+        for _ in range(max(1, self.router.size)):
+            endpoint = self.router.pick()
+            if endpoint is None:
+                break
+            try:
+                async with self._session.request(
+                    request.method,
+                    f"http://{endpoint}{request.rel_url}",
+                    data=body,
+                    headers=headers,
+                ) as upstream:
+                    payload = await upstream.read()
+                    kept = {
+                        k: upstream.headers[k] for k in FORWARDED_HEADERS if k in upstream.headers
+                    }
+                    answer = web.Response(status=upstream.status, body=payload, headers=kept)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                # The worker is stopping (taken out of rotation a moment ago) or gone.
+                log.debug("forward failed", extra={"endpoint": endpoint, "error": str(exc)[:200]})
+                answer = _unavailable(f"worker {endpoint} did not answer")
+                continue
+            if answer.status != REFUSED:
+                return answer
+        return answer
 
 
 def _unavailable(reason: str) -> web.Response:

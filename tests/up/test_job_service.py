@@ -49,22 +49,40 @@ def test_service_answers_503_with_retry_after_while_no_worker_is_ready(service) 
     assert "no worker is ready" in response.json()["error"]
 
 
-def test_service_passes_a_refusal_through_with_its_retry_after(service) -> None:
-    refusing = HTTPServer(
-        "127.0.0.1:0",
-        {
-            "POST /v2/models/demo/infer": lambda _: Response(
-                429, b'{"error": "no idle capacity"}', "application/json", {"Retry-After": "3"}
-            )
-        },
-        component="test-worker",
+def worker(status: int, retry_after: str = "") -> HTTPServer:
+    """A stand-in worker that answers every inference with ``status``."""
+    body = b'{"error": "no idle capacity"}' if status == 429 else b'{"outputs": []}'
+    headers = {"Retry-After": retry_after} if retry_after else {}
+    answer = Response(status, body, "application/json", headers)
+    server = HTTPServer(
+        "127.0.0.1:0", {"POST /v2/models/demo/infer": lambda _: answer}, component="test-worker"
     )
-    refusing.start()
+    server.start()
+    return server
+
+
+def test_service_tries_the_next_worker_when_one_refuses(service) -> None:
+    busy, idle = worker(429, "3"), worker(200)
     try:
-        service.set_endpoints([f"127.0.0.1:{refusing.port}"])
+        service.set_endpoints([f"127.0.0.1:{busy.port}", f"127.0.0.1:{idle.port}"])
+        codes = [
+            requests.post(f"{service.url}/v2/models/demo/infer", json={}, timeout=5).status_code
+            for _ in range(4)
+        ]
+    finally:
+        busy.stop()
+        idle.stop()
+    assert codes == [200] * 4
+
+
+def test_service_passes_a_refusal_through_when_every_worker_refuses(service) -> None:
+    refusing = [worker(429, "3"), worker(429, "3")]
+    try:
+        service.set_endpoints([f"127.0.0.1:{w.port}" for w in refusing])
         response = requests.post(f"{service.url}/v2/models/demo/infer", json={}, timeout=5)
     finally:
-        refusing.stop()
+        for w in refusing:
+            w.stop()
     assert response.status_code == 429 and response.headers["Retry-After"] == "3"
     assert response.json() == {"error": "no idle capacity"}
 
