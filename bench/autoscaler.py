@@ -80,6 +80,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import replace
@@ -91,6 +92,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The script's own folder holds bench/predictor.py, which would shadow the predictor package.
 sys.path[0] = str(ROOT)
 
+from autoglm.datasets import ENV_TRACES_DIR, resolve  # noqa: E402
 from autoscaler.core.slo_sizing import ServiceModel  # noqa: E402
 from autoscaler.simulator.engine import (  # noqa: E402
     SimulationConfig,
@@ -108,9 +110,16 @@ from autoscaler.simulator.report import plot, summarise, window_scores, write_js
 from autoscaler.simulator.trace import load_trace, superpose  # noqa: E402
 from autoscaler.spec import DEFAULT_TOLERANCE  # noqa: E402
 
-TRACES = ROOT.parent / "shared" / "autoscaling-traces"
-ALIBABA = TRACES / "alibaba-genai-2026" / "lora_request_trace.csv"
-AZURE = TRACES / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+SHARED_TRACES = ROOT.parent / "shared" / "autoscaling-traces"
+
+
+def trace_file(name: str) -> Path:
+    """A catalog trace's file: from ``$AUTOGLM_TRACES_DIR`` (or the traces cache) when that is
+    set or the checkout has no ``../shared/autoscaling-traces``, else from there."""
+    use_shared = not os.environ.get(ENV_TRACES_DIR) and SHARED_TRACES.is_dir()
+    return resolve(name, SHARED_TRACES if use_shared else None)
+
+
 TICK = 15.0
 
 
@@ -133,12 +142,13 @@ def down_window(seconds: float) -> dict:
 
 
 def alibaba_setup(tenants: int, cold_start: float) -> tuple:
+    alibaba = trace_file("genai-requests")
     frame = pd.read_csv(
-        ALIBABA, usecols=["predict_status", "num_images_per_prompt", "exec_time_seconds"]
+        alibaba, usecols=["predict_status", "num_images_per_prompt", "exec_time_seconds"]
     )
     ok = frame[frame.predict_status == "SUCCEED"].dropna()
     per_image = ServiceModel.calibrate(ok.num_images_per_prompt, ok.exec_time_seconds, 1)
-    own = load_trace(ALIBABA, time_column="gmt_create", work_column="num_images_per_prompt")
+    own = load_trace(alibaba, time_column="gmt_create", work_column="num_images_per_prompt")
     trace = superpose(own, tenants, jitter_seconds=900.0, seed=0)
     # work is normalised to a mean of 1 request, so a is per average request
     service = ServiceModel(
@@ -164,7 +174,7 @@ def alibaba_setup(tenants: int, cold_start: float) -> tuple:
 
 
 def azure_setup(cold_start: float) -> tuple:
-    trace = load_trace(AZURE, time_column="TIMESTAMP")
+    trace = load_trace(trace_file("azure-llm-conv"), time_column="TIMESTAMP")
     config = SimulationConfig(
         service=ServiceModel(fixed_seconds=1.5, per_item_seconds=0.4, max_batch=8),
         cold_start=cold_start,
