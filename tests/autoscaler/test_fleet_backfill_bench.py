@@ -33,7 +33,7 @@ def test_smoke_run_writes_every_policy_with_and_without_backfill(bench, tmp_path
     assert fleets == {"alibaba-8t-120s", "azure-120s"}
     for fleet in fleets:
         rows = {r["label"]: r for r in result["rows"] if r["fleet"] == fleet}
-        assert {"hpa", "hpa+bf", "slo", "slo+bf", "clairvoyant", "clairvoyant-slo"} <= set(rows)
+        assert {"hpa", "hpa+bf", "slo", "slo+bf", "clairvoyant-slo"} <= set(rows)
         for label in ("hpa", "slo"):
             plain, filled = rows[label], rows[f"{label}+bf"]
             assert plain["backfill_busy"] == 0
