@@ -88,6 +88,7 @@ class ProgressDisplay:
     def start(self, total: int, done: int) -> None:
         if self.mode != "bar":
             return
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -104,6 +105,7 @@ class ProgressDisplay:
             TextColumn("concurrency {task.fields[concurrency]}"),
             TextColumn("refused {task.fields[refusals]}"),
             TimeRemainingColumn(),
+            console=Console(stderr=True),
             transient=False,
         )
         self._bar.start()

@@ -232,3 +232,14 @@ def test_a_finished_job_run_again_sends_nothing(tmp_path, scripted) -> None:
     assert lenient.exit_code == 0 and lenient.invalid_before == len(MALFORMED)
     header = json.loads((tmp_path / "out.jsonl.journal").read_text().splitlines()[0])
     assert header == {"journal": 1, "shard_index": 0, "shard_count": 1, "order": "input"}
+
+
+def test_the_terminal_bar_shows_lines_rate_and_refusals(tmp_path, scripted, capsys) -> None:
+    endpoint = scripted(
+        lambda body, attempt: (429, {"Retry-After": "0"}) if attempt == 1 else (200, {})
+    )
+    write_requests(tmp_path / "in.jsonl", 30, malformed={})
+    summary = run_job(job(tmp_path, endpoint.url, model="fake"), progress="bar")
+    assert summary.exit_code == 0
+    err = capsys.readouterr().err
+    assert "30/30" in err and "lines/s" in err and "refused 30" in err
