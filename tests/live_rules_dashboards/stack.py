@@ -10,6 +10,8 @@ second; and an Alertmanager that routes every alert to a webhook receiver in thi
 At start node A gets an application Xid (13, not critical) and one failing field, as a real node
 has now and then, so the Xid and error panels have data; a steady trickle of requests feeds the
 batcher, predictor and autoscaler panels; the tests inject the serious faults and the overload.
+A batch job (``autoglm-job run``) sends best-effort requests to the first worker, so the
+best-effort and job panels have data.
 The predictor has a second target whose query returns several series, a real misconfiguration,
 so its query-error series exist; the autoscaler's first reconcile, before its worker is up,
 counts a real metric_empty error.
@@ -64,6 +66,13 @@ HORIZONS_S = (2, 4)
 STEADY_RATE = 20.0  # requests per second while nothing is overloaded
 SESSION_S = 360.0  # no load outlives this, whatever happens to the tests
 REQUEST_RATE = 'sum(rate(autoglm_batcher_requests_total{job="autoglm-batcher"}[5s]))'
+JOB_LINES = 60_000  # best-effort requests, more than the job answers within SESSION_S
+
+
+def _job_input(path: Path) -> Path:
+    line = '{"inputs": [{"name": "input", "shape": [1, 16], "datatype": "FP32", "data": %s}]}\n'
+    path.write_text("".join(line % ([round(i % 97 / 97, 3)] * 16) for i in range(JOB_LINES)))
+    return path
 
 
 def _pod_resources(gpu_uuids: list[str]) -> pb.ListPodResourcesResponse:
@@ -210,6 +219,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
         workers = [f"127.0.0.1:{base_port + i}" for i in range(MAX_WORKERS)]
         predictor_address = f"127.0.0.1:{free_port()}"
         autoscaler_address = f"127.0.0.1:{free_port()}"
+        job_address = f"127.0.0.1:{free_port()}"
         prometheus = Prometheus(
             workdir / "prometheus",
             [
@@ -217,6 +227,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
                 scrape_job("autoglm-batcher", workers),
                 scrape_job("autoglm-predictor", [predictor_address]),
                 scrape_job("autoglm-autoscaler", [autoscaler_address]),
+                scrape_job("autoglm-job", [job_address]),
             ],
             rule_files=[RULES],
             extra_config=alertmanager.prometheus_config(),
@@ -253,6 +264,19 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
             prometheus, alertmanager, webhook, exporter_a, exporter_b, workers[0], started_at
         )
         _wait_ready(f"http://{workers[0]}/v2/health/ready", timeout=60)
+        job = LiveProcess(
+            [
+                "autoglm-job", "run", "--input", str(_job_input(workdir / "job.jsonl")),
+                "--output", str(workdir / "job-answers.jsonl"),
+                "--endpoint", f"http://{workers[0]}", "--model", MODEL_NAME,
+                "--job-name", "live", "--max-concurrency", "2",
+                "--metrics-listen", job_address, "--log-level", "warning",
+            ],
+            ready_url=f"http://{job_address}/metrics",
+            log_path=workdir / "job.log",
+        )  # fmt: skip
+        job.start(ready_timeout=30)
+        started.append(job)
         steady = Load.steady(stack.infer_url, STEADY_RATE, SESSION_S)
         started.append(steady)
         prometheus.wait_for(
