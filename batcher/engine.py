@@ -471,9 +471,7 @@ class Batcher:
     @property
     def quantum(self) -> float:
         """The best-effort quantum in force (seconds): configured or derived, at least t(1)."""
-        return effective_quantum(
-            self.configured_quantum, self.slo_seconds, self._expected_cost_of(1)
-        )
+        return effective_quantum(self.configured_quantum, self.slo_seconds, self._cost_of_batch(1))
 
     def best_effort_batch_limit(self, budget: float | None = None) -> int:
         """Largest best-effort batch predicted to run within ``budget`` (default: the quantum).

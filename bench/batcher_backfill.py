@@ -4,7 +4,15 @@ The question (issue 14, "Real batcher"): with a best-effort job filling the capa
 requests leave idle, does the online tail stay where it was (p99 within 1.1x of the same load
 alone), and is the device then busy (at least 90% of the time)?
 
-One ``autoglm-batcher`` process serves the torch CPU MLP of ``bench/batcher.py``
+Section 1, simulated: the engine itself against a simulated device shaped like the HTTP model
+(t(b) = 50 ms + 6 ms·b, 10% seeded jitter) on a virtual clock (:mod:`batcher.simulation`): exact,
+deterministic and independent of this machine's load, so it shows the scheduling rules alone. It
+also varies the quantum (the default tenth of the SLO, a quarter, and none at all: best-effort
+batches up to the maximum size) to show what the quantum buys. The job there is 32 closed-loop
+clients that wait out each refusal's ``Retry-After`` rounded up to whole seconds, as HTTP carries
+it.
+
+Section 2, HTTP: one ``autoglm-batcher`` process serves the torch CPU MLP of ``bench/batcher.py``
 (``batcher.models.demo:bench_factory``, one torch thread, so the model holds one core). For each
 online rate (a fraction of the offline peak that the server's own warm-up measured) and each round
 it runs two phases on the same server, in alternating order so drift in this shared machine's load
@@ -24,7 +32,8 @@ the end. The summary gives per rate the median p99 of each phase, the paired p99
 sets: an online request that arrives as a best-effort batch starts waits up to that batch's time,
 at least t(1), so the ratio cannot go below about 1 + t(1)/p99 at the tail.
 
-    nice -n 15 python bench/batcher_backfill.py            # about 6 minutes
+    nice -n 15 python bench/batcher_backfill.py            # both sections, about 8 minutes
+    nice -n 15 python bench/batcher_backfill.py --only sim # the simulated section (a minute)
     nice -n 15 python bench/batcher_backfill.py --smoke    # under a minute; figures meaningless
 
 Writes JSON to ``bench/results/batcher_backfill.json`` (``--json``). The machine is shared: the
@@ -38,6 +47,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import signal
 import statistics
@@ -143,7 +153,123 @@ class Job:
         return json.loads(lines[-1]) if lines else {}
 
 
-# --- the server's own counters ---------------------------------------------------------------
+# --- section 1: simulated ------------------------------------------------------------------------
+
+SIM_FIXED, SIM_PER_ITEM = 0.050, 0.006  # shaped like bench_factory on one quiet CPU thread
+SIM_QUANTA = {"default (0.1 SLO)": 0.0, "0.25 SLO": 0.25, "none": 1.0}  # fraction of the SLO
+SIM_JOB_CLIENTS = 32
+
+
+async def simulated_job(batcher: object, stop: asyncio.Event) -> int:
+    """Closed-loop best-effort clients until ``stop``; returns the items they got served."""
+    from batcher.engine import BatcherError, Rejected
+    from batcher.models.simulated import SimPayload
+
+    served = 0
+
+    async def client(c: int) -> None:
+        nonlocal served
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                await batcher.submit(SimPayload(-(c * 1_000_000 + i)), priority="best-effort")
+                served += 1
+            except Rejected as exc:
+                wait = max(1, math.ceil(exc.retry_after or 1.0))  # HTTP's whole seconds
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)
+            except BatcherError:
+                pass
+
+    await asyncio.gather(*(client(c) for c in range(SIM_JOB_CLIENTS)))
+    return served
+
+
+def simulated_point(rate: float, seconds: float, slo: float, quantum: float | None) -> dict:
+    """Online Poisson load for ``seconds`` of virtual time; beside a job unless ``quantum`` is
+    None (a fraction of the SLO; 0: the default)."""
+    from prometheus_client import CollectorRegistry
+
+    from batcher.engine import Batcher
+    from batcher.metrics import BatcherMetrics
+    from batcher.models.simulated import SimPayload, SimulatedModel
+    from batcher.simulation import poisson_load, run_in_virtual_time, summarize
+
+    async def main() -> dict:
+        model = SimulatedModel(SIM_FIXED, SIM_PER_ITEM, jitter=0.1, seed=3)
+        metrics = BatcherMetrics(CollectorRegistry(), "sim", slo, 32)
+        batcher = Batcher(
+            model,
+            max_batch_size=32,
+            slo_seconds=slo,
+            best_effort_quantum_seconds=(quantum or 0.0) * slo,
+            metrics=metrics,
+        )
+        await batcher.calibrate(lambda n: [SimPayload(-1, size=n)], (1, 2, 4, 8, 16, 32), 3)
+        await batcher.start()
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        job = asyncio.create_task(simulated_job(batcher, stop)) if quantum is not None else None
+        busy_before = metrics.busy_seconds._value.get()
+        best_before = metrics.class_busy_seconds.labels("sim", "best_effort")._value.get()
+        start = loop.time()
+        latencies, failures = await poisson_load(batcher, rate, int(rate * seconds), seed=11)
+        elapsed = loop.time() - start
+        busy = metrics.busy_seconds._value.get() - busy_before
+        best = metrics.class_busy_seconds.labels("sim", "best_effort")._value.get() - best_before
+        stop.set()
+        served = await job if job is not None else 0
+        await batcher.drain()
+        point = summarize(rate, latencies, failures, elapsed, 0.0)
+        return {
+            "p99_seconds": point.p99,
+            "online_failed": failures,
+            "busy_share": busy / elapsed,
+            "best_effort_busy_share": best / elapsed,
+            "best_effort_items": served,
+            "quantum_seconds": batcher.quantum,
+        }
+
+    return run_in_virtual_time(main)
+
+
+def simulated_section(fractions: list[float], seconds: float, slo: float) -> list[dict]:
+    print(
+        f"== simulated: t(b) = {SIM_FIXED * 1000:.0f} ms + {SIM_PER_ITEM * 1000:.0f} ms*b, "
+        f"SLO {slo * 1000:.0f} ms, {seconds:.0f} s of virtual time per point",
+        flush=True,
+    )
+    peak = 32 / (SIM_FIXED + SIM_PER_ITEM * 32)
+    print(
+        f"{'fraction':>8} {'quantum':>18} {'p99 alone':>10} {'p99 job':>9} {'ratio':>6} "
+        f"{'busy alone':>10} {'busy job':>9} {'be busy':>8}"
+    )
+    rows = []
+    for fraction in fractions:
+        alone = simulated_point(fraction * peak, seconds, slo, None)
+        for name, quantum in SIM_QUANTA.items():
+            mixed = simulated_point(fraction * peak, seconds, slo, quantum)
+            row = {
+                "fraction": fraction,
+                "rate": fraction * peak,
+                "quantum": name,
+                "alone": alone,
+                "with_job": mixed,
+                "p99_ratio": mixed["p99_seconds"] / alone["p99_seconds"],
+            }
+            rows.append(row)
+            print(
+                f"{fraction:8.2f} {name:>18} {alone['p99_seconds'] * 1000:8.1f}ms "
+                f"{mixed['p99_seconds'] * 1000:7.1f}ms {row['p99_ratio']:6.2f} "
+                f"{alone['busy_share']:10.2f} {mixed['busy_share']:9.2f} "
+                f"{mixed['best_effort_busy_share']:8.2f}",
+                flush=True,
+            )
+    return rows
+
+
+# --- section 2: HTTP, the server's own counters ------------------------------------------------
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
@@ -252,31 +378,9 @@ def summarize_rate(rows: list[dict], one_item_seconds: float) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", default=str(ROOT / "bench/results/batcher_backfill.json"))
-    parser.add_argument("--slo", type=float, default=0.6, help="online p99 latency SLO, seconds")
-    parser.add_argument(
-        "--fractions", default="0.2,0.4,0.6", help="online rates, fractions of the offline peak"
-    )
-    parser.add_argument("--phase-seconds", type=float, default=25.0, help="seconds per phase")
-    parser.add_argument("--rounds", type=int, default=2, help="alone/with-job pairs per rate")
-    parser.add_argument("--job-clients", type=int, default=8, help="closed-loop job clients")
-    parser.add_argument("--job-rows", type=int, default=1, help="rows per job request")
-    parser.add_argument("--warmup-repeats", type=int, default=5, help="server warm-up")
-    parser.add_argument("--request-timeout", type=float, default=10.0, help="per request, s")
-    parser.add_argument("--smoke", action="store_true", help="under a minute; figures meaningless")
-    parser.add_argument("--job-client", metavar="URL", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.job_client:
-        asyncio.run(job_clients(args.job_client, args.job_clients, args.job_rows))
-        return 0
-    global bench
-    bench = load_cpu_bench()
-    if args.smoke:
-        args.fractions, args.phase_seconds, args.rounds, args.warmup_repeats = "0.3", 6.0, 1, 2
-    fractions = [float(f) for f in args.fractions.split(",")]
-    print(f"== best-effort backfill, {bench.MODEL} on cpu, load {bench.loadavg()}", flush=True)
+def http_section(args: argparse.Namespace, fractions: list[float]) -> dict:
+    """Alone and with-job phases on one real server, per rate and round."""
+    print(f"== HTTP: {bench.MODEL} on cpu, one torch thread, load {bench.loadavg()}", flush=True)
     server = bench.Server(
         [
             *("--slo-seconds", str(args.slo), "--model-name", "demo"),
@@ -284,7 +388,6 @@ def main(argv: list[str] | None = None) -> int:
             *("--warmup-repeats", str(args.warmup_repeats)),
         ]
     )
-    report: dict = {"settings": vars(args), "machine": {"cpus": os.cpu_count()}}
     try:
         peak, peak_size = server.peak
         one_item = server.warmup.get(1, float("nan"))
@@ -315,12 +418,9 @@ def main(argv: list[str] | None = None) -> int:
                     at_rate.append(row)
             rows += at_rate
             summary.append(summarize_rate(at_rate, one_item))
-        report.update(
-            peak=peak, peak_size=peak_size, one_item_seconds=one_item, phases=rows, summary=summary
-        )
     finally:
         server.stop()
-    print("\n== summary (medians over rounds; ratio = with job / alone, paired per round)")
+    print("-- summary (medians over rounds; ratio = with job / alone, paired per round)")
     print(
         f"{'fraction':>8} {'rate/s':>7} {'p99 alone':>10} {'p99 job':>9} {'ratio':>6} "
         f"{'bound':>6} {'busy alone':>10} {'busy job':>9} {'be busy':>8}"
@@ -335,8 +435,54 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"goals: p99 ratio <= {P99_GOAL} and busy >= {BUSY_GOAL} with the job; "
         f"'bound' is 1 + t(1)/p99 alone, the least a non-preemptible device allows; "
-        f"load {bench.loadavg()}"
+        f"load {bench.loadavg()}",
+        flush=True,
     )
+    return {
+        "peak": peak,
+        "peak_size": peak_size,
+        "one_item_seconds": one_item,
+        "phases": rows,
+        "summary": summary,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", default=str(ROOT / "bench/results/batcher_backfill.json"))
+    parser.add_argument("--only", choices=("sim", "http"), help="run one section")
+    parser.add_argument("--slo", type=float, default=0.6, help="online p99 latency SLO, seconds")
+    parser.add_argument(
+        "--fractions", default="0.2,0.4,0.6", help="online rates, fractions of the offline peak"
+    )
+    parser.add_argument("--sim-seconds", type=float, default=120.0, help="sim: virtual s/point")
+    parser.add_argument("--phase-seconds", type=float, default=25.0, help="HTTP: s per phase")
+    parser.add_argument("--rounds", type=int, default=2, help="HTTP: alone/with-job pairs")
+    parser.add_argument("--job-clients", type=int, default=8, help="HTTP: closed-loop clients")
+    parser.add_argument("--job-rows", type=int, default=1, help="HTTP: rows per job request")
+    parser.add_argument("--warmup-repeats", type=int, default=5, help="HTTP: server warm-up")
+    parser.add_argument("--request-timeout", type=float, default=10.0, help="HTTP: per request")
+    parser.add_argument("--smoke", action="store_true", help="under a minute; figures meaningless")
+    parser.add_argument("--job-client", metavar="URL", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.job_client:
+        asyncio.run(job_clients(args.job_client, args.job_clients, args.job_rows))
+        return 0
+    global bench
+    bench = load_cpu_bench()
+    if args.smoke:
+        args.fractions, args.sim_seconds, args.phase_seconds = "0.3", 5.0, 6.0
+        args.rounds, args.warmup_repeats = 1, 2
+    fractions = [float(f) for f in args.fractions.split(",")]
+    report: dict = {
+        "settings": vars(args),
+        "machine": {"cpus": os.cpu_count(), "loadavg_start": bench.loadavg()},
+    }
+    if args.only != "http":
+        report["simulated"] = simulated_section(fractions, args.sim_seconds, args.slo)
+    if args.only != "sim":
+        report["http"] = http_section(args, fractions)
+    report["machine"]["loadavg_end"] = bench.loadavg()
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(bench._finite(report), indent=2))

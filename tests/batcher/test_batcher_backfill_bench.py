@@ -28,10 +28,17 @@ def test_smoke_run_measures_both_phases_and_writes_the_report(tmp_path: Path) ->
         timeout=280,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "== summary" in run.stdout
+    assert "-- summary" in run.stdout
     report = json.loads(out.read_text())
-    assert report["peak"] > 0 and report["one_item_seconds"] > 0
-    phases = report["phases"]
+    simulated = report["simulated"]
+    assert {row["quantum"] for row in simulated} == {"default (0.1 SLO)", "0.25 SLO", "none"}
+    for row in simulated:
+        assert row["alone"]["best_effort_busy_share"] == 0
+        assert row["with_job"]["best_effort_items"] > 0  # the job is served on idle capacity
+        assert row["with_job"]["busy_share"] > row["alone"]["busy_share"]
+    http = report["http"]
+    assert http["peak"] > 0 and http["one_item_seconds"] > 0
+    phases = http["phases"]
     assert [p["job"] for p in phases] == [False, True]
     alone, mixed = phases
     for phase in phases:
@@ -44,6 +51,6 @@ def test_smoke_run_measures_both_phases_and_writes_the_report(tmp_path: Path) ->
     assert alone["best_effort_busy_share"] == 0 and alone["best_effort_served"] == 0
     counts = mixed["job_client_counts"]  # the job ran, was answered, and stopped on SIGTERM
     assert counts["ok"] + counts["refused"] >= 1 and counts["failed"] == 0
-    (line,) = report["summary"]
+    (line,) = http["summary"]
     assert line["ratio_bound"] >= 1.0
     assert set(line) >= {"p99_ratio_median", "busy_with_job", "p99_goal_met", "busy_goal_met"}
