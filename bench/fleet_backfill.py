@@ -139,23 +139,38 @@ def run_one(task: tuple[str, bool, tuple[float, ...], str]) -> dict:
         started = time.perf_counter()
         row = summarise(simulate(trace, cfg, policy, forecaster))
         row.update(fleet=name, label=label, setup=note, wall_seconds=time.perf_counter() - started)
-        print(f"  {name:<17} {label:<20} {row['wall_seconds']:7.1f} s", flush=True)
+        print(
+            f"  {name:<17} {label:<20} {row['wall_seconds']:7.1f} s  SLO min "
+            f"{row['slo_minutes']:.4f} breach {row['breach_minutes']} GPU-h "
+            f"{row['gpu_hours']:.1f} total busy {row['total_busy']:.3f}",
+            flush=True,
+        )
         return row
     raise ValueError(f"no run {wanted!r} on {name}")
 
 
-def run_fleets(fleets: list[str], smoke: bool, targets: list[float], workers: int) -> list[dict]:
-    """Every run of every fleet, ``workers`` at a time; rows in the order they were planned."""
+def run_fleets(
+    fleets: list[str], smoke: bool, targets: list[float], workers: int, progress: Path
+) -> list[dict]:
+    """Every run of every fleet, ``workers`` at a time; rows in the order they were planned.
+
+    Each row is also appended to ``progress`` (JSON lines) as it completes, so a run stopped
+    early keeps what it measured."""
     tasks = []
     for name in fleets:
         _, config, _ = fleet_setup(name, smoke)
         for label, *_ in runs(config, smoke, fleet_targets(name, targets)):
             tasks.append((name, smoke, tuple(fleet_targets(name, targets)), label))
-    if workers > 1:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            rows = pool.map(run_one, tasks, chunksize=1)
-    else:
-        rows = [run_one(task) for task in tasks]
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    progress.write_text("")
+    rows = []
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for row in pool.imap_unordered(run_one, tasks, chunksize=1):
+            rows.append(row)
+            with progress.open("a") as out:
+                out.write(json.dumps(row, default=str) + "\n")
+    order = {(name, label): i for i, (name, _, _, label) in enumerate(tasks)}
+    rows.sort(key=lambda r: order[(r["fleet"], r["label"])])
     return [row for name in fleets for row in finish_fleet([r for r in rows if r["fleet"] == name])]
 
 
@@ -271,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             f"cold start {config.cold_start:g} s",
             flush=True,
         )
-    rows = run_fleets(fleets, args.smoke, targets, args.workers)
+    progress = Path(args.json).with_suffix(".partial.jsonl")
+    rows = run_fleets(fleets, args.smoke, targets, args.workers, progress)
     print()
     print_table(rows)
     measured = goals(rows)
