@@ -45,7 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -63,25 +63,16 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
+# Run as a script, this file's folder comes first on sys.path and ``bench/batcher.py`` would
+# shadow the ``batcher`` package; import from the repository root instead.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
 P99_GOAL = 1.1  # online p99 with the job, as a multiple of the same load alone
 BUSY_GOAL = 0.9  # device busy share with the job
 
 
-def load_cpu_bench() -> ModuleType:
-    """``bench/batcher.py`` as a module (by path: its file name would shadow the package).
-
-    Loaded only by the measuring process: it imports torch, which the job's process (started
-    mid-run on a busy machine) should not wait for.
-    """
-    spec = importlib.util.spec_from_file_location("batcher_bench", ROOT / "bench/batcher.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench: ModuleType
+bench: ModuleType  # bench/batcher.py, imported by the measuring process only (it loads torch,
+# which the job's process, started mid-run on a busy machine, should not wait for)
 
 
 # --- the best-effort job (its own process, so its CPU does not slow the online client) ------------
@@ -378,6 +369,35 @@ def summarize_rate(rows: list[dict], one_item_seconds: float) -> dict:
     }
 
 
+def plot_simulated(rows: list[dict], path: Path) -> None:
+    """Online p99 and device busy share against the online load, alone and per quantum."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fractions = sorted({row["fraction"] for row in rows})
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    alone = {row["fraction"]: row["alone"] for row in rows}
+    left.plot(fractions, [alone[f]["p99_seconds"] * 1000 for f in fractions], "k-o", label="alone")
+    right.plot(fractions, [alone[f]["busy_share"] for f in fractions], "k-o", label="alone")
+    for name in SIM_QUANTA:
+        mine = {row["fraction"]: row["with_job"] for row in rows if row["quantum"] == name}
+        label = f"with job, quantum {name}"
+        left.plot(fractions, [mine[f]["p99_seconds"] * 1000 for f in fractions], "-o", label=label)
+        right.plot(fractions, [mine[f]["busy_share"] for f in fractions], "-o", label=label)
+    left.set(xlabel="online load (fraction of the peak)", ylabel="online p99 (ms)")
+    right.set(xlabel="online load (fraction of the peak)", ylabel="device busy share")
+    right.axhline(BUSY_GOAL, color="grey", linestyle=":", linewidth=1)
+    right.set_ylim(0, 1.05)
+    left.legend(fontsize=7)
+    figure.suptitle("Best-effort backfill, simulated device (t(b) = 50 ms + 6 ms b, SLO 600 ms)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def http_section(args: argparse.Namespace, fractions: list[float]) -> dict:
     """Alone and with-job phases on one real server, per rate and round."""
     print(f"== HTTP: {bench.MODEL} on cpu, one torch thread, load {bench.loadavg()}", flush=True)
@@ -462,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-rows", type=int, default=1, help="HTTP: rows per job request")
     parser.add_argument("--warmup-repeats", type=int, default=5, help="HTTP: server warm-up")
     parser.add_argument("--request-timeout", type=float, default=10.0, help="HTTP: per request")
+    parser.add_argument("--plot", metavar="PNG", help="plot the simulated section to this file")
     parser.add_argument("--smoke", action="store_true", help="under a minute; figures meaningless")
     parser.add_argument("--job-client", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -469,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(job_clients(args.job_client, args.job_clients, args.job_rows))
         return 0
     global bench
-    bench = load_cpu_bench()
+    bench = importlib.import_module("bench.batcher")
     if args.smoke:
         args.fractions, args.sim_seconds, args.phase_seconds = "0.3", 5.0, 6.0
         args.rounds, args.warmup_repeats = 1, 2
@@ -480,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.only != "http":
         report["simulated"] = simulated_section(fractions, args.sim_seconds, args.slo)
+        if args.plot:
+            plot_simulated(report["simulated"], Path(args.plot))
     if args.only != "sim":
         report["http"] = http_section(args, fractions)
     report["machine"]["loadavg_end"] = bench.loadavg()
