@@ -67,28 +67,25 @@ def _fleet_row(d: db.Dashboard) -> db.Dashboard:
             decimals=1,
         )
     )
-    d = d.with_panel(
-        stat_panel(
-            "Online busy share",
-            "Share of paid GPU-time serving online requests.",
-            [Query(f"{ONLINE} / sum({PAID_GPUS})")],
-            "percentunit",
-            width=4,
-            height=3,
-            decimals=1,
-        )
-    )
-    d = d.with_panel(
-        stat_panel(
+    for title, description, busy in (
+        ("Online busy share", "Share of paid GPU-time serving online requests.", ONLINE),
+        (
             "Best-effort busy share",
             "Share of paid GPU-time doing best-effort work (batch jobs).",
-            [Query(f"{BEST_EFFORT} / sum({PAID_GPUS})")],
-            "percentunit",
-            width=4,
-            height=3,
-            decimals=1,
+            BEST_EFFORT,
+        ),
+    ):
+        d = d.with_panel(
+            stat_panel(
+                title,
+                description,
+                [Query(f"{busy} / sum({PAID_GPUS})")],
+                "percentunit",
+                width=4,
+                height=3,
+                decimals=1,
+            )
         )
-    )
     return d.with_panel(
         timeseries_panel(
             "Busy share: batchers against the exporter",

@@ -28,29 +28,25 @@ class JobMetrics:
             registry=registry,
         )
         self.lines = {o: lines.labels(job_name=job_name, outcome=o) for o in OUTCOMES}
-        self.lines_in_shard = Gauge(
+        self.lines_in_shard = _gauge(
+            registry,
             "autoglm_job_lines_in_shard",
             "Request lines of the input this process handles (its shard), done or not.",
-            ["job_name"],
-            registry=registry,
         ).labels(**labels)
-        self.lines_remaining = Gauge(
+        self.lines_remaining = _gauge(
+            registry,
             "autoglm_job_lines_remaining",
             "Request lines of this shard not yet committed, counting earlier runs' work as done.",
-            ["job_name"],
-            registry=registry,
         ).labels(**labels)
-        self.concurrency = Gauge(
+        self.concurrency = _gauge(
+            registry,
             "autoglm_job_concurrency",
             "Requests the job allows in flight now (AIMD limit).",
-            ["job_name"],
-            registry=registry,
         ).labels(**labels)
-        self.in_flight = Gauge(
+        self.in_flight = _gauge(
+            registry,
             "autoglm_job_in_flight_requests",
             "Requests sent and not yet answered, including those waiting out a Retry-After.",
-            ["job_name"],
-            registry=registry,
         ).labels(**labels)
         self.refusals = Counter(
             "autoglm_job_refusals",
@@ -73,3 +69,7 @@ class JobMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         ).labels(**labels)
+
+
+def _gauge(registry: CollectorRegistry, name: str, documentation: str) -> Gauge:
+    return Gauge(name, documentation, ["job_name"], registry=registry)
