@@ -141,14 +141,15 @@ class ResidualWindow:
     def margins(
         self,
         horizons: tuple[int, ...],
-        q: float,
+        q: float | np.ndarray,
         points: np.ndarray,
         scaling: LevelScaling = LevelScaling(),
     ) -> np.ndarray:
         """:meth:`margin` for several horizons at once, in one partial sort: a backtest asks
         for every horizon at every step. Horizons hold different numbers of errors until the
         window is full (a forecast h steps ahead is scored h - 1 points later); the missing
-        slots are padded with +inf, which no rank up to a row's own count can reach."""
+        slots are padded with +inf, which no rank up to a row's own count can reach. ``q`` is
+        one level for every horizon or one per horizon."""
         sources = [self._source(h) for h in horizons]
         known = [i for i, h in enumerate(sources) if h is not None]
         out = np.zeros(len(horizons))
@@ -161,6 +162,7 @@ class ResidualWindow:
         if scaling.power != 0.0:
             values = values / scaling.scale(self._levels[rows, :width])
         values = np.where(np.arange(width) < counts[:, None], values, np.inf)
+        q = np.broadcast_to(np.asarray(q, dtype=float), (len(horizons),))[known]
         ranks = np.minimum(counts, np.ceil((counts + 1) * q).astype(int)) - 1
         ordered = np.partition(values, np.unique(ranks), axis=1)
         quantiles = ordered[np.arange(len(rows)), ranks]

@@ -17,19 +17,25 @@ on those it can run on, provided the most recent is one of them.
 **Choice.** Each candidate's errors are pooled over its blocks, the recent ones counting more
 (a weight that halves every ``half_life`` blocks back). The lowest pooled WAPE is the
 *challenger*; it replaces the *incumbent* (the previous selection's choice; the first time, the
-inverse-error combination, whose seasonal-copy anchor makes it the safest a-priori choice) only
-when a paired test on their per-block WAPE says the lead is real: the recency-weighted mean of
-the differences must exceed ``SWITCH_Z`` standard errors (a one-sided Diebold-Mariano test on
-block losses, with the effective number of blocks the weights leave). A lead within the
-block-to-block noise is no evidence, and each needless switch picks whichever model was luckier
-on the last days. With fewer than two blocks in common the lowest pooled WAPE wins. The same
-rule picks the overall model on the mean WAPE over the horizons.
+median ensemble, a combination of models of different kinds and the a-priori safest choice)
+only when a paired test on their per-block WAPE says the lead is real: the recency-weighted
+mean of the differences must exceed z standard errors (a one-sided Diebold-Mariano test on
+block losses, with the effective number of blocks the weights leave), z at level
+``SWITCH_ALPHA`` shared among the rivals the challenger was picked from (Bonferroni: the best of
+ten equals usually leads by chance). A lead within the block-to-block noise is no evidence,
+and each needless switch picks whichever model was luckier on the last days. With fewer than
+two blocks in common the lowest pooled WAPE wins. The same rule picks the overall model on the
+mean WAPE over the horizons.
 
 **Intervals.** The forecast errors of this backtest are out of sample for every candidate. The
-most recent of them, per horizon, become the chosen model's calibration errors
-(:meth:`Selection.calibrate`): a split-conformal upper bound whose errors come from fits that
-never saw their points, instead of each model's own calibration tail (in sample for a model
-estimated on all of it, such as ETS).
+most recent of them, per horizon, from fits on at least half the history
+(``CALIBRATION_HISTORY``: a fit on a few days errs more widely than the live model on weeks
+will), become the chosen model's calibration errors (:meth:`Selection.calibrate`): a
+split-conformal upper bound whose errors come from fits that never saw their points, instead
+of each model's own calibration tail (in sample for a model estimated on all of it, such as
+ETS). Those fits are older on average than the service's (a refit every few blocks), so the
+errors may run wide; the adaptive conformal step of every model (:meth:`ForecastModel.predict`)
+then moves the level of each horizon's bound toward the target coverage as live points arrive.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -62,10 +69,11 @@ log = logging.getLogger(__name__)
 MAX_REFITS = 6
 MAX_BLOCKS = 28
 HALF_LIFE_BLOCKS = 7.0
-SWITCH_Z = 1.645
-PREFERRED = ("combination", "ensemble")
+SWITCH_ALPHA = 0.05
+PREFERRED = ("ensemble", "combination")
 FIRST_FRACTION = 0.25
 CALIBRATION_POINTS = 500
+CALIBRATION_HISTORY = 0.5
 
 # per candidate: block index -> horizon -> WAPE on that block alone
 BlockScores = Mapping[str, Mapping[int, Mapping[int, float]]]
@@ -119,10 +127,17 @@ def _keep_or_switch(
         return best
     d = np.array([incumbent_blocks[k] - best_blocks[k] for k in common])
     w = np.array([weights.get(k, 1.0) for k in common])
-    return best if significant_lead(d, w) else incumbent
+    return best if significant_lead(d, w, switch_z(len(names))) else incumbent
 
 
-def significant_lead(differences: np.ndarray, weights: np.ndarray, z: float = SWITCH_Z) -> bool:
+def switch_z(candidates: int, alpha: float = SWITCH_ALPHA) -> float:
+    """The one-sided normal quantile a challenger's lead must pass: the challenger is the best
+    of ``candidates - 1`` rivals of the incumbent, so the level is shared among them
+    (Bonferroni), or the luckiest of many equals would win most selections."""
+    return NormalDist().inv_cdf(1.0 - alpha / max(1, candidates - 1))
+
+
+def significant_lead(differences: np.ndarray, weights: np.ndarray, z: float = 1.645) -> bool:
     """Whether the recency-weighted mean of paired per-block differences (incumbent minus
     challenger) exceeds ``z`` standard errors, with the effective number of blocks
     ``(sum w)^2 / sum w^2`` (one-sided Diebold-Mariano on block losses)."""
@@ -286,11 +301,14 @@ def _score(
 
 
 def _calibration_errors(
-    point: np.ndarray, actual: np.ndarray, max_horizon: int
+    point: np.ndarray, actual: np.ndarray, max_horizon: int, skip: int = 0
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The most recent out-of-sample errors per horizon (and the forecasts they were made
+    at), from row ``skip`` on."""
     out = {}
     for h in range(1, max_horizon + 1):
         ok = np.isfinite(point[:, h - 1]) & np.isfinite(actual[:, h - 1])
+        ok[:skip] = False
         levels = point[ok, h - 1][-CALIBRATION_POINTS:]
         out[h] = (actual[ok, h - 1][-CALIBRATION_POINTS:] - levels, levels)
     return out
@@ -387,7 +405,11 @@ def select_model(
     selection = choose(pooled, hs, block_wape, previous, dict(enumerate(block_weights.tolist())))
     selection.failures = failures
     chosen = {selection.overall, *selection.per_horizon.values()}
+    # Errors of fits on much less history than now are wider than the live model's will be
+    # (not exchangeable with them): calibrate on those of fits on at least half of it.
+    recent = [s for s in starts if s >= len(y) * CALIBRATION_HISTORY] or starts[-1:]
     selection.calibration = {
-        name: _calibration_errors(backtests[name].point, actual, max_horizon) for name in chosen
+        name: _calibration_errors(backtests[name].point, actual, max_horizon, recent[0] - first)
+        for name in chosen
     }
     return selection

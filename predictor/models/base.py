@@ -10,6 +10,12 @@ exactly that purpose, from the state the model had before it, with :meth:`Foreca
 the same result as one ``update`` per point, but a model whose state is just its kept history
 (and fitted parameters) forecasts every point of the tail in one batch of array operations. That
 replay ran after each of the many fits a selection makes and was most of its cost.
+
+Calibration errors may come from another regime than the live one (older fits, a quieter or
+busier week), so the level of each horizon's bound adapts online (adaptive conformal inference,
+Gibbs and Candes 2021): every live point that the bound missed raises it, every covered one
+lowers it, in the proportion that holds the miss rate at ``1 - q``. Only ``update`` adapts:
+a bulk replay (the calibration tail after a fit) comes before any bound is asked.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.intervals import LevelScaling, ResidualWindow
+
+ADAPT_STEP = 0.02
+ADAPT_LEVELS = (0.5, 0.995)
 
 
 class InsufficientHistory(ValueError):
@@ -114,6 +123,7 @@ class ForecastModel(ABC):
         self.points_seen = 0
         self.interval_floor = 1.0
         self._scalings: dict[float, LevelScaling] = {}  # per quantile, chosen after a fit
+        self._adaptive: dict[float, np.ndarray] = {}  # per quantile: offset per horizon
         self._pending: deque[np.ndarray] = deque(maxlen=max_horizon)
         self._path: np.ndarray | None = None
 
@@ -189,6 +199,7 @@ class ForecastModel(ABC):
         self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
         self.interval_floor = LevelScaling.floor_for(y[:state_at])
         self._scalings = {}
+        self._adaptive = {}
         self.history = History(self.history_capacity())
         self.history.extend(y[:state_at])
         self.points_seen = state_at
@@ -204,6 +215,7 @@ class ForecastModel(ABC):
         if not np.isfinite(value):
             raise ValueError(f"{self.name}: update() needs a finite value, got {value}")
         self._pending.appendleft(self._path)
+        self._adapt(value)
         for age, path in enumerate(self._pending):
             self.residuals.add(age + 1, value - path[age], path[age])
         self.history.append(value)
@@ -258,7 +270,9 @@ class ForecastModel(ABC):
             raise ValueError(f"quantile must be in (0, 1), got {quantile}")
         point = np.array([self._path[h - 1] for h in hs])
         scaling = self.interval_scaling(quantile)
-        margin = np.maximum(self.residuals.margins(hs, quantile, point, scaling), 0.0)
+        offset = self._adaptive.setdefault(quantile, np.zeros(self.max_horizon))
+        levels = np.clip(quantile + offset[np.asarray(hs) - 1], *ADAPT_LEVELS)
+        margin = np.maximum(self.residuals.margins(hs, levels, point, scaling), 0.0)
         return Prediction(horizons=hs, point=point, upper=point + margin, quantile=quantile)
 
     def recalibrate(self, errors: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -270,6 +284,25 @@ class ForecastModel(ABC):
             if 1 <= h <= self.max_horizon and len(values):
                 self.residuals.add_many(h, np.asarray(values), np.asarray(levels))
         self._scalings = {}
+        self._adaptive = {}
+
+    def _adapt(self, value: float) -> None:
+        """Adaptive conformal step for every quantile asked so far: the level of each
+        horizon's bound moves up by ``ADAPT_STEP * q`` after a miss and down by
+        ``ADAPT_STEP * (1 - q)`` after a cover, so the misses of the bounds issued from now on
+        settle at ``1 - q`` even where the calibration errors came from another regime. The
+        bound checked is the one the current errors give at the level the forecast was made
+        at (what was issued, up to the last few errors)."""
+        if not self._adaptive:
+            return
+        ages = len(self._pending)
+        hs = tuple(range(1, ages + 1))
+        points = np.array([self._pending[a][a] for a in range(ages)])
+        for q, offset in self._adaptive.items():
+            levels = np.clip(q + offset[:ages], *ADAPT_LEVELS)
+            margins = self.residuals.margins(hs, levels, points, self.interval_scaling(q))
+            missed = value > points + np.maximum(margins, 0.0)
+            offset[:ages] += ADAPT_STEP * (missed - (1.0 - q))
 
     def interval_scaling(self, quantile: float = 0.9) -> LevelScaling:
         """How the margin at ``quantile`` scales with the level: chosen once per fit, on the

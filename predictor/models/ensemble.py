@@ -137,6 +137,7 @@ class Combination(ForecastModel):
         self.nonnegative = bool(np.all(y >= 0))
         self.interval_floor = LevelScaling.floor_for(y)
         self._scalings = {}
+        self._adaptive = {}
         self.history = History(self.history_capacity())
         self.history.extend(y)
         self.points_seen = len(y)

@@ -147,3 +147,23 @@ def test_backtest_coverage_of_the_0_9_upper_bound_is_near_90_percent(noise, fact
     result = rolling_origin(factory, y, [1, 3], test_start=800, quantile=0.9)
     for h in (1, 3):
         assert 86 <= result.coverage[h] <= 94
+
+
+def test_the_adaptive_step_brings_coverage_back_to_the_level_after_the_noise_shrinks():
+    # Calibration errors from a noisier regime (sd 3) that the window keeps (it is long);
+    # live noise has sd 1. The plain conformal bound would cover nearly every point; the
+    # adaptive step lowers the level of the bound until about 1 in 10 points is missed.
+    rng = np.random.default_rng(11)
+    model = NaiveModel(1, residual_window=5000)
+    model.fit(100 + rng.normal(0, 1, 50))
+    wide = rng.normal(0, 3, 3000)
+    model.recalibrate({1: (wide, np.full(len(wide), 100.0))})
+    covered = []
+    value = 100.0
+    for _ in range(1500):
+        upper = model.predict([1], 0.9).upper[0]
+        value = 100 + rng.normal(0, 1)
+        covered.append(value <= upper)
+        model.update(value)
+    assert np.mean(covered[:100]) > 0.97  # before the step has moved the level
+    assert 0.85 <= np.mean(covered[-750:]) <= 0.95
