@@ -29,6 +29,7 @@ from autoscaler.config import AutoscalerConfig
 from autoscaler.controller.forecasts import PrometheusForecasts
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
+from autoscaler.controller.service_model import PrometheusServiceModels
 from autoscaler.core import MetricInput, PodSample, ScalingState, decide
 from autoscaler.core.replica_calculator import ReadinessTimes
 from autoscaler.metrics import AutoscalerMetrics
@@ -130,6 +131,7 @@ def _run(cfg: AutoscalerConfig) -> int:
             PrometheusMetricsSource(client, cfg.pod_label),
             PrometheusForecasts(client, cfg.forecast_query),
             metrics,
+            service_models=PrometheusServiceModels(client),
             dry_run=cfg.dry_run,
             may_act=may_act,
             **_hpa_flags(cfg),
@@ -151,6 +153,7 @@ def _run(cfg: AutoscalerConfig) -> int:
             PrometheusMetricsSource(client, cfg.pod_label),
             PrometheusForecasts(client, cfg.forecast_query),
             metrics,
+            service_models=PrometheusServiceModels(client),
             dry_run=cfg.dry_run,
             **_hpa_flags(cfg),
         )

@@ -62,9 +62,44 @@ class AutoscalerMetrics:
             (*_AS, "metric"),
             registry=r,
         )
+        self.slo_seconds = Gauge(
+            "autoglm_autoscaler_slo_seconds",
+            "spec.slo.latencySeconds, the latency SLO the fleet is sized for; NaN without one.",
+            _AS,
+            registry=r,
+        )
+        self.modelled_p99 = Gauge(
+            "autoglm_autoscaler_modelled_p99_seconds",
+            "Modelled latency at spec.slo.quantile (p99 by default) with the replicas the SLO "
+            "sizing chose, at the rate it sized for; NaN when not sized, +Inf when no count "
+            "keeps up.",
+            _AS,
+            registry=r,
+        )
+        self.slo_proposal = Gauge(
+            "autoglm_autoscaler_slo_proposal_replicas",
+            "Replicas the SLO sizing proposes (after the tolerance); NaN when not sized.",
+            _AS,
+            registry=r,
+        )
+        self.slo_rate = Gauge(
+            "autoglm_autoscaler_slo_sizing_rate_requests_per_second",
+            "Request rate the SLO sizing used: the observed one or the forecast's upper bound, "
+            "the larger; NaN when not sized.",
+            _AS,
+            registry=r,
+        )
+        self.sizing_mode = Gauge(
+            "autoglm_autoscaler_sizing_mode",
+            "1 for the rule that sized the fleet at the last reconcile: slo, hpa_fallback (the "
+            "SLO's inputs are missing) or hpa (no spec.slo); 0 for the others.",
+            (*_AS, "mode"),
+            registry=r,
+        )
         self.condition = Gauge(
             "autoglm_autoscaler_condition",
-            "HPA condition status (1 true, 0 false): AbleToScale, ScalingActive, ScalingLimited.",
+            "Condition status (1 true, 0 false): AbleToScale, ScalingActive, ScalingLimited, "
+            "SizedForSLO.",
             (*_AS, "condition"),
             registry=r,
         )

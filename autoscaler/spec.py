@@ -187,15 +187,53 @@ def default_behavior() -> Behavior:
     return Behavior(scale_up=default_scale_up_rules(), scale_down=default_scale_down_rules())
 
 
+# The batcher's own series: its online request counter and its fitted batch cost t(b) = c + a*b.
+BATCHER_REQUESTS = "autoglm_batcher_requests_total"
+BATCHER_COST_FIXED = "autoglm_batcher_cost_fixed_seconds"
+BATCHER_COST_PER_ITEM = "autoglm_batcher_cost_per_item_seconds"
+BATCHER_MAX_BATCH = "autoglm_batcher_max_batch_size_items"
+DEFAULT_SLO_QUANTILE = 0.99
+DEFAULT_SLO_RATE_NAME = "request_rate"
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """Size the fleet for a latency SLO instead of a utilization target.
+
+    The fewest replicas whose modelled ``quantile`` latency, at the larger of the observed online
+    request rate and its forecast's upper bound, stays within ``latency_seconds``. The service
+    model (the batcher's fitted batch cost and its largest batch) and the rate are PromQL
+    queries; by default they read the batcher's own series, narrowed by ``selector``.
+    ``rate_name`` is the rate's name as the predictor's forecast target.
+    """
+
+    latency_seconds: float
+    quantile: float = DEFAULT_SLO_QUANTILE
+    rate_query: str = f"sum(rate({BATCHER_REQUESTS}[1m]))"
+    fixed_seconds_query: str = f"avg({BATCHER_COST_FIXED})"
+    per_item_seconds_query: str = f"avg({BATCHER_COST_PER_ITEM})"
+    max_batch_query: str = f"min({BATCHER_MAX_BATCH})"
+    rate_name: str = DEFAULT_SLO_RATE_NAME
+    prediction: Prediction | None = None
+
+    @property
+    def rate_metric(self) -> MetricSpec:
+        """The rate as a metric, so it is read and forecast like any External metric."""
+        return MetricSpec(
+            self.rate_name, self.rate_query, "External", "Value", 1.0, self.prediction
+        )
+
+
 @dataclass(frozen=True)
 class GPUAutoscalerSpec:
     scale_target_ref: ScaleTargetRef
     min_replicas: int
     max_replicas: int
-    metrics: tuple[MetricSpec, ...]
+    metrics: tuple[MetricSpec, ...]  # with ``slo``: the HPA rule it falls back on (may be empty)
     behavior: Behavior | None  # None: no behavior section, the HPA's rules for that case
     tolerance_up: float = DEFAULT_TOLERANCE
     tolerance_down: float = DEFAULT_TOLERANCE
+    slo: SloSpec | None = None
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -237,7 +275,7 @@ def parse_spec(obj: Mapping[str, Any]) -> GPUAutoscalerSpec:
     if "spec" in obj and isinstance(obj.get("spec"), Mapping):
         obj = obj["spec"]
     _reject_unknown(
-        obj, "spec", {"scaleTargetRef", "minReplicas", "maxReplicas", "metrics", "behavior"}
+        obj, "spec", {"scaleTargetRef", "minReplicas", "maxReplicas", "metrics", "behavior", "slo"}
     )
     ref = _parse_target_ref(_required(obj, "scaleTargetRef", "spec"), "spec.scaleTargetRef")
     min_replicas = _int(obj.get("minReplicas", 1), "spec.minReplicas", minimum=0)
@@ -247,14 +285,27 @@ def parse_spec(obj: Mapping[str, Any]) -> GPUAutoscalerSpec:
             f"spec.maxReplicas: {max_replicas} is below minReplicas {min_replicas}; "
             "raise maxReplicas or lower minReplicas"
         )
-    raw_metrics = _required(obj, "metrics", "spec")
-    if not isinstance(raw_metrics, list) or not raw_metrics:
+    slo = _parse_slo(obj["slo"], "spec.slo") if obj.get("slo") is not None else None
+    if slo is not None and min_replicas == 0:
+        raise SpecError(
+            "spec.minReplicas: 0 cannot hold a latency SLO (a request arriving at zero replicas "
+            "waits for a cold start); set minReplicas >= 1 or remove spec.slo"
+        )
+    raw_metrics = obj.get("metrics") if slo is not None else _required(obj, "metrics", "spec")
+    if raw_metrics is None:
+        raw_metrics = []
+    if not isinstance(raw_metrics, list) or (not raw_metrics and slo is None):
         raise SpecError("spec.metrics: expected a non-empty list of metrics")
     metrics = tuple(_parse_metric(m, f"spec.metrics[{i}]") for i, m in enumerate(raw_metrics))
     names = [m.name for m in metrics]
     for i, name in enumerate(names):
         if name in names[:i]:
             raise SpecError(f"spec.metrics[{i}].name: {name!r} is used twice; names must be unique")
+    if slo is not None and slo.rate_name in names:
+        raise SpecError(
+            f"spec.slo.rateName: {slo.rate_name!r} is also a metric's name; forecasts are looked "
+            "up by name, so give the SLO's rate another one"
+        )
     if min_replicas == 0 and all(m.source == "Pods" for m in metrics):
         raise SpecError(
             "spec.minReplicas: 0 needs at least one Object or External metric, because Pods "
@@ -269,6 +320,7 @@ def parse_spec(obj: Mapping[str, Any]) -> GPUAutoscalerSpec:
         behavior=behavior,
         tolerance_up=tol_up,
         tolerance_down=tol_down,
+        slo=slo,
     )
 
 
@@ -377,6 +429,84 @@ def _parse_prediction(raw: Any, path: str) -> Prediction:
     if warmup < 0:
         raise SpecError(f"{path}.warmupSeconds: must be >= 0, got {warmup:g}")
     return Prediction(enabled, query, horizon, quantile, warmup)
+
+
+_SELECTOR = re.compile(r"^\{.*\}$", re.DOTALL)
+
+
+def _parse_slo(raw: Any, path: str) -> SloSpec:
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            f"{path}: expected a mapping with latencySeconds (and optionally quantile, ...)"
+        )
+    _reject_unknown(
+        raw,
+        path,
+        {
+            "latencySeconds",
+            "quantile",
+            "rateQuery",
+            "rateName",
+            "selector",
+            "serviceModel",
+            "prediction",
+        },
+    )
+    latency = _float(_required(raw, "latencySeconds", path), f"{path}.latencySeconds")
+    if latency <= 0:
+        raise SpecError(f"{path}.latencySeconds: must be > 0 seconds, got {latency:g}")
+    quantile = _float(raw.get("quantile", DEFAULT_SLO_QUANTILE), f"{path}.quantile")
+    if not 0.5 <= quantile < 1.0:
+        raise SpecError(f"{path}.quantile: must be in [0.5, 1), e.g. 0.99, got {quantile:g}")
+    selector = raw.get("selector", "")
+    if selector:
+        selector = _str(selector, f"{path}.selector").strip()
+        if not _SELECTOR.match(selector):
+            raise SpecError(
+                f"{path}.selector: expected PromQL label matchers in braces, e.g. "
+                f"'{{namespace=\"ml\"}}', got {selector!r}"
+            )
+    model = raw.get("serviceModel") or {}
+    if not isinstance(model, Mapping):
+        raise SpecError(
+            f"{path}.serviceModel: expected a mapping of fixedSecondsQuery, "
+            "perItemSecondsQuery, maxBatchQuery"
+        )
+    mpath = f"{path}.serviceModel"
+    _reject_unknown(model, mpath, {"fixedSecondsQuery", "perItemSecondsQuery", "maxBatchQuery"})
+
+    def query(raw_query: Any, where: str, default: str) -> str:
+        return default if raw_query is None else _str(raw_query, where)
+
+    prediction = None
+    if raw.get("prediction") is not None:
+        prediction = _parse_prediction(raw["prediction"], f"{path}.prediction")
+    return SloSpec(
+        latency_seconds=latency,
+        quantile=quantile,
+        rate_query=query(
+            raw.get("rateQuery"),
+            f"{path}.rateQuery",
+            f"sum(rate({BATCHER_REQUESTS}{selector}[1m]))",
+        ),
+        fixed_seconds_query=query(
+            model.get("fixedSecondsQuery"),
+            f"{mpath}.fixedSecondsQuery",
+            f"avg({BATCHER_COST_FIXED}{selector})",
+        ),
+        per_item_seconds_query=query(
+            model.get("perItemSecondsQuery"),
+            f"{mpath}.perItemSecondsQuery",
+            f"avg({BATCHER_COST_PER_ITEM}{selector})",
+        ),
+        max_batch_query=query(
+            model.get("maxBatchQuery"),
+            f"{mpath}.maxBatchQuery",
+            f"min({BATCHER_MAX_BATCH}{selector})",
+        ),
+        rate_name=_str(raw.get("rateName", DEFAULT_SLO_RATE_NAME), f"{path}.rateName"),
+        prediction=prediction,
+    )
 
 
 def _parse_behavior(raw: Any, path: str) -> tuple[Behavior | None, float, float]:

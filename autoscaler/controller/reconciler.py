@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,8 +26,14 @@ from typing import Any
 from autoscaler.controller.forecasts import ForecastSource
 from autoscaler.controller.kube import KubeError
 from autoscaler.controller.metrics_source import MetricsSource
+from autoscaler.controller.service_model import ServiceModelSource, ServiceModelUnavailable
 from autoscaler.core import Decision, MetricInput, ScalingState, decide, record_scale
-from autoscaler.core.decision import DOWNSCALE_STABILIZATION_SECONDS
+from autoscaler.core.decision import (
+    DOWNSCALE_STABILIZATION_SECONDS,
+    SLO_CONDITION,
+    SloInput,
+    SloOutcome,
+)
 from autoscaler.core.replica_calculator import DEFAULT_READINESS, PodSample, ReadinessTimes
 from autoscaler.local import ScaleTarget
 from autoscaler.metrics import AutoscalerMetrics, nan_if_none
@@ -34,7 +41,10 @@ from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
 
 log = logging.getLogger(__name__)
 
-CONDITION_TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited")
+CONDITION_TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited", SLO_CONDITION)
+# Which rule sized the fleet: the SLO, the metrics because the SLO's inputs are missing, or the
+# metrics because the spec has no SLO.
+SIZING_MODES = ("slo", "hpa_fallback", "hpa")
 
 # (type, reason, message) -> recorded as a core/v1 Event on the autoscaler
 Notify = Callable[[str, str, str], None]
@@ -68,7 +78,9 @@ class Reconciler:
         may_act: Callable[[], bool] = lambda: True,
         readiness: ReadinessTimes = DEFAULT_READINESS,
         downscale_stabilization: float = DOWNSCALE_STABILIZATION_SECONDS,
+        service_models: ServiceModelSource | None = None,
     ) -> None:
+        self.service_models = service_models
         self.readiness = readiness
         self.downscale_stabilization = downscale_stabilization
         self.metrics_source = metrics_source
@@ -133,9 +145,10 @@ class Reconciler:
                 log.warning("cannot list the target's pods", extra=_ctx(labels, error=str(exc)))
         inputs = [self._read(metric, pods, count_error) for metric in spec.metrics]
         result.errors.extend(i.error for i in inputs if i.error)
+        slo_input = self._slo_input(spec, count_error) if spec.slo is not None else None
 
         # A decision made from a scale that changes before the write must leave no trace.
-        before = copy.deepcopy(state)
+        snapshot = copy.deepcopy(state)
         decision = decide(
             spec,
             current,
@@ -146,11 +159,15 @@ class Reconciler:
             pods=pods,
             readiness=self.readiness,
             downscale_stabilization=self.downscale_stabilization,
+            slo=slo_input,
         )
         result.decision = decision
         for ctype, (ok, reason, message) in decision.conditions.items():
-            # ScalingLimited false is the normal state; the other two false mean trouble.
-            if conditions.set(ctype, ok, reason, message) and not ok and ctype != "ScalingLimited":
+            # ScalingLimited false is the normal state; the others false mean trouble, worth an
+            # Event when they turn false or turn false for another reason.
+            was = conditions.by_type.get(ctype, {}).get("reason")
+            changed = conditions.set(ctype, ok, reason, message)
+            if not ok and ctype != "ScalingLimited" and (changed or reason != was):
                 notify("Warning", reason, message)
 
         desired = decision.desired_replicas
@@ -181,7 +198,7 @@ class Reconciler:
                 return result
             else:
                 current = self._scale(
-                    labels, target, state, before, decision, conditions, status, result, notify
+                    labels, target, state, snapshot, decision, conditions, status, result, notify
                 )
         else:
             log.info("decision", extra=context)
@@ -191,6 +208,7 @@ class Reconciler:
         self.m.reactive.labels(*labels).set(nan_if_none(decision.reactive_proposal))
         self.m.predictive.labels(*labels).set(nan_if_none(decision.predictive_proposal))
         self._export_metrics(labels, spec, inputs, decision)
+        self._export_slo(labels, spec, decision.slo)
         self._export_conditions(labels, conditions)
 
         status.update(
@@ -209,7 +227,26 @@ class Reconciler:
                 "dryRun": self.dry_run,
             },
         )
+        if decision.slo is not None:
+            status["slo"] = _slo_status(decision.slo)
         return result
+
+    def _slo_input(self, spec: GPUAutoscalerSpec, count_error) -> SloInput:
+        """The SLO's inputs: the rate (read and forecast like an External metric) and the
+        service model; what is missing goes in ``error`` and the decision falls back."""
+        assert spec.slo is not None
+        reading = self._read(spec.slo.rate_metric, None, count_error)
+        if reading.error is not None:
+            return SloInput(error=f"request rate: {reading.error}")
+        rate, upper = reading.value, reading.forecast_upper
+        if self.service_models is None:
+            return SloInput(rate, upper, error="this controller has no service model source")
+        try:
+            model = self.service_models.read(spec.slo)
+        except ServiceModelUnavailable as exc:
+            count_error(exc.kind)
+            return SloInput(rate, upper, error=f"service model: {exc.message}")
+        return SloInput(rate, upper, model)
 
     def _read(self, metric: MetricSpec, pods, count_error) -> MetricInput:
         reading = self.metrics_source.read(metric, pods, count_error)
@@ -223,7 +260,7 @@ class Reconciler:
         return MetricInput(reading.spec, reading.pods, reading.value, upper, reading.error)
 
     def _scale(
-        self, labels, target, state, before, decision, conditions, status, result, notify
+        self, labels, target, state, snapshot, decision, conditions, status, result, notify
     ) -> int:
         """Write the decision; the target's replica count afterwards, as far as it is known."""
         current, desired = decision.current_replicas, decision.desired_replicas
@@ -231,7 +268,7 @@ class Reconciler:
             target.set_replicas(desired)
         except KubeError as exc:
             if exc.conflict:
-                return self._conflict(labels, target, state, before, decision, conditions, notify)
+                return self._conflict(labels, target, state, snapshot, decision, conditions, notify)
             self._failed_scale(labels, decision, conditions, result, notify, exc)
             return current
         except (OSError, ValueError) as exc:
@@ -272,11 +309,11 @@ class Reconciler:
         )
         log.error("scaling failed", extra=_ctx(labels, desired=desired, error=str(exc)))
 
-    def _conflict(self, labels, target, state, before, decision, conditions, notify) -> int:
+    def _conflict(self, labels, target, state, snapshot, decision, conditions, notify) -> int:
         """Someone else changed the scale after it was read: drop the decision entirely (its
         recommendation too) and let the next reconcile decide from the new count; never write
         the old number again."""
-        state.restore(before)
+        state.restore(snapshot)
         self.m.conflicts.labels(*labels).inc()
         now_replicas = decision.current_replicas
         try:
@@ -306,6 +343,18 @@ class Reconciler:
             self.m.metric_forecast.labels(*labels, metric.name).set(
                 nan_if_none(reading.forecast_upper)
             )
+
+    def _export_slo(self, labels, spec: GPUAutoscalerSpec, slo: SloOutcome | None) -> None:
+        mode = "hpa" if spec.slo is None else "hpa_fallback" if slo is None or slo.error else "slo"
+        for each in SIZING_MODES:
+            self.m.sizing_mode.labels(*labels, each).set(1 if each == mode else 0)
+        self.m.slo_seconds.labels(*labels).set(nan_if_none(spec.slo and spec.slo.latency_seconds))
+        sizing = slo.sizing if slo is not None else None
+        self.m.modelled_p99.labels(*labels).set(
+            nan_if_none(sizing.modelled_p99_seconds if sizing else None)
+        )
+        self.m.slo_proposal.labels(*labels).set(nan_if_none(slo.proposal if slo else None))
+        self.m.slo_rate.labels(*labels).set(nan_if_none(slo.sizing_rate if slo else None))
 
     def _export_conditions(self, labels, conditions: _Conditions) -> None:
         for ctype, cond in conditions.by_type.items():
@@ -338,6 +387,39 @@ def _metric_statuses(spec: GPUAutoscalerSpec, decision: Decision) -> list[dict[s
                 entry["error"] = outcome.error[:512]
         out.append(entry)
     return out
+
+
+def _slo_status(slo: SloOutcome) -> dict[str, Any]:
+    """``status.slo``: the modelled latency, the service model in use and why that many
+    replicas. Every key is always written (None removes it in the merge patch), so nothing
+    from an earlier reconcile lingers."""
+    model, sizing = slo.service_model, slo.sizing
+    return {
+        "mode": "hpa_fallback" if slo.error else "slo",
+        "latencySeconds": slo.latency_seconds,
+        "quantile": slo.quantile,
+        "rate": slo.rate,
+        "forecastUpper": slo.forecast_upper,
+        "sizingRate": slo.sizing_rate,
+        "serviceModel": (
+            {
+                "fixedSeconds": model.fixed_seconds,
+                "perItemSeconds": model.per_item_seconds,
+                "maxBatch": model.max_batch,
+            }
+            if model is not None
+            else None
+        ),
+        "modelledP99Seconds": (
+            sizing.modelled_p99_seconds
+            if sizing is not None and math.isfinite(sizing.modelled_p99_seconds)
+            else None
+        ),
+        "sizedReplicas": sizing.replicas if sizing is not None else None,
+        "proposal": slo.proposal,
+        "feasible": sizing.feasible if sizing is not None else None,
+        "reason": (sizing.reason if sizing is not None else slo.error or "")[:1024],
+    }
 
 
 def _number(value: float) -> str:

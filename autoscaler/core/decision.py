@@ -44,6 +44,7 @@ from autoscaler.core.replica_calculator import (
     resource_utilization_replicas,
     value_metric_replicas,
 )
+from autoscaler.core.slo_sizing import ServiceModel, SloSizing, replicas_for_slo
 from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
 
 Condition = tuple[bool, str, str]  # (status, reason, message) as the HPA writes a condition
@@ -56,6 +57,10 @@ DRIVER_ALL_INVALID = "all_metrics_invalid"
 DRIVER_STABILIZATION = "stabilization"
 DRIVER_SCALE_UP_LIMIT = "policy:scale_up_limit"
 DRIVER_SCALE_DOWN_LIMIT = "policy:scale_down_limit"
+DRIVER_SLO = "slo"
+
+# The condition that says whether the fleet is sized for spec.slo, and why not.
+SLO_CONDITION = "SizedForSLO"
 
 # kube-controller-manager's --horizontal-pod-autoscaler-downscale-stabilization default: the
 # scale-down window when the spec has no behavior or leaves the window unset.
@@ -101,6 +106,39 @@ class MetricOutcome:
 
 
 @dataclass(frozen=True)
+class SloInput:
+    """What was read for ``spec.slo``: the online request rate (and its forecast's upper bound),
+    and the batcher's service model. ``error`` says why sizing is not possible this time (no
+    service model yet, Prometheus down); the decision then falls back to the metrics."""
+
+    rate: float | None = None
+    forecast_upper: float | None = None
+    service_model: ServiceModel | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SloOutcome:
+    """How the SLO sized the fleet (``sizing``), or why it could not (``error``)."""
+
+    latency_seconds: float
+    quantile: float
+    rate: float | None
+    forecast_upper: float | None
+    service_model: ServiceModel | None
+    sizing: SloSizing | None = None
+    proposal: int | None = None  # after the tolerance, as an AverageValue of one per replica
+    error: str | None = None
+
+    @property
+    def sizing_rate(self) -> float | None:
+        """The rate sized for: the observed one or the forecast's upper bound, the larger."""
+        if self.rate is None:
+            return None
+        return max(self.rate, self.forecast_upper or 0.0)
+
+
+@dataclass(frozen=True)
 class Decision:
     current_replicas: int
     desired_replicas: int
@@ -110,6 +148,7 @@ class Decision:
     reason: str
     per_metric: tuple[MetricOutcome, ...]
     conditions: dict[str, Condition]
+    slo: SloOutcome | None = None
 
     @property
     def rescale(self) -> bool:
@@ -127,6 +166,7 @@ def decide(
     pods: Sequence[PodSample] | None = None,
     readiness: ReadinessTimes = DEFAULT_READINESS,
     downscale_stabilization: float = DOWNSCALE_STABILIZATION_SECONDS,
+    slo: SloInput | None = None,
 ) -> Decision:
     """Decide the desired replica count and record the recommendation in ``state``.
 
@@ -135,6 +175,12 @@ def decide(
     (default: those of any Pods input), whose Running and Ready ones Value targets multiply, as
     the HPA counts them for every metric type. ``readiness`` and ``downscale_stabilization`` are
     the kube-controller-manager flags of the same names, with the same defaults.
+
+    With ``spec.slo``, ``slo`` carries its inputs: when they allow sizing, the SLO's proposal
+    replaces the metrics' (it is sized for the larger of the observed rate and the forecast's
+    upper bound, then passes the tolerance as an AverageValue target of one replica per
+    replica); otherwise the metrics decide as the HPA rule and the ``SizedForSLO`` condition
+    says why. Stabilization, policies and min/max apply either way.
     After a successful scale the caller must call :func:`record_scale`.
     """
     record_initial_recommendation(state, current_replicas, now)
@@ -238,6 +284,15 @@ def decide(
             if best is None or replicas > best[0]:
                 best = (replicas, driver)
 
+    slo_outcome = None
+    if spec.slo is not None:
+        slo_outcome = _size_for_slo(
+            spec, slo or SloInput(error="no SLO inputs were read"), counts, tolerances
+        )
+        if slo_outcome.proposal is not None:
+            best, invalid = (slo_outcome.proposal, DRIVER_SLO), 0
+        elif first_error is None and best is None:
+            first_error = (False, "FailedGetSLOInputs", slo_outcome.error or "")
     if best is None or (invalid > 0 and best[0] < current_replicas):
         assert first_error is not None
         message = (
@@ -252,7 +307,8 @@ def decide(
             DRIVER_ALL_INVALID if best is None else DRIVER_INVALID_METRICS,
             message,
             tuple(outcomes),
-            {"ScalingActive": first_error},
+            {"ScalingActive": first_error, **_slo_condition(slo_outcome)},
+            slo_outcome,
         )
 
     proposal, driver = best
@@ -261,7 +317,8 @@ def decide(
             True,
             "ValidMetricFound",
             f"the HPA was able to successfully calculate a replica count from {driver}",
-        )
+        ),
+        **_slo_condition(slo_outcome),
     }
     if spec.behavior is None:
         stabilized = stabilize_legacy(state, downscale_stabilization, proposal, now)
@@ -296,7 +353,10 @@ def decide(
     if limited.limited:
         driver = _LIMIT_DRIVER[limited.reason]
     desired = limited.replicas
-    if desired > current_replicas:
+    if best[1] == DRIVER_SLO:
+        assert slo_outcome is not None and slo_outcome.sizing is not None
+        reason = slo_outcome.sizing.reason
+    elif desired > current_replicas:
         reason = f"{best[1]} above target"
     elif desired < current_replicas:
         reason = "All metrics below target"
@@ -311,7 +371,59 @@ def decide(
         reason,
         tuple(outcomes),
         conditions,
+        slo_outcome,
     )
+
+
+def _size_for_slo(
+    spec: GPUAutoscalerSpec, slo: SloInput, counts: _PodCounts, tolerances: Tolerances
+) -> SloOutcome:
+    assert spec.slo is not None
+    outcome = SloOutcome(
+        spec.slo.latency_seconds,
+        spec.slo.quantile,
+        slo.rate,
+        slo.forecast_upper,
+        slo.service_model,
+    )
+    if slo.error is not None or slo.rate is None or slo.service_model is None:
+        missing = "no request rate" if slo.rate is None else "no service model"
+        return replace(outcome, error=slo.error or missing)
+    rate = outcome.sizing_rate
+    assert rate is not None
+    try:
+        sizing = replicas_for_slo(
+            rate,
+            spec.slo.latency_seconds,
+            slo.service_model,
+            min_replicas=max(1, spec.min_replicas),
+            max_replicas=spec.max_replicas,
+            quantile=spec.slo.quantile,
+        )
+    except ValueError as exc:  # a rate the model cannot take (negative, not finite)
+        return replace(outcome, error=str(exc))
+    # The sized count is one more proposal: an AverageValue of one replica per replica, so the
+    # tolerance holds back changes as small as it would for any metric.
+    proposal = average_value_metric_replicas(float(sizing.replicas), counts.status, 1.0, tolerances)
+    return replace(outcome, sizing=sizing, proposal=proposal.replicas)
+
+
+def _slo_condition(outcome: SloOutcome | None) -> dict[str, Condition]:
+    if outcome is None:
+        return {}
+    if outcome.error is not None:
+        return {
+            SLO_CONDITION: (
+                False,
+                "FallbackToHPARule",
+                f"cannot size for the latency SLO ({outcome.error}); the metrics decide as the "
+                "HPA rule until the SLO inputs are back",
+            )
+        }
+    assert outcome.sizing is not None
+    if not outcome.sizing.feasible:
+        return {SLO_CONDITION: (False, "SLOOutOfReach", outcome.sizing.reason)}
+    return {SLO_CONDITION: (True, "SizedForSLO", outcome.sizing.reason)}
 
 
 _LIMIT_DRIVER = {

@@ -81,3 +81,45 @@ def test_the_status_the_controller_writes_fits_the_schema():
         h.close()
     jsonschema.validate(obj, _as_json_schema(_schema()))
     assert obj["status"]["lastDecision"]["driver"]
+
+
+def _undeclared(value, schema, path="") -> list[str]:
+    """Keys in ``value`` that the structural schema does not declare (the API server would
+    prune them from what the controller writes)."""
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        if props is None:
+            return []
+        out = []
+        for key, item in value.items():
+            if key not in props:
+                out.append(f"{path}.{key}")
+            else:
+                out += _undeclared(item, props[key], f"{path}.{key}")
+        return out
+    if isinstance(value, list) and "items" in schema:
+        return [p for item in value for p in _undeclared(item, schema["items"], f"{path}[]")]
+    return []
+
+
+def test_an_slo_autoscaler_and_its_status_fit_the_schema_without_pruning():
+    from autoscaler.controller.service_model import PrometheusServiceModels
+    from tests.autoscaler.test_controller import Harness
+    from tests.autoscaler.test_controller_slo import MODEL, RATE, serve_model, slo_object
+
+    h = Harness()
+    h.reconciler.service_models = PrometheusServiceModels(h.client)
+    try:
+        h.deployment("llm", 2, [70.0, 70.0])
+        serve_model(h, MODEL)
+        h.prom.answers[RATE] = [({}, 100.0)]
+        h.fake.add_custom("gpuautoscalers", slo_object(prediction={"horizonSeconds": 60}))
+        h.controller.reconcile_all()
+        obj = h.fake.get("gpuautoscalers", "ml", "llm")
+    finally:
+        h.close()
+    jsonschema.validate(obj, _as_json_schema(_schema()))
+    assert obj["status"]["slo"]["mode"] == "slo"
+    assert _undeclared(obj["spec"], _schema()["properties"]["spec"], "spec") == []
+    assert _undeclared(obj["status"], _schema()["properties"]["status"], "status") == []
+    parse_spec(obj)  # and the parser takes what the schema takes
