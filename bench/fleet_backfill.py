@@ -26,9 +26,11 @@ conversation at 120 s. On each, in one run:
 Columns: online SLO minutes and breach minutes, GPU-hours (and over the HPA's), online busy,
 best-effort busy and total busy share of paid GPU-time, best-effort replica-hours done, and
 where SLO sizing lies against the HPA frontier (below: fewer breach minutes than the HPA at the
-same GPU-hours). After the table, each issue-14 goal as measured. ``--smoke`` replays two days of
-Alibaba at 8 tenants and the Azure hour, no forecast, in well under a minute, to prove the
-script end to end.
+same GPU-hours). After the table, each issue-14 goal as measured. ``--model-check`` instead
+replays Poisson load through the fleet model on a grid of cost models, fleet sizes and loads and
+prints the modelled p99 over the simulated one (the SLO-sizing model's justification).
+``--smoke`` replays two days of Alibaba at 8 tenants and the Azure hour, no forecast, in well
+under a minute, to prove the script end to end.
 """
 
 from __future__ import annotations
@@ -47,12 +49,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # The script's own folder holds bench/predictor.py, which would shadow the predictor package.
 sys.path[0] = str(ROOT)
 
+import numpy as np  # noqa: E402
+
+from autoscaler.core.slo_sizing import ServiceModel, modelled_p99  # noqa: E402
 from autoscaler.simulator.backfill import BackfillConfig  # noqa: E402
 from autoscaler.simulator.engine import (  # noqa: E402
     SimulationConfig,
     predictor_forecaster,
     simulate,
 )
+from autoscaler.simulator.fleet import Fleet  # noqa: E402
 from autoscaler.simulator.forecast import ClairvoyantForecaster  # noqa: E402
 from autoscaler.simulator.frontier import FrontierPoint, compare  # noqa: E402
 from autoscaler.simulator.report import summarise, write_json  # noqa: E402
@@ -191,6 +197,44 @@ def finish_fleet(rows: list[dict]) -> list[dict]:
     return rows
 
 
+CHECK_MODELS = {
+    "batched (Azure)": ServiceModel(1.5, 0.4, 8),
+    "one-by-one (Alibaba)": ServiceModel(22.0, 2.5, 1),
+    "fast": ServiceModel(0.05, 0.01, 32),
+}
+
+
+def model_check(requests: int = 30000) -> list[dict]:
+    """Modelled over simulated p99 for Poisson load on the fleet model (first tenth dropped)."""
+    rows = []
+    for name, model in CHECK_MODELS.items():
+        for replicas in (1, 2, 4, 8, 16, 32):
+            for load in (0.3, 0.5, 0.7, 0.85, 0.95):
+                rate = load * replicas * model.capacity_rps
+                arrivals = np.cumsum(np.random.default_rng(7).exponential(1 / rate, requests))
+                fleet = Fleet(arrivals, np.ones(requests), model, 0.0, replicas)
+                fleet.advance(float(arrivals[-1]) + 1e7)
+                latency = (fleet.finished - arrivals)[requests // 10 :]
+                simulated = float(np.percentile(latency, 99))
+                modelled = modelled_p99(rate, replicas, model)
+                rows.append(
+                    dict(
+                        model=name,
+                        replicas=replicas,
+                        load=load,
+                        simulated_p99=simulated,
+                        modelled_p99=modelled,
+                        ratio=modelled / simulated,
+                    )
+                )
+                print(
+                    f"{name:<21} n={replicas:<3d} load {load:.2f}: simulated {simulated:8.3f} s "
+                    f"modelled {modelled:8.3f} s ratio {modelled / simulated:5.2f}",
+                    flush=True,
+                )
+    return rows
+
+
 def point(row: dict) -> FrontierPoint:
     return FrontierPoint(
         row["label"], row["target_utilization"], row["gpu_hours"], row["breach_minutes"]
@@ -262,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=1, help="runs replayed at once, in separate processes"
     )
+    parser.add_argument(
+        "--model-check",
+        action="store_true",
+        help="only compare the SLO-sizing model's p99 with the fleet model's (writes --json)",
+    )
     args = parser.parse_args(argv)
     fleets = [f for f in args.fleets.split(",") if f.strip()]
     unknown = [f for f in fleets if f not in FLEETS]
@@ -279,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
         fleets = [f for f in fleets if f in ("alibaba-8t-120s", "azure-120s")]
         targets = targets[:1]
     started = time.perf_counter()
+    if args.model_check:
+        check = model_check()
+        ratios = np.array([r["ratio"] for r in check])
+        print(f"ratio modelled/simulated: min {ratios.min():.2f}, max {ratios.max():.2f}")
+        write_json(args.json, {"model_check": check})
+        print(f"wrote {args.json}")
+        return 0
     for name in fleets:
         trace, config, note = fleet_setup(name, args.smoke)
         print(
