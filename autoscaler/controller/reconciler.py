@@ -7,6 +7,11 @@ core's; this module only does the I/O around it and keeps the safety rules at th
 * an input that cannot be read (Prometheus down, an API error, a NaN) becomes an invalid metric,
   which the core never lets shrink the fleet; it is counted by kind and shows in the conditions;
 * when the target cannot be read, nothing is decided and ``AbleToScale`` turns false;
+* the scale is written with the version the decision read; when someone changed it in between,
+  the decision (and its recommendation) is dropped, reported as ``ScaleConflict`` and made
+  again from the new count on the next reconcile, never replayed;
+* with ``spec.slo`` the rate, its forecast and the batchers' service model are read too; when
+  they are missing the metrics decide and ``SizedForSLO`` says why;
 * with ``dry_run`` the decision is logged, reported in status and events, and never applied;
 * ``may_act`` (the leader check) is asked right before the scale is written, so a replica that
   lost its lease mid-reconcile does not act on it.

@@ -581,3 +581,27 @@ def test_a_repeated_event_is_counted_on_the_first_not_created_again(h, caplog):
     assert "could not record event" in caplog.text
     h.kube.create_event(NS, obj, "Warning", "FailedGetPodsMetric", "prometheus unreachable")
     assert h.fake.events(NS)[0]["count"] == 2  # the failed repeat is not counted
+
+
+def test_value_targets_multiply_the_ready_pods_the_controller_lists(h):
+    """The HPA counts Running and Ready pods for every metric type: with no Pods metric the
+    controller still lists them, and an unready pod is not multiplied."""
+    metrics = [
+        {
+            "name": "queue",
+            "type": "External",
+            "query": QUEUE,
+            "target": {"type": "Value", "value": 10},
+        }
+    ]
+    h.fake.add_workload(NS, "llm", 3, {"app": "llm"})
+    h.fake.add_pod(NS, "llm-0", {"app": "llm"})
+    h.fake.add_pod(NS, "llm-1", {"app": "llm"})
+    h.fake.add_pod(NS, "llm-2", {"app": "llm"}, ready=False)
+    h.prom.answers[QUEUE] = [({}, 30.0)]  # 3x the target
+    h.fake.add_custom("gpuautoscalers", autoscaler_object(metrics=metrics, behavior={}))
+
+    h.controller.reconcile_all()
+
+    assert any(r.path.endswith("/pods") for r in h.fake.requests)
+    assert h.fake.replicas(NS, "llm") == 6  # ceil(3.0 * 2 ready), not ceil(3.0 * 3)
