@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from batcher.engine import Batcher, DrainTimedOut, Rejected, ShuttingDown
+from batcher.engine import Batcher, DrainTimedOut, Rejected, RequestTimedOut, ShuttingDown
 from batcher.models.simulated import SimPayload, SimulatedModel
 from tests.batcher.test_batcher_engine import Answer, ask, make, poisson
 
@@ -337,3 +337,25 @@ def test_a_best_effort_batch_that_runs_out_of_memory_is_split_and_everyone_answe
     assert all(ran[a.id] == 1 for a in answers)
     assert batcher.metrics.ooms._value.get() >= 1
     assert by_class(batcher, "best_effort", "ok") == 20
+
+
+def test_a_best_effort_timeout_is_counted_in_its_class_only(run_virtual) -> None:
+    model = SimulatedModel(0.100, 0.0)
+
+    async def main() -> tuple[Answer, Answer, Batcher]:
+        batcher = make(model, max_batch_size=4, slo_seconds=1.0)
+        await batcher.start()
+        running = asyncio.create_task(ask(batcher, SimPayload(0)))
+        await asyncio.sleep(0.01)
+        waited = await ask(batcher, SimPayload(1), priority="best-effort", timeout=0.05)
+        served = await running
+        await batcher.drain()
+        return served, waited, batcher
+
+    served, waited, batcher = run_virtual(main)
+    assert served.error is None
+    assert isinstance(waited.error, RequestTimedOut) and waited.error.status == 504
+    assert by_class(batcher, "best_effort", "timeout") == 1
+    assert online(batcher, "timeout") == 0
+    assert batcher.metrics.slo_misses._value.get() == 0
+    assert batcher.online_latencies.p99(1.0) == pytest.approx(0.1)  # the online answer only
