@@ -44,7 +44,6 @@ import numpy as np
 
 ONLINE = "online"
 BEST_EFFORT = "best_effort"
-CLASSES = (ONLINE, BEST_EFFORT)
 PRIORITY_NAMES = {"online": ONLINE, "best-effort": BEST_EFFORT}
 
 DEFAULT_QUANTUM_SLO_FRACTION = 0.1  # default quantum: this fraction of the online SLO
