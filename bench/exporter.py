@@ -18,6 +18,7 @@ process runs the exporter idle for a while to measure the collection loop's CPU 
 second. Prints a table and writes JSON.
 
     python bench/exporter.py [--scrapes 300] [--rounds 2] [--json bench/results/exporter.json]
+    python bench/exporter.py --smoke   # a few scrapes, one round: proves the bench runs (tests)
 """
 
 from __future__ import annotations
@@ -270,14 +271,20 @@ def print_table(results: dict) -> None:
     )
 
 
-def main() -> None:
+SMOKE = {"scrapes": 15, "rounds": 1, "cpu_seconds": 2.0}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=300, help="scrapes per scraper per round")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per server")
     parser.add_argument("--cpu-seconds", type=float, default=10.0, help="collector CPU window")
     parser.add_argument("--json", default=str(REPO_ROOT / "bench/results/exporter.json"))
+    parser.add_argument("--smoke", action="store_true", help="tiny run, figures meaningless")
     parser.add_argument("--serve", choices=KINDS, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.serve == "exporter":
         serve_exporter()
         return

@@ -43,6 +43,7 @@ import pandas as pd  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # this file is named predictor.py: keep it from shadowing the package
 
+from autoglm.datasets import expected_path, fetch_hint, traces_dir  # noqa: E402
 from predictor.backtest import forecast_targets, replay_with_selection, wape  # noqa: E402
 from predictor.models import BASELINES, candidate_factories, shortest_cycle  # noqa: E402
 from predictor.selection import Selection, candidate_forecasts, select_model  # noqa: E402
@@ -289,16 +290,27 @@ def print_report(report: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=str(ROOT / "bench/results/predictor.json"))
-    parser.add_argument("--traces", default=str(ROOT.parent / "shared/autoscaling-traces"))
+    parser.add_argument(
+        "--traces",
+        help="folder holding the whole traces (default: $AUTOGLM_TRACES_DIR, else the cache "
+        "`autoglm datasets fetch` fills)",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
         help="one series, its last window, one selection, no timing (under a minute)",
     )
     args = parser.parse_args(argv)
-    traces = Path(args.traces)
-    if not traces.exists():
-        traces = Path("/work/shared/autoscaling-traces")
+    traces = traces_dir(args.traces)
+    needed = (
+        ("genai-requests",)
+        if args.smoke
+        else ("genai-requests", "azure-llm-conv", "azure-llm-code")
+    )
+    for name in needed:
+        if not expected_path(name, traces).is_file():
+            print(f"bench/predictor.py: {name} is not in {traces}: {fetch_hint(name)}")
+            return 2
     started = time.perf_counter()
     report: dict = {
         "quantile": QUANTILE,

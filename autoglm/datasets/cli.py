@@ -46,7 +46,7 @@ class ProgressLine:
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="autoglm datasets", description=__doc__.split("\n\n")[0])
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineErrorParser(add_help=False)
     common.add_argument("--cache-dir", help="traces folder (default: $AUTOGLM_TRACES_DIR, XDG)")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     listing = commands.add_parser("list", parents=[common], help="the traces and excerpts")

@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from autoglm.datasets import expected_path, fetch_hint
+
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared/autoscaling-traces"
+TRACE = expected_path("genai-requests")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not TRACES.exists(), reason="needs shared/autoscaling-traces beside the repo")
+@pytest.mark.skipif(
+    not TRACE.is_file(), reason=f"needs the whole trace: {fetch_hint('genai-requests')}"
+)
 def test_smoke_bench_scores_every_horizon_against_the_best_baseline(tmp_path):
     out = tmp_path / "predictor.json"
     subprocess.run(
