@@ -7,8 +7,8 @@ target on Fourier terms of its phase in each season (a few harmonics of the dail
 cycles: a smooth profile estimated from every cycle seen) and on the recent lags and means of
 :class:`~predictor.models.autoregressive.AutoregressiveModel` (which say how far today runs
 above or below the profile). It works on the square root of non-negative series, as that model
-does, with the same penalty chosen by leave-one-out error, so it shares its cost: milliseconds
-to fit, a dot product per horizon to update.
+does, with the same penalty chosen by leave-one-out error, so it shares its cost: a closed-form
+fit, a dot product per horizon to update.
 
 The phase is counted from the first point the model was fitted on; the service refits on a
 window that slides, and each refit counts afresh, so the profile stays aligned with the clock

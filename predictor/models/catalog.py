@@ -36,8 +36,8 @@ LEARNED = (
     "ensemble_trimmed",
     "combination",
 )
-# Offered only when a target names it: a GRU fit costs a hundred times the others' and, on the
-# bench's series, earns nothing over them (docs/predictor-accuracy.md).
+# Offered only when a target names it: a GRU fit costs far more than any other model's and,
+# on the bench's series, earns nothing over them (docs/predictor-accuracy.md).
 ON_REQUEST = ("gru",)
 
 log = logging.getLogger(__name__)

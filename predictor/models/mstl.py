@@ -10,8 +10,8 @@ which between refits is advanced point by point on the new value minus its seaso
 
 A season is decomposed only with two full cycles of history. STL smooths with its interpolation
 "jumps" (a fit every few points, linear in between), which costs little accuracy on seasons of
-dozens to hundreds of steps and makes the decomposition a few tens of milliseconds on thousands
-of points.
+dozens to hundreds of steps and spares most of the decomposition's work; selection refits every
+candidate several times.
 """
 
 from __future__ import annotations
