@@ -29,6 +29,7 @@ from autoscaler.core.behavior import (
     limit_rate_legacy,
     scale_down_limit,
     scale_up_limit,
+    stabilize,
     stabilize_legacy,
 )
 from autoscaler.core.replica_calculator import (
@@ -1535,3 +1536,85 @@ def test_behavior_defaults_cases(direction, given, policies, window, select) -> 
     assert [(p.type, p.value, p.period_seconds) for p in got.policies] == policies
     assert got.stabilization_window_seconds == window  # None: the controller's flag applies
     assert got.select_policy == select
+
+
+STABILIZE_CASES = [
+    # name, history (replicas, seconds ago), current, desired, expected, up window, down window
+    ("empty recommendations for scaling down", [], 100, 5, 5, 0, 0),
+    ("simple scale down stabilization", [(4, 120), (5, 60)], 100, 3, 5, 0, 180),
+    ("simple scale up stabilization", [(4, 120), (5, 60)], 1, 7, 4, 300, 0),
+    ("no scale down stabilization", [(1, 120), (2, 60)], 100, 3, 3, 300, 0),
+    ("no scale up stabilization", [(4, 120), (5, 60)], 1, 3, 3, 0, 300),
+    (
+        "no scale down stabilization, reuse recommendation element",
+        [(10, 600), (9, 540)],
+        100,
+        3,
+        3,
+        0,
+        0,
+    ),
+    (
+        "no scale up stabilization, reuse recommendation element",
+        [(10, 600), (9, 540)],
+        1,
+        100,
+        100,
+        0,
+        0,
+    ),
+    (
+        "scale down stabilization, reuse one of obsolete recommendation element",
+        [(10, 600), (4, 60), (5, 120), (9, 540)],
+        100,
+        3,
+        5,
+        0,
+        180,
+    ),
+    (
+        "scale up stabilization, reuse one of obsolete recommendation element",
+        [(10, 6000), (6, 60), (5, 120), (9, 180)],
+        1,
+        100,
+        5,
+        300,
+        0,
+    ),
+    (
+        "scale up and down stabilization, do not scale up when prenormalized rec goes down",
+        [(2, 6000), (3, 180)],
+        2,
+        1,
+        2,
+        300,
+        300,
+    ),
+    (
+        "scale up and down stabilization, do not scale down when prenormalized rec goes up",
+        [(2, 6000), (1, 180)],
+        2,
+        3,
+        2,
+        300,
+        300,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("history", "current", "desired", "expected", "up_window", "down_window"),
+    [c[1:] for c in STABILIZE_CASES],
+    ids=[f"{HZ}::TestNormalizeDesiredReplicasWithBehavior/{c[0]}" for c in STABILIZE_CASES],
+)
+def test_stabilization_with_behavior_cases(
+    history, current, desired, expected, up_window, down_window
+) -> None:
+    behavior = Behavior(
+        HPAScalingRules(up_window, "Max", default_scale_up_rules().policies),
+        HPAScalingRules(down_window, "Max", default_scale_down_rules().policies),
+    )
+    state = ScalingState(
+        recommendations=[TimedRecommendation(r, NOW - age) for r, age in history], seeded=True
+    )
+    assert stabilize(state, behavior, current, desired, NOW).replicas == expected
