@@ -46,8 +46,7 @@ class UpConfig:
         default=0.7,
         metadata={
             "help": "share of each worker's GPU time (a ratio in 0-1) the autoscaler keeps busy "
-            "with online requests; 0.7 matches fleet:DCGM_FI_DEV_GPU_UTIL:target in "
-            "alerts/rules.yaml"
+            "with online requests; the best-effort job fills the rest"
         },
     )
     slo_seconds: float = field(
@@ -81,7 +80,7 @@ class UpConfig:
     )
     interval: float = field(default=2.0, metadata={"help": "seconds between autoscaler decisions"})
     scale_down_stabilization: float = field(
-        default=15.0,
+        default=10.0,
         metadata={"help": "seconds a lower recommendation must hold before scaling down"},
     )
     warmup_seconds: float = field(

@@ -29,7 +29,7 @@ SPIKE_WINDOW = (0.45, 0.5)
 # The ramp profile's day, as shares of it: quiet until the ramp starts (long enough for the
 # predictor to gather the history it needs), a linear rise to the peak, a plateau, a linear fall,
 # quiet again. At the default compression the whole shape passes within the first two minutes.
-RAMP_SHAPE = (0.24, 0.42, 0.5, 0.56)
+RAMP_SHAPE = (0.24, 0.4, 0.46, 0.52)
 
 
 class RateProfile(Protocol):

@@ -84,6 +84,7 @@ WORKERS_READY_TIMEOUT_SECONDS = 180.0
 P99_WINDOW_SECONDS = 10.0
 RATE_WINDOW_SECONDS = 3.0
 PROMETHEUS_TIMEOUT_SECONDS = 2.0
+BEST_EFFORT_QUEUE_ITEMS = 16
 # The predictor's series: one point a second; horizons (in steps) up to the default warm-up,
 # as few as cover it, because the history a refit needs grows with the deepest horizon
 # (predictor.selection.minimum_history) and the demo's first ramp comes within a minute.
@@ -506,6 +507,11 @@ class Stack:
             f"{HOST}:{{port}}",
             "--slo-seconds",
             f"{cfg.slo_seconds:g}",
+            # The job halves its concurrency on every burst of refusals (AIMD); a deeper queue
+            # of waiting best-effort items keeps each worker supplied through the halvings,
+            # while online requests still go first and wait at most one quantum for them.
+            "--best-effort-max-queue",
+            str(BEST_EFFORT_QUEUE_ITEMS),
             "--torch-threads",
             "1",
             "--drain-timeout-seconds",

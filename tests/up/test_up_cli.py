@@ -64,6 +64,16 @@ def alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+def online_work_seen(stderr: str) -> bool:
+    """Whether a status line has read the workers' online work."""
+    for line in stderr.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("msg") == "status" and record.get("online_work_pct") is not None:
+                return True
+    return False
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -94,6 +104,9 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
             "0.5",
             "--scale-down-stabilization",
             "10",
+            # The HPA rule alone: a forecast's upper bound, wide after a step, would rightly hold
+            # the workers longer than this short run (the default-profile test covers it).
+            "--no-prediction",
         ),
         cwd=REPO,
         capture_output=True,
@@ -150,16 +163,20 @@ def test_the_default_profile_scales_within_90_seconds(tmp_path: Path) -> None:
     summary = json.loads((report_dir / "summary.json").read_text())
     assert summary["scale_ups"] + summary["scale_downs"] >= 1, summary["scale_events"]
     assert summary["best_effort_done"] > 0
+    # The predictor pulled the online work from Prometheus and forecast it within the run.
+    assert any(s["forecast_upper"] is not None for s in summary["samples"])
     assert [p for p in worker_pids(run.stderr) if alive(p)] == []
 
 
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
+    """Also the fallback without Prometheus: the autoscaler reads the embedded window."""
     report_dir = tmp_path / "report"
     log_path = tmp_path / "stderr.log"
+    command = up_command(report_dir, "--profile", "diurnal", "--peak-rps", "20", "--no-job")
     with open(log_path, "w") as stderr:
         proc = subprocess.Popen(
-            up_command(report_dir, "--profile", "diurnal", "--peak-rps", "20"),
+            [*command, "--no-prometheus"],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -167,12 +184,11 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
         )
         try:
             deadline = time.monotonic() + 90
-            while "stack started" not in log_path.read_text():
+            while not online_work_seen(log_path.read_text()):
                 assert proc.poll() is None, log_path.read_text()[-3000:]
                 if time.monotonic() >= deadline:
-                    pytest.fail("the stack did not start")
+                    pytest.fail("the stack did not start, or read no online work")
                 time.sleep(0.5)
-            time.sleep(3)
             workers = children_of(proc.pid)
             assert workers, "a worker process should be running"
             proc.send_signal(signal.SIGINT)
@@ -183,6 +199,10 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
                 proc.wait()
     assert proc.returncode == 0, log_path.read_text()[-3000:]
     assert "summary after" in out and (report_dir / "report.html").is_file()
+    assert "--no-prometheus: the autoscaler reads an embedded metrics window" in (
+        log_path.read_text()
+    )
+    assert not (report_dir / "prometheus").exists() and not (report_dir / "job").exists()
     pids = worker_pids(log_path.read_text())
     assert [p for p in set(pids) | set(workers) if alive(p)] == []
 
