@@ -3,7 +3,7 @@
 ``autoglm job run --input requests.jsonl`` and ``input: requests.jsonl`` in a ``--config``
 file mean the same. Values are checked here, before any line is read; checks that need the file
 system (the input exists, the output directory is writable) are made by the runner's
-:func:`jobs.runner.prepare`, also before any work.
+:func:`jobs.plan.prepare`, also before any work.
 """
 
 from __future__ import annotations

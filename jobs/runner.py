@@ -1,8 +1,9 @@
 """Drive a JSONL file of inference requests through a batcher endpoint as best-effort traffic.
 
-:func:`prepare` checks everything it can before any work (files, journal, settings) and opens the
-shard's result files where the journal says the last run stopped. :class:`JobRunner` then reads
-the shard's remaining lines, keeps as many requests in flight as the AIMD limit allows
+:func:`jobs.plan.prepare` checks everything it can before any work (files, journal, settings)
+and opens the shard's result files where the journal says the last run stopped; the endpoint
+checks its credentials, TLS and default model (:mod:`jobs.endpoint`). :class:`JobRunner` then
+reads the shard's remaining lines, keeps as many requests in flight as the AIMD limit allows
 (:mod:`jobs.concurrency`), retries what was refused or failed, and commits answers through the
 journal (:mod:`jobs.results`). A stop (SIGTERM from Kubernetes, Ctrl-C) waits a short while for
 requests in flight, commits, and exits 3: a rerun resumes. :func:`run_job` is the library call.
@@ -16,52 +17,31 @@ with the same settings to resume.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
-import os
-import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
-import aiohttp
 from prometheus_client import CollectorRegistry
 
-from autoglm.config import ConfigError
-from jobs.concurrency import AIMDLimit, parse_retry_after, retry_delay
+from jobs.concurrency import AIMDLimit, retry_delay
 from jobs.config import JobConfig
-from jobs.input import MalformedLine, WorkItem, count_shard_lines, parse_line, shard_lines
-from jobs.journal import Journal, ResumePoint
+from jobs.endpoint import Attempt, Endpoint
+from jobs.input import MalformedLine, WorkItem, parse_line, shard_lines
 from jobs.metrics import JobMetrics
+from jobs.plan import JobPlan, prepare
 from jobs.progress import ProgressDisplay, RateWindow, Snapshot
-from jobs.results import Completion, ResultLog
+from jobs.results import Completion
 
 log = logging.getLogger(__name__)
 
 EXIT_DONE = 0
 EXIT_DONE_WITH_ERRORS = 1
 EXIT_INCOMPLETE = 3
-_REFUSED = (429, 503)
-_DENIED = (401, 403)
 _DISPLAY_TICK_SECONDS = 0.5
-
-
-@dataclass
-class JobPlan:
-    """A prepared job: settings checked, journal read, result files open at the resume point."""
-
-    config: JobConfig
-    total: int
-    resume: ResumePoint
-    invalid_before: int
-    results: ResultLog
 
 
 @dataclass(frozen=True)
@@ -89,85 +69,6 @@ class JobSummary:
         if self.fail_on_invalid and self.invalid + self.invalid_before:
             return EXIT_DONE_WITH_ERRORS
         return EXIT_DONE
-
-
-def prepare(config: JobConfig) -> JobPlan:
-    """Check the files and open the shard's journal; a problem is a :class:`ConfigError`.
-
-    A shard index left at -1 comes from ``$JOB_COMPLETION_INDEX``, as an Indexed Job sets it.
-    """
-    config = config.with_environment(os.environ)
-    _check_readable(Path(config.input), "--input")
-    for flag, name in (
-        ("--ca-file", config.ca_file),
-        ("--cert-file", config.cert_file),
-        ("--key-file", config.key_file),
-        ("--password-file", config.password_file),
-    ):
-        if name:
-            _check_readable(Path(name), flag)
-    output, errors, journal_path = config.sharded_output, config.errors_path, config.journal_path
-    for path, flag in ((output, "--output"), (errors, "--errors"), (journal_path, "--journal")):
-        _check_writable(path, flag)
-    if not journal_path.exists() and output.exists() and output.stat().st_size > 0:
-        raise ConfigError(
-            f"--output {str(output)!r} already holds results but has no journal "
-            f"{str(journal_path)!r} to resume from; remove it or choose another --output"
-        )
-    header = {
-        "shard_index": config.shard_index,
-        "shard_count": config.shard_count,
-        "order": config.order,
-    }
-    try:
-        journal, resume = Journal.open(journal_path, header)
-    except OSError as exc:
-        raise ConfigError(f"--journal {str(journal_path)!r}: {exc.strerror}") from None
-    try:
-        results = ResultLog(output, errors, journal, resume, ordered=config.order == "input")
-    except OSError as exc:
-        journal.close()
-        raise ConfigError(f"cannot open the result files: {exc}") from None
-    except ConfigError:
-        journal.close()
-        raise
-    with errors.open("rb") as handle:
-        invalid_before = handle.read(resume.errors_bytes).count(b"\n")
-    total = count_shard_lines(config.input, config.shard_index, config.shard_count)
-    return JobPlan(config, total, resume, invalid_before, results)
-
-
-def _check_readable(path: Path, flag: str) -> None:
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"{flag} {str(path)!r} cannot be read: {exc.strerror}") from None
-    if path.is_dir():
-        raise ConfigError(f"{flag} {str(path)!r} is a directory, not a file")
-
-
-def _check_writable(path: Path, flag: str) -> None:
-    directory = path.parent
-    if not directory.is_dir():
-        raise ConfigError(f"{flag} {str(path)!r}: directory {str(directory)!r} does not exist")
-    if path.exists():
-        if path.is_dir() or not os.access(path, os.W_OK):
-            raise ConfigError(f"{flag} {str(path)!r} is not a writable file")
-    elif not os.access(directory, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {str(path)!r}: directory {str(directory)!r} is not writable")
-
-
-@dataclass(frozen=True)
-class _Attempt:
-    """What one send got back: kind is ok, refused, invalid, denied, connection, timeout or
-    server_error."""
-
-    kind: str
-    status: int = 0
-    answer: dict[str, Any] | None = None
-    message: str = ""
-    retry_after: float | None = None
 
 
 class JobRunner:
@@ -216,13 +117,9 @@ class JobRunner:
     async def run(self) -> JobSummary:
         config = self.config
         watcher = asyncio.create_task(self._watch_stop())
-        timeout = aiohttp.ClientTimeout(total=config.request_timeout_seconds)
-        connector = aiohttp.TCPConnector(limit=config.max_concurrency, ssl=self._ssl_context())
         try:
-            async with aiohttp.ClientSession(
-                timeout=timeout, connector=connector, headers=self._headers()
-            ) as session:
-                await self._preflight(session)
+            async with Endpoint(config, self.clock) as endpoint:
+                await endpoint.check()
                 log.info(
                     "job started",
                     extra={
@@ -236,7 +133,7 @@ class JobRunner:
                 self.display.start(self.plan.total, self._done_before)
                 ticker = asyncio.create_task(self._tick())
                 try:
-                    await self._dispatch(session)
+                    await self._dispatch(endpoint)
                 finally:
                     ticker.cancel()
                     self._commit()
@@ -273,7 +170,7 @@ class JobRunner:
 
     # --- dispatch ---------------------------------------------------------------------------
 
-    async def _dispatch(self, session: aiohttp.ClientSession) -> None:
+    async def _dispatch(self, endpoint: Endpoint) -> None:
         config = self.config
         tasks: set[asyncio.Task[None]] = set()
         seq = 0
@@ -295,7 +192,7 @@ class JobRunner:
             if self._stop.is_set():
                 break
             self.in_flight += 1
-            task = asyncio.create_task(self._serve(session, item, seq))
+            task = asyncio.create_task(self._serve(endpoint, item, seq))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             seq += 1
@@ -319,7 +216,7 @@ class JobRunner:
             self._changed.clear()
             await self._changed.wait()
 
-    async def _serve(self, session: aiohttp.ClientSession, item: WorkItem, seq: int) -> None:
+    async def _serve(self, endpoint: Endpoint, item: WorkItem, seq: int) -> None:
         """Send one line until it is answered, found invalid, or the job stops."""
         attempt = 0
         server_errors = 0
@@ -328,8 +225,9 @@ class JobRunner:
             while not self._stop.is_set():
                 attempt += 1
                 epoch = self.limit.epoch
-                result = await self._send(session, item)
+                result = await endpoint.infer(item)
                 if result.kind == "ok":
+                    self.metrics.latency.observe(result.seconds)
                     self._last_answer = self.clock()
                     if self.limit.on_success():
                         self._limit_changed()
@@ -381,43 +279,7 @@ class JobRunner:
             self.metrics.in_flight.set(self.in_flight)
             self._changed.set()
 
-    async def _send(self, session: aiohttp.ClientSession, item: WorkItem) -> _Attempt:
-        url = f"{self.config.endpoint.rstrip('/')}/v2/models/{quote(item.model, safe='')}/infer"
-        started = self.clock()
-        try:
-            async with session.post(url, json=item.body) as response:
-                status = response.status
-                body = await response.read()
-                retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        except TimeoutError:
-            return _Attempt(
-                "timeout", message=f"no answer within {self.config.request_timeout_seconds} s"
-            )
-        except aiohttp.ClientError as exc:
-            return _Attempt("connection", message=str(exc) or type(exc).__name__)
-        if status == 200:
-            try:
-                answer = json.loads(body)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                return _Attempt(
-                    "invalid",
-                    status,
-                    message="the answer is not JSON (binary "
-                    "outputs are not supported by the job runner)",
-                )
-            self.metrics.latency.observe(self.clock() - started)
-            answer.pop("id", None)
-            return _Attempt("ok", status, answer=answer)
-        message = _error_text(body)
-        if status in _REFUSED:
-            return _Attempt("refused", status, message=message, retry_after=retry_after)
-        if status in _DENIED:
-            return _Attempt("denied", status, message=message)
-        if status >= 500:
-            return _Attempt("server_error", status, message=message)
-        return _Attempt("invalid", status, message=message)
-
-    def _complete_invalid(self, seq: int, item: WorkItem, reason: str, result: _Attempt) -> None:
+    def _complete_invalid(self, seq: int, item: WorkItem, reason: str, result: Attempt) -> None:
         log.warning(
             "line not answered",
             extra={
@@ -497,64 +359,6 @@ class JobRunner:
             refusals=self.refusals,
             rate=self.rate.rate(),
         )
-
-    # --- connection settings ----------------------------------------------------------------
-
-    def _ssl_context(self) -> ssl.SSLContext | bool:
-        config = self.config
-        if not config.endpoint.startswith("https://"):
-            return False
-        context = ssl.create_default_context(cafile=config.ca_file or None)
-        if config.cert_file:
-            context.load_cert_chain(config.cert_file, config.key_file or None)
-        return context
-
-    def _headers(self) -> dict[str, str]:
-        if not self.config.username:
-            return {}
-        password = Path(self.config.password_file).read_text().strip("\r\n")
-        token = base64.b64encode(f"{self.config.username}:{password}".encode()).decode()
-        return {"Authorization": f"Basic {token}"}
-
-    async def _preflight(self, session: aiohttp.ClientSession) -> None:
-        """Credentials, TLS and the default model are settings: wrong ones end the job at once,
-        before any line. An endpoint that is not up yet is not: the run waits for it."""
-        base = self.config.endpoint.rstrip("/")
-        try:
-            async with session.get(f"{base}/v2") as response:
-                if response.status in _DENIED:
-                    raise ConfigError(
-                        f"--endpoint {base} refused the credentials (HTTP {response.status}); "
-                        "check --username and --password-file"
-                    )
-            if self.config.model:
-                model = quote(self.config.model, safe="")
-                async with session.get(f"{base}/v2/models/{model}/ready") as response:
-                    if response.status == 404:
-                        raise ConfigError(
-                            f"--model {self.config.model!r} is not served at {base}; "
-                            "check the name against GET /v2/models/NAME"
-                        )
-        except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"TLS with --endpoint {base} failed: {exc}; check --ca-file, --cert-file and "
-                "--key-file"
-            ) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning(
-                "endpoint not reachable yet; the job keeps trying within its patience",
-                extra={"endpoint": base, "error": str(exc) or type(exc).__name__},
-            )
-
-
-def _error_text(body: bytes) -> str:
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return body[:200].decode(errors="replace")
-    if isinstance(document, dict) and isinstance(document.get("error"), str):
-        return document["error"]
-    return body[:200].decode(errors="replace")
 
 
 def run_job(
