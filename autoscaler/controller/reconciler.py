@@ -118,6 +118,8 @@ class Reconciler:
         count_error = self.m.error_counter(*labels)
         status: dict[str, Any] = {}
         conditions = _Conditions(previous_status.get("conditions"), now)
+        if spec.slo is None:
+            conditions.by_type.pop(SLO_CONDITION, None)  # the SLO was removed from the spec
         result = ReconcileResult(status)
         self.m.min.labels(*labels).set(spec.min_replicas)
         self.m.max.labels(*labels).set(spec.max_replicas)
@@ -232,8 +234,8 @@ class Reconciler:
                 "dryRun": self.dry_run,
             },
         )
-        if decision.slo is not None:
-            status["slo"] = _slo_status(decision.slo)
+        # None removes what an earlier spec.slo left (the status is merge-patched).
+        status["slo"] = _slo_status(decision.slo) if decision.slo is not None else None
         return result
 
     def _slo_input(self, spec: GPUAutoscalerSpec, count_error) -> SloInput:

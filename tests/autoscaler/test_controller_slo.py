@@ -198,3 +198,22 @@ def test_an_slo_no_replica_count_can_meet_is_a_condition_and_an_event(h):
     status = h.status()
     assert status["slo"]["feasible"] is False
     assert h.fake.replicas(NS, "llm") == status["slo"]["sizedReplicas"] > 2
+
+
+def test_removing_the_slo_removes_its_status_and_condition(h):
+    h.deployment("llm", 2, [70.0, 70.0])
+    serve_model(h, MODEL)
+    h.prom.answers[RATE] = [({}, rate_needing(2))]
+    h.fake.add_custom("gpuautoscalers", slo_object())
+    h.controller.reconcile_all()
+    assert "slo" in h.status()
+    obj = h.fake.get("gpuautoscalers", NS, "llm")
+    del obj["spec"]["slo"]
+    obj["metadata"]["generation"] = 2
+    h.fake.add_custom("gpuautoscalers", obj)
+    h.clock.now += 15
+    h.controller.reconcile_all()
+    status = h.status()
+    assert "slo" not in status
+    assert "SizedForSLO" not in {c["type"] for c in status["conditions"]}
+    assert mode(h) == "hpa"
