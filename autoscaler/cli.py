@@ -31,7 +31,9 @@ from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.controller.service_model import PrometheusServiceModels
 from autoscaler.core import MetricInput, PodSample, ScalingState, decide
+from autoscaler.core.decision import SloInput, SloOutcome
 from autoscaler.core.replica_calculator import ReadinessTimes
+from autoscaler.core.slo_sizing import ServiceModel
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.spec import SpecError, load_spec_file
 
@@ -215,6 +217,12 @@ def decide_main(argv: Sequence[str]) -> int:
         'optional "forecast": N in the reading\'s units (per pod for Pods metric)}; '
         "a pod value null means no sample",
     )
+    parser.add_argument(
+        "--slo",
+        default=None,
+        help='with spec.slo, JSON: {"rate": REQ_PER_S, "forecast": REQ_PER_S (optional), '
+        '"serviceModel": {"fixedSeconds": C, "perItemSeconds": A, "maxBatch": B}}',
+    )
     args = parser.parse_args(argv)
     try:
         spec = load_spec_file(args.spec)
@@ -222,6 +230,7 @@ def decide_main(argv: Sequence[str]) -> int:
         if not isinstance(readings, dict):
             raise ValueError("--metrics must be a JSON object keyed by metric name")
         inputs = [_input_from_json(m, readings.get(m.name)) for m in spec.metrics]
+        slo = _slo_from_json(json.loads(args.slo)) if args.slo is not None else None
     except (SpecError, ValueError) as exc:
         print(f"{PROG} decide: error: {exc}", file=sys.stderr)
         return 2
@@ -231,7 +240,7 @@ def decide_main(argv: Sequence[str]) -> int:
     listed = next((i.pods for i in inputs if i.pods is not None), None)
     if listed is None:
         listed = tuple(PodSample(f"pod-{i}", None, started_at=0.0) for i in range(args.current))
-    decision = decide(spec, args.current, inputs, ScalingState(), now, pods=listed)
+    decision = decide(spec, args.current, inputs, ScalingState(), now, pods=listed, slo=slo)
     print(
         json.dumps(
             {
@@ -243,11 +252,45 @@ def decide_main(argv: Sequence[str]) -> int:
                 "reason": decision.reason,
                 "metrics": [o.__dict__ for o in decision.per_metric],
                 "conditions": {k: list(v) for k, v in decision.conditions.items()},
+                "slo": _slo_json(decision.slo),
             },
             indent=2,
         )
     )
     return 0
+
+
+def _slo_from_json(raw: Any) -> SloInput:
+    if not isinstance(raw, dict) or "rate" not in raw:
+        raise ValueError('--slo must be a JSON object with "rate" (and "serviceModel")')
+    model = raw.get("serviceModel")
+    service_model = None
+    if model is not None:
+        if not isinstance(model, dict):
+            raise ValueError("--slo: serviceModel must be an object")
+        service_model = ServiceModel(
+            float(model.get("fixedSeconds", 0.0)),
+            float(model.get("perItemSeconds", 0.0)),
+            int(model.get("maxBatch", 1)),
+        )
+    forecast = raw.get("forecast")
+    return SloInput(
+        float(raw["rate"]), None if forecast is None else float(forecast), service_model
+    )
+
+
+def _slo_json(outcome: SloOutcome | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    sizing = outcome.sizing
+    return {
+        "sizingRate": outcome.sizing_rate,
+        "sizedReplicas": sizing.replicas if sizing else None,
+        "modelledP99Seconds": sizing.modelled_p99_seconds if sizing else None,
+        "feasible": sizing.feasible if sizing else None,
+        "proposal": outcome.proposal,
+        "reason": sizing.reason if sizing else outcome.error,
+    }
 
 
 def _input_from_json(metric, raw: Any) -> MetricInput:

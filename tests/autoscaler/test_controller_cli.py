@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
+from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "autoscaler" / "crd" / "example.yaml")
 
@@ -48,3 +49,29 @@ def test_bad_settings_exit_2_with_one_line(capsys, argv, message):
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_decide_sizes_for_an_slo(tmp_path, capsys):
+    spec = tmp_path / "slo.yaml"
+    spec.write_text(
+        "scaleTargetRef: {kind: Deployment, name: llm}\n"
+        "maxReplicas: 20\n"
+        "behavior: {scaleUp: {tolerance: 0}}\n"
+        "slo: {latencySeconds: 1}\n"
+    )
+    model = ServiceModel(0.05, 0.01, 8)
+    slo = {
+        "rate": 100,
+        "serviceModel": {"fixedSeconds": 0.05, "perItemSeconds": 0.01, "maxBatch": 8},
+    }
+    args = ["decide", "--spec", str(spec), "--current", "1", "--metrics", "{}", "--slo"]
+
+    assert main([*args, json.dumps(slo)]) == 0
+
+    out = json.loads(capsys.readouterr().out)
+    sized = replicas_for_slo(100, 1.0, model, min_replicas=1, max_replicas=20)
+    assert 1 < sized.replicas <= 5  # reachable from 1 in one step of the default policy
+    assert out["driver"] == "slo" and out["slo"]["sizedReplicas"] == sized.replicas
+    assert out["desiredReplicas"] == sized.replicas and out["reason"] == sized.reason
+    assert main([*args, '{"serviceModel": {}}']) == 2
+    assert "--slo must be" in capsys.readouterr().err
