@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 DISTRIBUTION = "open-autoglm"
@@ -16,6 +15,8 @@ DISTRIBUTION = "open-autoglm"
 
 def package_version() -> str:
     """The installed distribution's version, or a line saying it is not installed."""
+    from importlib import metadata  # a few hundredths of a second, paid only when asked
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
