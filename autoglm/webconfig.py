@@ -124,6 +124,17 @@ log = logging.getLogger("autoglm.webconfig")
 
 
 @dataclass(frozen=True)
+class TLSMaterial:
+    """The server certificate chain, its key and the client CA as PEM, for servers that take no
+    :class:`ssl.SSLContext` (gRPC); ``client_auth_type`` as in the file."""
+
+    certificate_chain: bytes
+    private_key: bytes
+    client_ca: bytes | None = None
+    client_auth_type: str = "NoClientCert"
+
+
+@dataclass(frozen=True)
 class TLSSettings:
     """The validated ``tls_server_config`` block."""
 
@@ -133,6 +144,7 @@ class TLSSettings:
     # What a reload may not change on a running server: the block without cert and key.
     restart_only: tuple[tuple[str, str], ...] = ()
     files: tuple[Path, ...] = ()  # certificate, key and client CA files, to watch
+    material: TLSMaterial | None = None
 
 
 @dataclass(frozen=True)
@@ -372,6 +384,13 @@ class WebConfig:
             cache[fingerprint] = True
         return ok
 
+    def tls_material(self) -> TLSMaterial | None:
+        """The current certificate, key and client CA as PEM (None without TLS); the watched
+        files are checked first, as on a handshake, so a server polling this serves renewals."""
+        self.reload_if_changed()
+        tls = self._settings.tls
+        return tls.material if tls else None
+
     def client_certificate_allowed(self, peer_certificate: Mapping[str, Any] | None) -> bool:
         """Check ``client_allowed_sans`` against a verified peer (``SSLSocket.getpeercert()``)."""
         tls = self._settings.tls
@@ -501,7 +520,9 @@ def _load_tls(section: dict[str, Any], base: Path, where: str) -> TLSSettings:
             f"in this OpenSSL ({exc}); use TLS12 or TLS13"
         ) from exc
 
-    _load_certificate(context, cert, cert_file, key, key_file, base, where, prefix)
+    chain, private_key = _load_certificate(
+        context, cert, cert_file, key, key_file, base, where, prefix
+    )
 
     auth_type = _string(section, "client_auth_type", where, prefix) or "NoClientCert"
     if auth_type not in _CLIENT_AUTH:
@@ -548,6 +569,10 @@ def _load_tls(section: dict[str, Any], base: Path, where: str) -> TLSSettings:
                 f"{where}: {prefix}client_ca is not a PEM CA certificate ({exc})"
             ) from exc
     context.verify_mode = verify_mode
+    if client_ca_file:
+        client_ca_pem: bytes | None = _resolve(base, client_ca_file).read_bytes()
+    else:
+        client_ca_pem = client_ca.encode() if client_ca else None
 
     sans = _string_list(section, "client_allowed_sans", where, prefix)
     if sans and auth_type not in _CLIENT_AUTH_WITH_CERT:
@@ -585,6 +610,7 @@ def _load_tls(section: dict[str, Any], base: Path, where: str) -> TLSSettings:
         client_allowed_sans=tuple(sans),
         restart_only=tuple(sorted((k, repr(v)) for k, v in section.items() if k not in reloadable)),
         files=tuple(_resolve(base, name) for name in (cert_file, key_file, client_ca_file) if name),
+        material=TLSMaterial(chain, private_key, client_ca_pem, auth_type),
     )
 
 
@@ -597,8 +623,9 @@ def _load_certificate(
     base: Path,
     where: str,
     prefix: str,
-) -> None:
-    """Load the server certificate; inline PEM goes through a private, deleted temp folder."""
+) -> tuple[bytes, bytes]:
+    """Load the server certificate, and return it and its key as PEM; inline PEM goes through a
+    private, deleted temp folder."""
     with tempfile.TemporaryDirectory(prefix="autoglm-tls-") as tmp:
         paths = {}
         for name, inline, file_name in (("cert", cert, cert_file), ("key", key, key_file)):
@@ -624,6 +651,7 @@ def _load_certificate(
                 f"{where}: cannot use {prefix}cert_file/key_file as a TLS certificate ({exc}); "
                 "give a PEM certificate and its matching PEM private key (unencrypted)"
             ) from exc
+        return paths["cert"].read_bytes(), paths["key"].read_bytes()
 
 
 def _load_http(section: dict[str, Any], where: str) -> dict[str, str]:

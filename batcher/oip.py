@@ -143,8 +143,8 @@ def parse_infer_request(
         id=_request_id(document),
         inputs=decoded,
         size=size,
-        priority=_priority(parameters),
-        timeout_seconds=_timeout(parameters),
+        priority=request_priority(parameters),
+        timeout_seconds=request_timeout(parameters),
         outputs=requested,
         binary_outputs=binary_outputs,
     )
@@ -163,7 +163,7 @@ def encode_infer_response(
         datatype = datatype_of(array)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if name in request.binary_outputs:
-            raw = _binary_output(name, datatype, array)
+            raw = encode_binary_output(name, datatype, array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             buffers.append(raw)
         else:
@@ -273,25 +273,8 @@ def _decode_tensor(
 ) -> tuple[np.ndarray, int]:
     name = spec.name
     datatype = tensor.get("datatype")
-    if datatype != spec.datatype:
-        raise ProtocolError(
-            f"input {name!r} has datatype {datatype!r}; the model expects {spec.datatype}"
-        )
     shape = tensor.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise ProtocolError(f"input {name!r}: shape must be a list of non-negative integers")
-    expected = [-1, *spec.shape]
-    if len(shape) != len(expected) or any(
-        want not in (-1, got) for want, got in zip(expected, shape, strict=True)
-    ):
-        raise ProtocolError(
-            f"input {name!r} has shape {shape}; the model expects {expected} "
-            "(-1: any size; the first entry is the batch dimension)"
-        )
-    dtype = DATATYPES[spec.datatype]
-    count = math.prod(shape)
+    dtype, count = check_tensor(spec, datatype, shape)
     params = _object(tensor.get("parameters", {}), f"input {name!r} parameters")
     if "binary_data_size" in params:
         size = params["binary_data_size"]
@@ -307,17 +290,42 @@ def _decode_tensor(
                 f"input {name!r}: binary data ends after {len(binary) - offset} of {size} bytes"
             )
         raw = binary[offset : offset + size]
-        return _decode_binary_data(raw, name, spec.datatype, dtype, shape), offset + size
+        return decode_binary_data(raw, name, spec.datatype, dtype, shape), offset + size
     if "data" not in tensor:
         raise ProtocolError(f'input {name!r} has neither "data" nor binary_data_size')
     if spec.datatype == "BYTES":
         return _decode_json_strings(tensor["data"], name, shape, count), offset
-    return _decode_json_data(tensor["data"], name, spec.datatype, dtype, shape, count), offset
+    return decode_values(tensor["data"], name, spec.datatype, dtype, shape, count), offset
 
 
-def _decode_binary_data(
+def check_tensor(spec: TensorSpec, datatype: object, shape: object) -> tuple[np.dtype, int]:
+    """The dtype and element count of an input whose ``datatype`` and ``shape`` (batch first)
+    fit ``spec``; :class:`ProtocolError` naming the mismatch otherwise. Shared by the HTTP and
+    gRPC faces, so both refuse the same requests with the same words."""
+    name = spec.name
+    if datatype != spec.datatype:
+        raise ProtocolError(
+            f"input {name!r} has datatype {datatype!r}; the model expects {spec.datatype}"
+        )
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise ProtocolError(f"input {name!r}: shape must be a list of non-negative integers")
+    expected = [-1, *spec.shape]
+    if len(shape) != len(expected) or any(
+        want not in (-1, got) for want, got in zip(expected, shape, strict=True)
+    ):
+        raise ProtocolError(
+            f"input {name!r} has shape {shape}; the model expects {expected} "
+            "(-1: any size; the first entry is the batch dimension)"
+        )
+    return DATATYPES[spec.datatype], math.prod(shape)
+
+
+def decode_binary_data(
     raw: bytes, name: str, datatype: str, dtype: np.dtype, shape: list[int]
 ) -> np.ndarray:
+    """The array ``raw`` holds: row-major little-endian elements, or length-prefixed BYTES."""
     if datatype == "BYTES":
         return decode_bytes_elements(raw, name, shape)
     if datatype == "BF16":
@@ -365,9 +373,11 @@ def _object_array(items: list[bytes], shape: Sequence[int]) -> np.ndarray:
     return array.reshape(shape)
 
 
-def _decode_json_data(
+def decode_values(
     data: Any, name: str, datatype: str, dtype: np.dtype, shape: list[int], count: int
 ) -> np.ndarray:
+    """The array a list of numbers or booleans (nested or flat) makes, checked against the
+    datatype's kind and range."""
     if not isinstance(data, list):
         raise ProtocolError(f'input {name!r}: "data" must be a list of {datatype} values')
     try:
@@ -403,7 +413,8 @@ def _decode_json_data(
 # --- encoding helpers ---------------------------------------------------------------------------
 
 
-def _binary_output(name: str, datatype: str, array: np.ndarray) -> bytes:
+def encode_binary_output(name: str, datatype: str, array: np.ndarray) -> bytes:
+    """An output in the binary layout: row-major little-endian, or length-prefixed BYTES."""
     if datatype == "BYTES":
         return encode_bytes_elements(_output_bytes(name, array))
     if datatype == "BF16":
@@ -453,7 +464,7 @@ def _request_id(document: dict) -> str | None:
     return request_id
 
 
-def _priority(parameters: dict) -> int | str:
+def request_priority(parameters: dict) -> int | str:
     """An integer level as Triton takes it, or a request class by name (checked by the engine,
     which knows the configured levels)."""
     value = parameters.get("priority", 0)
@@ -467,7 +478,8 @@ def _priority(parameters: dict) -> int | str:
     return value
 
 
-def _timeout(parameters: dict) -> float | None:
+def request_timeout(parameters: dict) -> float | None:
+    """``parameters.timeout`` (microseconds) in seconds, or None when not given."""
     value = parameters.get("timeout")
     if value is None:
         return None
