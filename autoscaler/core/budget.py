@@ -1,0 +1,201 @@
+"""Sharing one pool of GPUs between autoscalers: guaranteed shares, priorities, weighted fairness.
+
+Every tick each governed autoscaler's proposal (whatever rule made it) becomes a demand in
+replicas, each replica costing the GPUs its pod template requests. :func:`allocate` splits the
+pool in tiers:
+
+1. *held*: what reclaiming may not take away this tick. A tenant keeps ``floor`` replicas (the
+   fewest its own scale-down behavior allows now), so a higher priority waits for a lower one to
+   shrink at its own pace instead of killing its pods. A tenant marked ``preempt`` lifts that
+   protection from every lower priority (down to their guaranteed share);
+2. *guaranteed*: each tenant up to its guaranteed GPUs, by priority when they do not all fit;
+3. *by priority*: the rest, highest priority first; within one priority by weighted max-min
+   fairness (water-filling one replica at a time to the tenant with the fewest GPUs per unit of
+   weight). Best-effort work is simply the lowest priority and takes what is left.
+
+The sum never exceeds the pool unless the held replicas alone already do (the pool shrank below
+what is running): then nobody grows and everyone above its floor shrinks.
+
+Allocation says what each tenant may have once everyone has moved; :func:`admit` says how far
+one tenant may move *now*, given what the others still hold, so that growth never lands on GPUs
+another tenant has not released yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Why a tenant got less than it proposed (the BudgetLimited condition's reason and the
+# autoglm_budget_limited{reason} label).
+CAP = "Cap"  # its own cap in the budget
+OVER_BUDGET = "OverBudget"  # the pool is smaller than what the tenants may not yet give back
+RECLAIMING = "Reclaiming"  # waiting for lower priorities to release GPUs at their own pace
+PRIORITY = "Priority"  # higher priorities took the rest of the pool
+FAIR_SHARE = "FairShare"  # equal priorities share what is left by weight
+REASONS = (CAP, OVER_BUDGET, RECLAIMING, PRIORITY, FAIR_SHARE)
+
+# GPUs are counted in floats (quantities may be fractional); sums are compared with this slack.
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One governed autoscaler as the allocation sees it, for one resource of the pool."""
+
+    name: str
+    gpus_per_replica: float
+    current: int
+    proposal: int
+    floor: int = 0  # fewest replicas reclaiming may leave it with this tick (<= current)
+    priority: int = 0
+    weight: float = 1.0
+    guaranteed_gpus: float = 0.0
+    cap_gpus: float | None = None
+    preempt: bool = False  # may reclaim lower priorities without waiting for their behavior
+
+    @property
+    def cap_replicas(self) -> int | None:
+        if self.cap_gpus is None or self.gpus_per_replica <= 0:
+            return None
+        return math.floor(self.cap_gpus / self.gpus_per_replica + _EPS)
+
+    @property
+    def demand(self) -> int:
+        """The proposal within the tenant's cap."""
+        cap = self.cap_replicas
+        return max(0, self.proposal if cap is None else min(self.proposal, cap))
+
+    @property
+    def guaranteed_replicas(self) -> int:
+        if self.gpus_per_replica <= 0:
+            return 0
+        return math.floor(self.guaranteed_gpus / self.gpus_per_replica + _EPS)
+
+
+@dataclass(frozen=True)
+class Share:
+    """A tenant's outcome: ``allowed`` replicas of the ``proposal``; ``reason`` when cut."""
+
+    name: str
+    proposal: int
+    allowed: int
+    gpus_per_replica: float
+    reason: str | None = None
+
+    @property
+    def demand_gpus(self) -> float:
+        return self.proposal * self.gpus_per_replica
+
+    @property
+    def allowed_gpus(self) -> float:
+        return self.allowed * self.gpus_per_replica
+
+
+def allocate(total_gpus: float, tenants: Sequence[Tenant]) -> dict[str, Share]:
+    """Each tenant's allowed replicas once everyone has moved (see the module docstring)."""
+    names = [t.name for t in tenants]
+    if len(set(names)) != len(names):
+        raise ValueError("tenant names must be unique")
+    governed = [t for t in tenants if t.gpus_per_replica > 0]
+    preempting = [t.priority for t in governed if t.preempt]
+    held: dict[str, int] = {}
+    for t in governed:
+        floor = min(t.floor, t.current)
+        if any(p > t.priority for p in preempting):
+            floor = min(floor, t.guaranteed_replicas)
+        held[t.name] = max(0, min(t.demand, floor))
+    alloc = dict(held)
+    remaining = total_gpus - sum(held[t.name] * t.gpus_per_replica for t in governed)
+    guaranteed = {t.name: max(held[t.name], min(t.demand, t.guaranteed_replicas)) for t in governed}
+    remaining = _by_priority(governed, alloc, guaranteed, remaining)
+    _by_priority(governed, alloc, {t.name: t.demand for t in governed}, remaining)
+
+    over = sum(held[t.name] * t.gpus_per_replica for t in governed) > total_gpus + _EPS
+    shares = {}
+    for t in tenants:
+        if t.gpus_per_replica <= 0:
+            shares[t.name] = Share(t.name, t.proposal, max(0, t.proposal), 0.0)
+            continue
+        allowed = alloc[t.name]
+        reason = None
+        if allowed < t.proposal:
+            reason = _reason(t, allowed, governed, alloc, held, over)
+        shares[t.name] = Share(t.name, t.proposal, allowed, t.gpus_per_replica, reason)
+    return shares
+
+
+def admit(
+    total_gpus: float, tenants: Sequence[Tenant], name: str, held_by: Mapping[str, int]
+) -> Share:
+    """How many replicas ``name`` may have now: its allocation, with growth limited to the GPUs
+    the others do not hold (``held_by``: replicas each other tenant holds or was granted)."""
+    shares = allocate(total_gpus, tenants)
+    share = shares[name]
+    me = next(t for t in tenants if t.name == name)
+    if share.allowed <= me.current or me.gpus_per_replica <= 0:
+        return share
+    others = sum(
+        held_by.get(t.name, t.current) * t.gpus_per_replica for t in tenants if t.name != name
+    )
+    fits = math.floor((total_gpus - others) / me.gpus_per_replica + _EPS)
+    allowed = min(share.allowed, max(me.current, fits))
+    if allowed == share.allowed:
+        return share
+    return Share(name, share.proposal, allowed, share.gpus_per_replica, RECLAIMING)
+
+
+def _by_priority(
+    tenants: Sequence[Tenant], alloc: dict[str, int], target: Mapping[str, int], remaining: float
+) -> float:
+    for priority in sorted({t.priority for t in tenants}, reverse=True):
+        level = [t for t in tenants if t.priority == priority]
+        remaining = _water_fill(level, alloc, target, remaining)
+    return remaining
+
+
+def _water_fill(
+    level: Sequence[Tenant], alloc: dict[str, int], target: Mapping[str, int], remaining: float
+) -> float:
+    """One replica at a time to the tenant with the fewest GPUs per unit of weight; a tenant
+    whose next replica does not fit drops out (a smaller replica of another may still fit)."""
+    active = [t for t in level if alloc[t.name] < target[t.name]]
+    while active:
+        t = min(
+            active,
+            key=lambda t: (alloc[t.name] * t.gpus_per_replica / max(t.weight, _EPS), t.name),
+        )
+        if t.gpus_per_replica <= remaining + _EPS:
+            alloc[t.name] += 1
+            remaining -= t.gpus_per_replica
+            if alloc[t.name] < target[t.name]:
+                continue
+        active.remove(t)
+    return remaining
+
+
+def _reason(
+    t: Tenant,
+    allowed: int,
+    governed: Sequence[Tenant],
+    alloc: Mapping[str, int],
+    held: Mapping[str, int],
+    over: bool,
+) -> str:
+    cap = t.cap_replicas
+    if cap is not None and allowed >= cap:
+        return CAP
+    if over:
+        return OVER_BUDGET
+    lower_held = any(
+        o.priority < t.priority
+        and held[o.name] > min(o.demand, o.guaranteed_replicas)
+        and alloc[o.name] == held[o.name]
+        for o in governed
+    )
+    if lower_held:
+        return RECLAIMING
+    if any(o.priority > t.priority and alloc[o.name] > held[o.name] for o in governed):
+        return PRIORITY
+    return FAIR_SHARE
