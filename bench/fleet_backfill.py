@@ -39,6 +39,7 @@ import argparse
 import functools
 import importlib.util
 import json
+import math
 import multiprocessing
 import sys
 import time
@@ -121,7 +122,15 @@ def runs(config: SimulationConfig, smoke: bool, hpa_targets: list[float]) -> lis
     frontier = [
         (f"hpa@{t:g}", "hpa", replace(config, target_utilization=t), None) for t in hpa_targets
     ]
-    return planned + with_backfill + frontier
+    # Ablations, run only when named with --only: which part of the rule costs SLO minutes.
+    ablations = [
+        ("slo-no-up-tolerance", "hpa", replace(slo, behavior={"scaleUp": {"tolerance": 0}}), None),
+        ("slo-q0.999", "hpa", replace(slo, slo_quantile=0.999), None),
+    ]
+    return planned + with_backfill + frontier + ablations
+
+
+ABLATIONS = ("slo-no-up-tolerance", "slo-q0.999")
 
 
 def fleet_targets(name: str, hpa_targets: list[float]) -> list[float]:
@@ -156,7 +165,12 @@ def run_one(task: tuple[str, bool, tuple[float, ...], str]) -> dict:
 
 
 def run_fleets(
-    fleets: list[str], smoke: bool, targets: list[float], workers: int, progress: Path
+    fleets: list[str],
+    smoke: bool,
+    targets: list[float],
+    workers: int,
+    progress: Path,
+    only: tuple[str, ...] = (),
 ) -> list[dict]:
     """Every run of every fleet, ``workers`` at a time; rows in the order they were planned.
 
@@ -166,6 +180,8 @@ def run_fleets(
     for name in fleets:
         _, config, _ = fleet_setup(name, smoke)
         for label, *_ in runs(config, smoke, fleet_targets(name, targets)):
+            if (label not in only) if only else (label in ABLATIONS):
+                continue
             tasks.append((name, smoke, tuple(fleet_targets(name, targets)), label))
     progress.parent.mkdir(parents=True, exist_ok=True)
     progress.write_text("")
@@ -183,10 +199,11 @@ def run_fleets(
 def finish_fleet(rows: list[dict]) -> list[dict]:
     """Ratios to the HPA, the change backfill made, and where SLO sizing lies on the frontier."""
     by_label = {r["label"]: r for r in rows}
-    hpa = by_label["hpa"]
+    hpa = by_label.get("hpa")
     curve = [point(r) for r in rows if r["label"] == "hpa" or r["label"].startswith("hpa@")]
     for r in rows:
-        r["gpu_hours_vs_hpa"] = r["gpu_hours"] / hpa["gpu_hours"]
+        if hpa is not None:
+            r["gpu_hours_vs_hpa"] = r["gpu_hours"] / hpa["gpu_hours"]
         plain = by_label.get(r["label"].removesuffix("+bf"))
         if r["label"].endswith("+bf") and plain is not None:
             r["slo_minutes_change_pp"] = 100 * (r["slo_minutes"] - plain["slo_minutes"])
@@ -246,7 +263,9 @@ def goals(rows: list[dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for fleet in dict.fromkeys(r["fleet"] for r in rows):
         by = {r["label"]: r for r in rows if r["fleet"] == fleet}
-        hpa = by["hpa"]
+        hpa = by.get("hpa")
+        if hpa is None:
+            continue
         g: dict = {}
         for label, r in by.items():
             if label.endswith("+bf"):
@@ -283,7 +302,8 @@ def print_table(rows: list[dict]) -> None:
         change = r.get("slo_minutes_change_pp")
         print(
             f"{r['fleet']:<17} {r['label']:<19} {r['slo_minutes']:>8.4f} "
-            f"{r['breach_minutes']:>6d} {r['gpu_hours']:>8.1f} {r['gpu_hours_vs_hpa']:>5.2f} "
+            f"{r['breach_minutes']:>6d} {r['gpu_hours']:>8.1f} "
+            f"{r.get('gpu_hours_vs_hpa', math.nan):>5.2f} "
             f"{r['online_busy']:>6.3f} {r['backfill_busy']:>6.3f} {r['total_busy']:>6.3f} "
             f"{r['backfill_replica_hours']:>8.1f} "
             f"{'-' if change is None else f'{change:+.2f}':>7} "
@@ -305,6 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="runs replayed at once, in separate processes"
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only these labels, comma-separated (also the ablations: "
+        + ", ".join(ABLATIONS)
+        + ")",
     )
     parser.add_argument(
         "--model-check",
@@ -343,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     progress = Path(args.json).with_suffix(".partial.jsonl")
-    rows = run_fleets(fleets, args.smoke, targets, args.workers, progress)
+    only = tuple(x for x in args.only.split(",") if x.strip())
+    rows = run_fleets(fleets, args.smoke, targets, args.workers, progress, only)
     print()
     print_table(rows)
     measured = goals(rows)
