@@ -19,6 +19,7 @@ from autoglm.config import EXIT_USAGE, ConfigError, load_config
 from autoglm.httpserver import HTTPServer, registry_route
 from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
+from autoglm.version import package_version
 from autoglm.webconfig import WebConfig
 from jobs.config import JobConfig
 from jobs.runner import run_job
@@ -32,6 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE + "\n\nrun    drive a JSONL file of v2 requests through a batcher endpoint")
         return 0 if args else EXIT_USAGE
+    if args[0] == "--version":
+        print(f"{PROG} {package_version()}")
+        return 0
     if args[0] != "run":
         print(f"{PROG}: error: unknown command {args[0]!r}; {USAGE}", file=sys.stderr)
         return EXIT_USAGE

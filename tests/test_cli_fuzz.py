@@ -86,6 +86,17 @@ def attribute(module: str, name: str) -> Callable[[], argparse.ArgumentParser]:
     return lambda: getattr(importlib.import_module(module), name)()
 
 
+def subcommand(module: str, name: str, command: str) -> Callable[[], argparse.ArgumentParser]:
+    """The parser of one subcommand of an argparse parser with subparsers."""
+
+    def build() -> argparse.ArgumentParser:
+        parser = getattr(importlib.import_module(module), name)()
+        (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return commands.choices[command]
+
+    return build
+
+
 def autoscaler_decide_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     for flag in ("--spec", "--current", "--metrics"):
@@ -153,6 +164,20 @@ CLIS = [
         "autoglm.up.cli:main",
         config_parser("autoglm.up.config", "UpConfig", "autoglm up"),
         starts=("autoglm.up.cli.Stack",),
+    ),
+    Cli(
+        "job run",
+        "jobs.cli:main",
+        config_parser("jobs.config", "JobConfig", "autoglm job run"),
+        prefix=("run",),
+        starts=("jobs.cli.run_job", "jobs.cli.HTTPServer"),
+    ),
+    Cli(
+        "datasets verify",
+        "autoglm.datasets.cli:main",
+        subcommand("autoglm.datasets.cli", "_parser", "verify"),
+        prefix=("verify",),
+        codes=frozenset({0, 1, 2}),  # 1: a named trace is not fetched, as documented
     ),
     Cli(
         "dashboards",

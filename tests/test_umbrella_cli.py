@@ -48,7 +48,7 @@ def test_help_lists_components_and_the_version_flag(capsys):
     assert "autoglm --version" in out and "--help" in out
 
 
-@pytest.mark.parametrize("name", ["up", "exporter", "batcher", "predictor", "autoscaler"])
+@pytest.mark.parametrize("name", sorted(COMPONENTS))
 def test_every_component_answers_version(name, capsys):
     with pytest.raises(SystemExit) as exc:
         raise SystemExit(main([name, "--version"]))

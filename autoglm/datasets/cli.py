@@ -24,6 +24,7 @@ from autoglm.datasets.catalog import EXCERPTS, TRACES, Trace
 from autoglm.datasets.excerpts import DERIVATIONS
 from autoglm.datasets.fetch import fetch
 from autoglm.datasets.store import DatasetError, resolve, sha256_of, trace_named, traces_dir
+from autoglm.version import add_version_argument
 
 EXIT_MISSING = 1
 
@@ -46,9 +47,11 @@ class ProgressLine:
 
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="autoglm datasets", description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
     common = OneLineErrorParser(add_help=False)
     common.add_argument("--cache-dir", help="traces folder (default: $AUTOGLM_TRACES_DIR, XDG)")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
+    # Not required=True: argparse would then report a missing command before an unknown flag.
+    commands = parser.add_subparsers(dest="command", parser_class=OneLineErrorParser)
     listing = commands.add_parser("list", parents=[common], help="the traces and excerpts")
     listing.add_argument("--long", action="store_true", help="with URL, licence and citation")
     fetching = commands.add_parser("fetch", parents=[common], help="download and verify")
@@ -63,7 +66,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command is None:
+        parser.error("choose a command: list, fetch, verify, path or derive")
     directory = traces_dir(args.cache_dir)
     try:
         if args.command == "list":
