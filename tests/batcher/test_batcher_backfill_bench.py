@@ -52,5 +52,5 @@ def test_smoke_run_measures_both_phases_and_writes_the_report(tmp_path: Path) ->
     counts = mixed["job_client_counts"]  # the job ran, was answered, and stopped on SIGTERM
     assert counts["ok"] + counts["refused"] >= 1 and counts["failed"] == 0
     (line,) = http["summary"]
-    assert line["ratio_bound"] >= 1.0
+    assert line["ratio_worst_case"] >= 1.0
     assert set(line) >= {"p99_ratio_median", "busy_with_job", "p99_goal_met", "busy_goal_met"}
