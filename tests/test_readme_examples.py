@@ -209,3 +209,46 @@ def test_example_runs(example: Example) -> None:
     assert result.returncode == 0, (
         f"{example.name} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     )
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s#]*)(?:#(?P<anchor>[^)\s]*))?\)")
+
+
+def anchors(document: Path) -> set[str]:
+    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces to dashes."""
+    found = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCED.sub("", document.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=[str(d.relative_to(ROOT)) for d in DOCUMENTS])
+def test_links_between_pages_resolve(document: Path) -> None:
+    broken = []
+    for match in LINK.finditer(FENCED.sub("", document.read_text())):
+        target, anchor = match["target"], match["anchor"]
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        page = (document.parent / target).resolve() if target else document
+        if not page.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and page.suffix == ".md" and anchor not in anchors(page):
+            broken.append(f"{target}#{anchor}: no such heading")
+    assert not broken, f"{document.relative_to(ROOT)}: {broken}"
+
+
+def test_the_index_links_every_page() -> None:
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = {m["target"] for m in LINK.finditer(index)}
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert pages <= linked, f"docs/index.md does not link {sorted(pages - linked)}"
+
+
+def test_anchors_follow_githubs_rule(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n## How it collects, and what differs: `dcgm`\n\n```\n# not a heading\n```\n")
+    assert anchors(page) == {"title", "how-it-collects-and-what-differs-dcgm"}
