@@ -250,5 +250,7 @@ def test_the_index_links_every_page() -> None:
 
 def test_anchors_follow_githubs_rule(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("# Title\n\n## How it collects, and what differs: `dcgm`\n\n```\n# not a heading\n```\n")
+    page.write_text(
+        "# Title\n\n## How it collects, and what differs: `dcgm`\n\n```\n# not a heading\n```\n"
+    )
     assert anchors(page) == {"title", "how-it-collects-and-what-differs-dcgm"}
