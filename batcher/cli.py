@@ -150,6 +150,7 @@ async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig
         listen=config.listen,
         web_config=web_config,
         max_body_bytes=config.max_body_bytes,
+        grpc_listen=config.grpc_listen,
     )
     try:
         await server.start()

@@ -31,6 +31,13 @@ class BatcherConfig:
         metadata={"help": "checkpoint path passed to the factory as checkpoint=PATH"},
     )
     listen: str = field(default=":8000", metadata={"help": "HOST:PORT to serve HTTP on"})
+    grpc_listen: str = field(
+        default="",
+        metadata={
+            "help": "HOST:PORT to also serve KServe v2 gRPC on (inference.GRPCInferenceService, "
+            "same model, batches and admission), e.g. :8001; empty: no gRPC"
+        },
+    )
     max_batch_size: int = field(
         default=32, metadata={"help": "largest batch (in items) the model is ever given"}
     )
@@ -173,6 +180,13 @@ class BatcherConfig:
                 "e.g. batcher.models.demo:factory"
             )
         parse_listen(self.listen)
+        if self.grpc_listen:
+            grpc_address = parse_listen(self.grpc_listen)
+            if grpc_address[1] and grpc_address == parse_listen(self.listen):
+                raise ConfigError(
+                    f"--grpc-listen {self.grpc_listen} is the HTTP --listen address; give gRPC "
+                    "its own port, e.g. :8001"
+                )
         if not 1 <= self.max_batch_size <= MAX_SUPPORTED_BATCH:
             raise ConfigError(
                 f"--max-batch-size {self.max_batch_size} must be within 1..{MAX_SUPPORTED_BATCH}"

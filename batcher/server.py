@@ -1,5 +1,8 @@
 """The HTTP face of the runtime: KServe v2 endpoints, health, and /metrics, on aiohttp.
 
+With ``grpc_listen`` set it also runs the gRPC face (:mod:`batcher.grpc_server`) on the same loop
+and engine, started and stopped with it.
+
 One asyncio loop serves HTTP and runs the engine's dispatch; the model runs on its own thread, so
 parsing and answering requests overlap with the device's work. TLS and basic auth come from the
 shared web config file (:mod:`autoglm.webconfig`), as for every component. On shutdown the server
@@ -25,6 +28,7 @@ from autoglm.config import ConfigError, parse_listen
 from autoglm.webconfig import WebConfig
 from batcher import oip
 from batcher.engine import Batcher, BatcherError, Rejected
+from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
 
 log = logging.getLogger(__name__)
@@ -73,6 +77,7 @@ class BatcherServer:
         listen: str = ":8000",
         web_config: WebConfig | None = None,
         max_body_bytes: int = 16 << 20,
+        grpc_listen: str = "",
     ) -> None:
         self.model = model
         self.batcher = batcher
@@ -85,6 +90,19 @@ class BatcherServer:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._version = _version()
+        self.grpc = (
+            GrpcInferenceServer(
+                model,
+                batcher,
+                registry,
+                listen=grpc_listen,
+                web_config=self.web_config,
+                max_message_bytes=max_body_bytes,
+                version=self._version,
+            )
+            if grpc_listen
+            else None
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -115,6 +133,12 @@ class BatcherServer:
             raise ConfigError(
                 f"cannot listen on {self.listen}: {exc.strerror}; choose another --listen"
             ) from exc
+        if self.grpc is not None:
+            try:
+                await self.grpc.start()
+            except ConfigError:
+                await self._runner.cleanup()
+                raise
         self.port = self._runner.addresses[0][1]
         log.info(
             "serving",
@@ -131,6 +155,8 @@ class BatcherServer:
         """Refuse new work, answer everything accepted, then close; True if all finished."""
         log.info("draining", extra={"queued_items": self.batcher.queued_items})
         finished = await self.batcher.drain(drain_timeout)
+        if self.grpc is not None:
+            await self.grpc.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         log.info("stopped", extra={"drained": finished, "batches": self.batcher.batches})

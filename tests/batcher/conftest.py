@@ -77,6 +77,7 @@ class ServerThread:
                 listen=config.listen,
                 web_config=self.web_config,
                 max_body_bytes=config.max_body_bytes,
+                grpc_listen=config.grpc_listen,
             )
             await server.start()
             return server
