@@ -273,8 +273,7 @@ def _decode_tensor(
 ) -> tuple[np.ndarray, int]:
     name = spec.name
     datatype = tensor.get("datatype")
-    shape = tensor.get("shape")
-    dtype, count = check_tensor(spec, datatype, shape)
+    dtype, shape, count = check_tensor(spec, datatype, tensor.get("shape"))
     params = _object(tensor.get("parameters", {}), f"input {name!r} parameters")
     if "binary_data_size" in params:
         size = params["binary_data_size"]
@@ -298,8 +297,10 @@ def _decode_tensor(
     return decode_values(tensor["data"], name, spec.datatype, dtype, shape, count), offset
 
 
-def check_tensor(spec: TensorSpec, datatype: object, shape: object) -> tuple[np.dtype, int]:
-    """The dtype and element count of an input whose ``datatype`` and ``shape`` (batch first)
+def check_tensor(
+    spec: TensorSpec, datatype: object, shape: object
+) -> tuple[np.dtype, list[int], int]:
+    """The dtype, shape and element count of an input whose ``datatype`` and ``shape`` (batch first)
     fit ``spec``; :class:`ProtocolError` naming the mismatch otherwise. Shared by the HTTP and
     gRPC faces, so both refuse the same requests with the same words."""
     name = spec.name
@@ -319,7 +320,7 @@ def check_tensor(spec: TensorSpec, datatype: object, shape: object) -> tuple[np.
             f"input {name!r} has shape {shape}; the model expects {expected} "
             "(-1: any size; the first entry is the batch dimension)"
         )
-    return DATATYPES[spec.datatype], math.prod(shape)
+    return DATATYPES[spec.datatype], shape, math.prod(shape)
 
 
 def decode_binary_data(
