@@ -94,7 +94,7 @@ async def job_clients(url: str, clients: int, rows: int) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     body = job_body(rows)
-    counts = {"ok": 0, "refused": 0, "failed": 0}
+    counts = {"ok": 0, "refused": 0, "timed_out": 0, "failed": 0}
     timeout = aiohttp.ClientTimeout(total=60)
     connector = aiohttp.TCPConnector(limit=clients)
     headers = {"Content-Type": "application/json"}
@@ -112,7 +112,8 @@ async def job_clients(url: str, clients: int, rows: int) -> None:
                 if status == 200:
                     counts["ok"] += 1
                     continue
-                counts["refused" if status in (429, 503) else "failed"] += 1
+                outcome = {429: "refused", 503: "refused", 504: "timed_out"}.get(status, "failed")
+                counts[outcome] += 1  # 504: accepted, then throttled past its timeout
                 wait = float(retry) if retry else 1.0
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), wait)

@@ -50,7 +50,8 @@ def test_smoke_run_measures_both_phases_and_writes_the_report(tmp_path: Path) ->
         assert phase["quantum_seconds"] > 0
     assert alone["best_effort_busy_share"] == 0 and alone["best_effort_served"] == 0
     counts = mixed["job_client_counts"]  # the job ran, was answered, and stopped on SIGTERM
-    assert counts["ok"] + counts["refused"] >= 1 and counts["failed"] == 0
+    assert counts["ok"] + counts["refused"] + counts["timed_out"] >= 1
+    assert counts["failed"] == 0  # every answer was a result, a refusal or a timeout
     (line,) = http["summary"]
     assert line["ratio_worst_case"] >= 1.0
     assert set(line) >= {"p99_ratio_median", "busy_with_job", "p99_goal_met", "busy_goal_met"}
