@@ -186,11 +186,19 @@ def run_fleets(
     progress.parent.mkdir(parents=True, exist_ok=True)
     progress.write_text("")
     rows = []
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for row in pool.imap_unordered(run_one, tasks, chunksize=1):
-            rows.append(row)
-            with progress.open("a") as out:
-                out.write(json.dumps(row, default=str) + "\n")
+
+    def keep(row: dict) -> None:
+        rows.append(row)
+        with progress.open("a") as out:
+            out.write(json.dumps(row, default=str) + "\n")
+
+    if workers == 1:
+        for task in tasks:
+            keep(run_one(task))
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for row in pool.imap_unordered(run_one, tasks, chunksize=1):
+                keep(row)
     order = {(name, label): i for i, (name, _, _, label) in enumerate(tasks)}
     rows.sort(key=lambda r: order[(r["fleet"], r["label"])])
     return [row for name in fleets for row in finish_fleet([r for r in rows if r["fleet"] == name])]
