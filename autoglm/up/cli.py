@@ -63,7 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     def make_view(notices: list[str]) -> View:
         if tui:
             return TerminalView(
-                cfg.target_utilization, cfg.slo_seconds, cfg.max_workers, cfg.peak_rps, notices
+                cfg.target_utilization,
+                cfg.slo_seconds,
+                cfg.max_workers,
+                cfg.peak_rps,
+                notices,
+                cfg.sizing,
             )
         return LogView()
 

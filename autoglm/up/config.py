@@ -49,6 +49,15 @@ class UpConfig:
             "with online requests; the best-effort job fills the rest"
         },
     )
+    sizing: Literal["utilization", "slo"] = field(
+        default="utilization",
+        metadata={
+            "help": "utilization: hold each worker's online GPU time at --target-utilization "
+            "(the HPA rule); slo: the fewest workers whose modelled p99, from the batchers' "
+            "measured batch cost, holds --slo-seconds at the forecast request rate (GPUAutoscaler "
+            "spec.slo; needs Prometheus)"
+        },
+    )
     slo_seconds: float = field(
         default=0.25, metadata={"help": "latency SLO per request (p99 is compared with it)"}
     )
@@ -170,6 +179,11 @@ class UpConfig:
         if ":" not in self.worker_model:
             raise ConfigError(
                 f"--worker-model {self.worker_model!r} must be package.module:factory"
+            )
+        if self.sizing == "slo" and not self.prometheus:
+            raise ConfigError(
+                "--sizing slo reads the batchers' measured batch cost from Prometheus; drop "
+                "--no-prometheus or use --sizing utilization"
             )
         if not self.report_dir:
             raise ConfigError("--report-dir must name a directory, e.g. autoglm-up-report")

@@ -47,7 +47,8 @@ class Sample:
     online_work: float | None
     best_effort_work: float | None
     best_effort_done: int  # job lines answered since the start
-    forecast_upper: float | None  # forecast of online_work at the horizon (upper bound)
+    forecast_upper: float | None  # at the horizon (upper bound): of online_work, or of the
+    # request rate with --sizing slo
     forecast_for: float | None  # the elapsed time the forecast is for
     p99_seconds: float | None  # client-side, online requests, over the last seconds
 
@@ -88,6 +89,7 @@ class Summary:
     best_effort_done: int  # job lines answered
     online_utilization: float | None  # percent, mean over ready workers
     target_utilization: float  # ratio, as the flag
+    sizing: str  # as --sizing: what the forecast is of (online work, or the rate for "slo")
     scale_ups: int
     scale_downs: int
     peak_workers: int
@@ -103,6 +105,7 @@ def summarize(
     target_utilization: float,
     p99_seconds: float | None,
     load_average: tuple[float, float, float] | None = None,
+    sizing: str = "utilization",
 ) -> Summary:
     """The run's figures; GPU-seconds, busy time and utilization integrate the samples."""
     gpu_seconds = online_seconds = best_effort_seconds = 0.0
@@ -134,6 +137,7 @@ def summarize(
         best_effort_done=samples[-1].best_effort_done if samples else 0,
         online_utilization=100.0 * ready_busy / ready_seconds if ready_seconds else None,
         target_utilization=target_utilization,
+        sizing=sizing,
         scale_ups=sum(1 for e in events if e.direction == "up"),
         scale_downs=sum(1 for e in events if e.direction == "down"),
         peak_workers=max((s.workers for s in samples), default=0),
@@ -164,7 +168,11 @@ def summary_lines(summary: Summary) -> list[str]:
         f"best-effort {pct(summary.best_effort_busy_share)})",
         f"best-effort work  {summary.best_effort_done} job requests answered",
         f"utilization       {pct(summary.online_utilization, 1.0)} online, mean over ready "
-        f"workers (target {pct(summary.target_utilization)})",
+        + (
+            f"workers (sized for the p99 within {summary.slo_seconds:g} s: --sizing slo)"
+            if summary.sizing == "slo"
+            else f"workers (target {pct(summary.target_utilization)})"
+        ),
         f"scale events      {summary.scale_ups} up, {summary.scale_downs} down",
     ]
     if summary.load_average is not None:
@@ -223,9 +231,10 @@ def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Sum
     ax = axes[0]
     ax.plot(t, [s.target_rps for s in samples], label="profile (target rate)", color="0.6")
     ax.plot(t, [s.sent_rps for s in samples], label="sent", color="tab:blue")
+    forecast = [(s.forecast_for, s.forecast_upper) for s in samples if s.forecast_upper is not None]
+    forecast_axis = 0 if summary.sizing == "slo" else 1  # the rate, or the online work
     ax.set_ylabel("requests / s")
-    ax.set_title("Load")
-    ax.legend(loc="upper left")
+    ax.set_title("Online load")
 
     ax = axes[1]
     online = series([s.online_work for s in samples])
@@ -235,17 +244,17 @@ def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Sum
         t, online, combined, label="best-effort", color="tab:green", alpha=0.4, step="post"
     )
     ax.step(t, [100 * s.workers for s in samples], where="post", label="paid GPUs", color="0.3")
-    forecast = [(s.forecast_for, s.forecast_upper) for s in samples if s.forecast_upper is not None]
+    ax.set_ylabel("GPU work (100 = one GPU busy)")
+    ax.set_title("Paid GPUs and the work filling them")
     if forecast:
-        ax.plot(
+        axes[forecast_axis].plot(
             [f[0] for f in forecast],
             [f[1] for f in forecast],
-            label="online forecast, upper bound (at the time it predicts)",
+            label="forecast, upper bound (at the time it predicts)",
             color="tab:orange",
             linestyle="--",
         )
-    ax.set_ylabel("GPU work (100 = one GPU busy)")
-    ax.set_title("Paid GPUs, the work filling them, and the forecast of online work")
+    axes[0].legend(loc="upper left")
     ax.legend(loc="upper left")
 
     ax = axes[2]

@@ -58,10 +58,11 @@ from autoscaler.controller.controllers import LocalController
 from autoscaler.controller.forecasts import PrometheusForecasts, ProviderForecasts
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
+from autoscaler.controller.service_model import PrometheusServiceModels
 from autoscaler.core.replica_calculator import PodSample
 from autoscaler.local import LocalProcessGroup, TargetScale
 from autoscaler.metrics import AutoscalerMetrics
-from autoscaler.spec import GPUAutoscalerSpec, parse_spec
+from autoscaler.spec import BATCHER_REQUESTS, GPUAutoscalerSpec, MetricSpec, parse_spec
 from exporter.service import ExporterService
 from predictor.api import Forecast
 from predictor.config import TargetConfig
@@ -102,6 +103,11 @@ def online_busy_query(by_pod: bool) -> str:
     if by_pod:
         return f'100 * sum by (pod) (label_replace({rate}, "pod", "$1", "instance", "(.*)"))'
     return f"100 * sum({rate})"
+
+
+def request_rate_query() -> str:
+    """PromQL for the fleet's online request rate, what ``--sizing slo`` sizes for."""
+    return f'sum(rate({BATCHER_REQUESTS}{{job="{WORKERS_JOB}"}}[{PROMQL_RATE_WINDOW}]))'
 
 
 def predictor_horizons(warmup_seconds: float, interval: float) -> tuple[int, ...]:
@@ -192,12 +198,25 @@ def build_spec(cfg: UpConfig) -> GPUAutoscalerSpec:
             "warmupSeconds": cfg.warmup_seconds,
         }
     period = max(1, round(cfg.interval))
+    slo: dict[str, Any] | None = None
+    if cfg.sizing == "slo":
+        # The online metric stays as the HPA rule the SLO falls back on (no service model yet,
+        # Prometheus down); the forecast then belongs to the rate the SLO is sized on.
+        slo = {
+            "latencySeconds": cfg.slo_seconds,
+            "quantile": 0.99,
+            "selector": f'{{job="{WORKERS_JOB}"}}',
+            "rateQuery": request_rate_query(),
+        }
+        if "prediction" in metric:
+            slo["prediction"] = {**metric.pop("prediction"), "query": request_rate_query()}
     return parse_spec(
         {
             "scaleTargetRef": {"apiVersion": "autoglm.io/v1", "kind": "Local", "name": "batcher"},
             "minReplicas": cfg.min_workers,
             "maxReplicas": cfg.max_workers,
             "metrics": [metric],
+            **({"slo": slo} if slo is not None else {}),
             "behavior": {
                 "scaleUp": {"stabilizationWindowSeconds": 0},
                 "scaleDown": {
@@ -207,6 +226,12 @@ def build_spec(cfg: UpConfig) -> GPUAutoscalerSpec:
             },
         }
     )
+
+
+def forecast_metric(spec: GPUAutoscalerSpec) -> MetricSpec:
+    """What the predictor forecasts for this spec: the request rate the SLO is sized on, or the
+    online work the utilization target is held on."""
+    return spec.slo.rate_metric if spec.slo is not None else spec.metrics[0]
 
 
 class RoutedGroup:
@@ -303,6 +328,7 @@ class Stack:
         self.loadgen: LoadGenerator | None = None
         self.prometheus: PrometheusServer | None = None
         self.job: BestEffortJob | None = None
+        self.forecast_target = METRIC
         self.service: LocalService | None = None
 
     # -- start ---------------------------------------------------------------------------------
@@ -357,13 +383,14 @@ class Stack:
             else None
         )
         spec = build_spec(cfg)
-        metric = spec.metrics[0]
+        forecast = forecast_metric(spec)
+        self.forecast_target = forecast.name
         day = cfg.day_seconds
         self.predictor = PredictorService(
             [
                 TargetConfig(
-                    name=METRIC,
-                    query=metric.prediction_query if client is not None else "",
+                    name=forecast.name,
+                    query=forecast.prediction_query if client is not None else "",
                     step=PREDICTOR_STEP_SECONDS,
                     lookback=max(2 * day, 120 * PREDICTOR_STEP_SECONDS),
                     horizons=predictor_horizons(cfg.warmup_seconds, cfg.interval),
@@ -384,6 +411,7 @@ class Stack:
                 PrometheusMetricsSource(client),
                 PrometheusForecasts(client) if cfg.prediction else None,
                 autoscaler_metrics,
+                service_models=PrometheusServiceModels(client),
             )
         else:
             reconciler = Reconciler(
@@ -480,6 +508,12 @@ class Stack:
         try:
             binary = find_binary()
         except ConfigError:
+            if self.cfg.sizing == "slo":
+                raise ConfigError(
+                    "--sizing slo reads the batchers' measured batch cost from Prometheus, and no "
+                    "'prometheus' binary is on PATH; install it (Debian: apt-get install "
+                    "prometheus) or use --sizing utilization"
+                ) from None
             self._notice(
                 "no 'prometheus' binary on PATH (Debian: apt-get install prometheus): the "
                 "autoscaler reads an embedded metrics window instead of Prometheus"
@@ -606,8 +640,9 @@ class Stack:
         online = {w: online_percent(self.window, w, now) for w in workers}
         known = [v for v in online.values() if v is not None]
         online_total = sum(known) if known else None
-        if online_total is not None and self.predictor.targets[METRIC].config.query == "":
-            self.predictor.observe(METRIC, now, online_total)  # embedded mode: pushed
+        target = self.predictor.targets[self.forecast_target].config
+        if online_total is not None and target.query == "":
+            self.predictor.observe(target.name, now, online_total)  # embedded mode: pushed
         if self.loadgen is None or self.loadgen.started_at is None:
             return
         ready_online = [online[w] for w in ready if online.get(w) is not None]
@@ -659,7 +694,11 @@ class Stack:
         warm-up horizon (the rule of autoscaler.controller.forecasts.PrometheusForecasts)."""
         assert self.predictor is not None
         horizon = max(self.cfg.warmup_seconds, self.cfg.interval)
-        ahead = [f for f in self.predictor.forecasts(METRIC) if f.horizon_seconds >= horizon]
+        ahead = [
+            f
+            for f in self.predictor.forecasts(self.forecast_target)
+            if f.horizon_seconds >= horizon
+        ]
         return min(ahead, key=lambda f: f.horizon_seconds, default=None)
 
     def _autoscale(self) -> None:
@@ -708,6 +747,7 @@ class Stack:
             self.cfg.target_utilization,
             recent.p99_seconds,
             os.getloadavg(),
+            self.cfg.sizing,
         )
 
     # -- stop ----------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ class LogView:
                 "best_effort_work_pct": _round(sample.best_effort_work),
                 "busy_share": _round(sample.busy_share, 3),
                 "best_effort_done": sample.best_effort_done,
-                "forecast_upper_pct": _round(sample.forecast_upper),
+                "forecast_upper": _round(sample.forecast_upper),
                 "p99_s": _round(sample.p99_seconds, 3),
             },
         )
@@ -96,10 +96,12 @@ class TerminalView:
         max_workers: int,
         peak_rps: float,
         notices: list[str],
+        sizing: str = "utilization",
     ) -> None:
         from rich.console import Console
 
         self.target, self.slo, self.max_workers = target_utilization, slo_seconds, max_workers
+        self.sizing = sizing
         self.peak_rps = peak_rps
         self.notices = notices
         self.console = Console()
@@ -144,14 +146,19 @@ class TerminalView:
         if s is None:
             table.add_row("starting", "exporter, workers, predictor, autoscaler ...", "")
         else:
+            # The forecast is of what the autoscaler sizes on: the request rate (--sizing slo)
+            # or the online work (--sizing utilization).
+            rate_forecast = self.sizing == "slo"
+            forecast = f"forecast {_num(s.forecast_upper, '.0f')}"
             table.add_row(
                 "load",
-                f"{s.sent_rps:6.1f} req/s  {self._bar(s.sent_rps, self.peak_rps)}",
+                f"{s.sent_rps:6.1f} req/s  {self._bar(s.sent_rps, self.peak_rps)}"
+                + (f"  {forecast} req/s" if rate_forecast else ""),
                 f"profile asks {s.target_rps:.1f} req/s",
             )
             table.add_row(
                 "online work",
-                f"{_num(s.online_work, '6.0f')} %   forecast {_num(s.forecast_upper, '.0f')} %",
+                f"{_num(s.online_work, '6.0f')} %" + ("" if rate_forecast else f"   {forecast} %"),
                 "100 % = one GPU busy; forecast = upper bound at the warm-up horizon",
             )
             table.add_row(

@@ -12,9 +12,11 @@ from autoglm.up.stack import (
     PREDICTOR_STEP_SECONDS,
     build_spec,
     class_percent,
+    forecast_metric,
     online_busy_query,
     online_percent,
     predictor_horizons,
+    request_rate_query,
 )
 from autoglm.up.window import MetricsWindow, Scrape, parse_exposition
 from predictor.selection import minimum_history
@@ -33,6 +35,22 @@ def test_the_spec_scales_on_online_work_per_worker_with_the_fleet_forecast() -> 
     assert metric.prediction.effective_horizon_seconds == pytest.approx(9.0)
     assert (spec.min_replicas, spec.max_replicas) == (1, 5)
     assert build_spec(UpConfig(prediction=False)).metrics[0].prediction is None
+
+
+def test_slo_sizing_sizes_on_the_forecast_request_rate_and_falls_back_on_online_work() -> None:
+    spec = build_spec(UpConfig(sizing="slo", slo_seconds=0.3, warmup_seconds=9.0))
+    assert spec.slo is not None
+    assert spec.slo.latency_seconds == pytest.approx(0.3) and spec.slo.quantile == 0.99
+    assert spec.slo.rate_query == request_rate_query()
+    assert 'job="autoglm-batcher"' in spec.slo.fixed_seconds_query  # the stack's workers
+    # The forecast belongs to the rate; the online metric is the HPA rule it falls back on.
+    rate = forecast_metric(spec)
+    assert rate.name == spec.slo.rate_name and rate.prediction is not None
+    assert rate.prediction_query == request_rate_query()
+    assert rate.prediction.effective_horizon_seconds == pytest.approx(9.0)
+    (fallback,) = spec.metrics
+    assert fallback.name == "online_busy" and fallback.prediction is None
+    assert forecast_metric(build_spec(UpConfig())).name == "online_busy"
 
 
 @pytest.mark.parametrize(("warmup", "interval"), [(8.0, 2.0), (12.0, 2.0), (1.0, 5.0)])

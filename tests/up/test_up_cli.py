@@ -168,6 +168,42 @@ def test_the_default_profile_scales_within_90_seconds(tmp_path: Path) -> None:
     assert [p for p in worker_pids(run.stderr) if alive(p)] == []
 
 
+@pytest.mark.timeout(200)
+def test_slo_sizing_decides_from_the_batchers_measured_cost(tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    run = subprocess.run(
+        up_command(
+            report_dir,
+            "--duration",
+            "45",
+            "--sizing",
+            "slo",
+            "--profile",
+            "step",
+            "--time-compression",
+            "1440",
+            "--peak-rps",
+            "80",
+            "--no-job",
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=190,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    drivers = set()
+    for line in run.stderr.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("msg") in ("decision", "scaled") and "driver" in record:
+                drivers.add(record["driver"])
+    assert "slo" in drivers, drivers  # sized from the service model, not the fallback rule
+    summary = json.loads((report_dir / "summary.json").read_text())
+    assert summary["sizing"] == "slo" and len(summary["samples"]) > 20
+    assert "sized for the p99 within 0.25 s" in run.stdout
+
+
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
     """Also the fallback without Prometheus: the autoscaler reads the embedded window."""
@@ -218,6 +254,7 @@ def test_bad_values_get_one_line_and_exit_2(
         (["--target-utilization", "nan"], "--target-utilization: 'nan' is not a finite number"),
         (["--peak-rps", "inf"], "--peak-rps: 'inf' is not a finite number"),
         (["--report-dir", str(taken)], "is a file"),
+        (["--sizing", "slo", "--no-prometheus"], "--sizing slo reads the batchers'"),
         (["--max-workers", "1", "--min-workers", "2"], "--max-workers 1 is below"),
         (["--profile", "sawtooth"], "sawtooth"),
         (["--duration", "soon"], "--duration"),
