@@ -18,7 +18,7 @@ Guarantees:
 Best-effort requests (:mod:`batcher.best_effort`) wait in a queue of their own, which online
 admission never looks at: they run only when no online request waits to start, in batches cut to
 the quantum, paced to the share of device time the slack controller allows, and are refused at
-once when there is no such capacity. They are answered on the same terms (exactly once, also on
+once when there is no such capacity (those waiting when the throttle starts are refused then). They are answered on the same terms (exactly once, also on
 drain and after an out-of-memory split) but counted only in the per-class series, never in the
 online latency histograms, SLO misses or the slack that throttles them.
 """
@@ -421,14 +421,8 @@ class Batcher:
         now = loop.time()
         self._steer(now)
         if self.controller.throttled:
-            clears = self.online_latencies.clears_at(now, self.slo_seconds - self.slack_margin)
             self.metrics.refused_best_effort("throttled")
-            raise Rejected(
-                "best-effort work is paused: online latency is near its SLO; retry after the "
-                "Retry-After delay",
-                "throttled",
-                throttled_retry_after(clears, now, self.controller.interval),
-            )
+            raise self._throttled(now)
         limit = self.best_effort_batch_limit()
         bound = self.best_effort_max_queue or 2 * limit
         if self._best_effort_items and self._best_effort_items + size > bound:
@@ -511,8 +505,30 @@ class Batcher:
                 log.warning(
                     "best-effort throttled: online latency slack under the margin", extra=fields
                 )
+                if not self._closing:  # a drain runs what it accepted
+                    self._shed_best_effort(now)
             else:
                 log.info("best-effort resumed: online latency slack is back", extra=fields)
+
+    def _throttled(self, now: float) -> Rejected:
+        """The refusal of a best-effort request while throttled, with its Retry-After."""
+        clears = self.online_latencies.clears_at(now, self.slo_seconds - self.slack_margin)
+        return Rejected(
+            "best-effort work is paused: online latency is near its SLO; retry after the "
+            "Retry-After delay",
+            "throttled",
+            throttled_retry_after(clears, now, self.controller.interval),
+        )
+
+    def _shed_best_effort(self, now: float) -> None:
+        """Answer the waiting best-effort requests with the throttle's refusal.
+
+        They would only wait out their timeouts (holding their clients) while the throttle
+        lasts; refused now, their clients back off until capacity should be back.
+        """
+        for request in self._pop_best_effort(self._best_effort_items):
+            self.metrics.best_effort_refusals.labels(self.metrics.model, "throttled").inc()
+            self._fail(request, self._throttled(now))
 
     def _judged_by_slo(self, timeout: float | None) -> bool:
         """Whether admission refuses this request when predicted to finish past the SLO.

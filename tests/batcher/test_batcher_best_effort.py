@@ -194,6 +194,7 @@ def test_share_falls_to_zero_when_the_slack_is_gone_and_grows_back(run_virtual, 
         stop.set()
         await asyncio.gather(*clients)
         seen["served_after"] = sum(1 for a in job if a.error is None) - served_before
+        seen["job"] = job
         seen["batcher"] = batcher
         await batcher.drain()
         return seen
@@ -209,6 +210,11 @@ def test_share_falls_to_zero_when_the_slack_is_gone_and_grows_back(run_virtual, 
     assert seen["refused"].latency == 0  # at once, never queued
     assert refusals(batcher, "throttled") >= 1
     assert seen["throttled_after"] == 0 and seen["share_after"] > 0.5
+    # requests waiting when the throttle started were refused then, not left to time out
+    job = seen["job"]
+    shed = [a for a in job if isinstance(a.error, Rejected) and a.latency > 0]
+    assert shed and all(a.error.reason == "throttled" for a in shed)
+    assert not any(isinstance(a.error, RequestTimedOut) for a in job)
     assert seen["served_after"] > 0
     messages = [r.getMessage() for r in caplog.records]
     throttled = messages.index("best-effort throttled: online latency slack under the margin")
