@@ -20,13 +20,14 @@ core's; this module only does the I/O around it and keeps the safety rules at th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autoscaler.controller.forecasts import ForecastSource
 from autoscaler.controller.kube import KubeError
@@ -44,15 +45,33 @@ from autoscaler.local import ScaleTarget
 from autoscaler.metrics import AutoscalerMetrics, nan_if_none
 from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
 
+if TYPE_CHECKING:
+    from autoscaler.controller.budget import Admission
+
 log = logging.getLogger(__name__)
 
-CONDITION_TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited", SLO_CONDITION)
+BUDGET_CONDITION = "BudgetLimited"
+CONDITION_TYPES = (
+    "AbleToScale",
+    "ScalingActive",
+    "ScalingLimited",
+    SLO_CONDITION,
+    BUDGET_CONDITION,
+)
 # Which rule sized the fleet: the SLO, the metrics because the SLO's inputs are missing, or the
 # metrics because the spec has no SLO.
 SIZING_MODES = ("slo", "hpa_fallback", "hpa")
 
 # (type, reason, message) -> recorded as a core/v1 Event on the autoscaler
 Notify = Callable[[str, str, str], None]
+
+
+class BudgetGate(Protocol):
+    """The GPU budgets' say on one decision (autoscaler/controller/budget.py); None: ungoverned."""
+
+    def admit(
+        self, name: str, state: ScalingState, current: int, desired: int, now: float
+    ) -> Admission | None: ...
 
 
 @dataclass
@@ -94,6 +113,7 @@ class Reconciler:
         self.dry_run = dry_run
         self.clock = clock
         self.may_act = may_act
+        self.budget: BudgetGate | None = None
 
     def reconcile(
         self,
@@ -168,7 +188,6 @@ class Reconciler:
             downscale_stabilization=self.downscale_stabilization,
             slo=slo_input,
         )
-        result.decision = decision
         for ctype, (ok, reason, message) in decision.conditions.items():
             # ScalingLimited false is the normal state; the others false mean trouble, worth an
             # Event when they turn false or turn false for another reason.
@@ -176,6 +195,9 @@ class Reconciler:
             changed = conditions.set(ctype, ok, reason, message)
             if not ok and ctype != "ScalingLimited" and (changed or reason != was):
                 notify("Warning", reason, message)
+        if self.budget is not None:
+            decision = self._apply_budget(labels[1], state, decision, conditions, now, notify)
+        result.decision = decision
 
         desired = decision.desired_replicas
         direction = "up" if desired > current else "down" if desired < current else "none"
@@ -237,6 +259,26 @@ class Reconciler:
         # None removes what an earlier spec.slo left (the status is merge-patched).
         status["slo"] = _slo_status(decision.slo) if decision.slo is not None else None
         return result
+
+    def _apply_budget(self, name, state, decision, conditions, now, notify) -> Decision:
+        """Cap the decision at what the GPU budgets governing this autoscaler allow now."""
+        assert self.budget is not None
+        current, desired = decision.current_replicas, decision.desired_replicas
+        admission = self.budget.admit(name, state, current, desired, now)
+        if admission is None:
+            conditions.by_type.pop(BUDGET_CONDITION, None)
+            return decision
+        limited = admission.reason is not None
+        reason = admission.reason or "WithinBudget"
+        if conditions.set(BUDGET_CONDITION, limited, reason, admission.message) and limited:
+            notify("Warning", BUDGET_CONDITION, admission.message)
+        if admission.replicas == desired:
+            return decision
+        return dataclasses.replace(
+            decision,
+            desired_replicas=admission.replicas,
+            reason=f"{decision.reason}; GPU budget: {admission.reason}",
+        )
 
     def _slo_input(self, spec: GPUAutoscalerSpec, count_error) -> SloInput:
         """The SLO's inputs: the rate (read and forecast like an External metric) and the

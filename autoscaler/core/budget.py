@@ -1,20 +1,20 @@
 """Sharing one pool of GPUs between autoscalers: guaranteed shares, priorities, weighted fairness.
 
 Every tick each governed autoscaler's proposal (whatever rule made it) becomes a demand in
-replicas, each replica costing the GPUs its pod template requests. :func:`allocate` splits the
-pool in tiers:
+replicas, each replica costing the GPUs its pod template requests. :func:`allocate` first finds
+where everyone should end (the *ideal*):
 
-1. *held*: what reclaiming may not take away this tick. A tenant keeps ``floor`` replicas (the
-   fewest its own scale-down behavior allows now), so a higher priority waits for a lower one to
-   shrink at its own pace instead of killing its pods. A tenant marked ``preempt`` lifts that
-   protection from every lower priority (down to their guaranteed share);
-2. *guaranteed*: each tenant up to its guaranteed GPUs, by priority when they do not all fit;
-3. *by priority*: the rest, highest priority first; within one priority by weighted max-min
+1. *guaranteed*: each tenant up to its guaranteed GPUs, by priority when they do not all fit;
+2. *by priority*: the rest, highest priority first; within one priority by weighted max-min
    fairness (water-filling one replica at a time to the tenant with the fewest GPUs per unit of
    weight). Best-effort work is simply the lowest priority and takes what is left.
 
-The sum never exceeds the pool unless the held replicas alone already do (the pool shrank below
-what is running): then nobody grows and everyone above its floor shrinks.
+Then it keeps the move safe. A tenant keeps its *floor* (the fewest replicas its own scale-down
+behavior allows now), so a higher priority waits for a lower one to shrink at its own pace
+instead of killing its pods; a tenant marked ``preempt`` lifts that protection from every lower
+priority (down to their guaranteed share). While floors hold more than the ideal, growth waits,
+the lowest priority's first. So the sum never exceeds the pool unless floors alone keep it over
+(the pool shrank below what is running), and then nobody grows.
 
 Allocation says what each tenant may have once everyone has moved; :func:`admit` says how far
 one tenant may move *now*, given what the others still hold, so that growth never lands on GPUs
@@ -34,7 +34,8 @@ OVER_BUDGET = "OverBudget"  # the pool is smaller than what the tenants may not 
 RECLAIMING = "Reclaiming"  # waiting for lower priorities to release GPUs at their own pace
 PRIORITY = "Priority"  # higher priorities took the rest of the pool
 FAIR_SHARE = "FairShare"  # equal priorities share what is left by weight
-REASONS = (CAP, OVER_BUDGET, RECLAIMING, PRIORITY, FAIR_SHARE)
+EXHAUSTED = "Exhausted"  # the pool is smaller than this tenant's own demand
+REASONS = (CAP, OVER_BUDGET, RECLAIMING, PRIORITY, FAIR_SHARE, EXHAUSTED)
 
 # GPUs are counted in floats (quantities may be fractional); sums are compared with this slack.
 _EPS = 1e-9
@@ -94,25 +95,23 @@ class Share:
 
 
 def allocate(total_gpus: float, tenants: Sequence[Tenant]) -> dict[str, Share]:
-    """Each tenant's allowed replicas once everyone has moved (see the module docstring)."""
+    """Each tenant's allowed replicas (see the module docstring)."""
     names = [t.name for t in tenants]
     if len(set(names)) != len(names):
         raise ValueError("tenant names must be unique")
     governed = [t for t in tenants if t.gpus_per_replica > 0]
-    preempting = [t.priority for t in governed if t.preempt]
-    held: dict[str, int] = {}
-    for t in governed:
-        floor = min(t.floor, t.current)
-        if any(p > t.priority for p in preempting):
-            floor = min(floor, t.guaranteed_replicas)
-        held[t.name] = max(0, min(t.demand, floor))
-    alloc = dict(held)
-    remaining = total_gpus - sum(held[t.name] * t.gpus_per_replica for t in governed)
-    guaranteed = {t.name: max(held[t.name], min(t.demand, t.guaranteed_replicas)) for t in governed}
-    remaining = _by_priority(governed, alloc, guaranteed, remaining)
-    _by_priority(governed, alloc, {t.name: t.demand for t in governed}, remaining)
+    ideal = _ideal(total_gpus, governed)
+    held = _held(governed)
+    alloc = {t.name: max(ideal[t.name], held[t.name]) for t in governed}
+    # Floors above the ideal over-commit the pool until their behavior lets them shrink; growth
+    # waits for that, the lowest priority's first.
+    excess = sum(alloc[t.name] * t.gpus_per_replica for t in governed) - total_gpus
+    for t in sorted(governed, key=lambda t: (t.priority, t.name)):
+        while excess > _EPS and alloc[t.name] > max(t.current, held[t.name]):
+            alloc[t.name] -= 1
+            excess -= t.gpus_per_replica
 
-    over = sum(held[t.name] * t.gpus_per_replica for t in governed) > total_gpus + _EPS
+    over = sum(alloc[t.name] * t.gpus_per_replica for t in governed) > total_gpus + _EPS
     shares = {}
     for t in tenants:
         if t.gpus_per_replica <= 0:
@@ -121,9 +120,31 @@ def allocate(total_gpus: float, tenants: Sequence[Tenant]) -> dict[str, Share]:
         allowed = alloc[t.name]
         reason = None
         if allowed < t.proposal:
-            reason = _reason(t, allowed, governed, alloc, held, over)
+            reason = _reason(t, allowed, governed, ideal, held, over)
         shares[t.name] = Share(t.name, t.proposal, allowed, t.gpus_per_replica, reason)
     return shares
+
+
+def _ideal(total_gpus: float, governed: Sequence[Tenant]) -> dict[str, int]:
+    """Where everyone ends once the floors have come down: guaranteed shares, then priority."""
+    alloc = {t.name: 0 for t in governed}
+    guaranteed = {t.name: min(t.demand, t.guaranteed_replicas) for t in governed}
+    remaining = _by_priority(governed, alloc, guaranteed, total_gpus)
+    _by_priority(governed, alloc, {t.name: t.demand for t in governed}, remaining)
+    return alloc
+
+
+def _held(governed: Sequence[Tenant]) -> dict[str, int]:
+    """What reclaiming may not take this tick: the behavior's floor, lifted down to the
+    guaranteed share when a higher priority may preempt."""
+    preempting = [t.priority for t in governed if t.preempt]
+    held = {}
+    for t in governed:
+        floor = min(t.floor, t.current)
+        if any(p > t.priority for p in preempting):
+            floor = min(floor, t.guaranteed_replicas)
+        held[t.name] = max(0, min(t.demand, floor))
+    return held
 
 
 def admit(
@@ -179,7 +200,7 @@ def _reason(
     t: Tenant,
     allowed: int,
     governed: Sequence[Tenant],
-    alloc: Mapping[str, int],
+    ideal: Mapping[str, int],
     held: Mapping[str, int],
     over: bool,
 ) -> str:
@@ -188,14 +209,10 @@ def _reason(
         return CAP
     if over:
         return OVER_BUDGET
-    lower_held = any(
-        o.priority < t.priority
-        and held[o.name] > min(o.demand, o.guaranteed_replicas)
-        and alloc[o.name] == held[o.name]
-        for o in governed
-    )
-    if lower_held:
+    if allowed < ideal[t.name]:
         return RECLAIMING
-    if any(o.priority > t.priority and alloc[o.name] > held[o.name] for o in governed):
+    if any(o.priority > t.priority and ideal[o.name] > 0 for o in governed):
         return PRIORITY
-    return FAIR_SHARE
+    if any(o.priority == t.priority and o.name != t.name and ideal[o.name] > 0 for o in governed):
+        return FAIR_SHARE
+    return EXHAUSTED

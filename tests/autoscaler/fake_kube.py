@@ -6,10 +6,12 @@ sends (objects with ``metadata.resourceVersion``, ``Status`` objects for errors 
 ``reason`` and ``code``), optimistic concurrency is enforced on writes that carry a
 ``resourceVersion``, and faults can be injected per request. Endpoints:
 
-- ``apis/apps/v1/namespaces/{ns}/{deployments,statefulsets}/{name}/scale``: GET, PUT, PATCH
+- ``apis/apps/v1/namespaces/{ns}/{deployments,statefulsets}/{name}[/scale]``: GET; the scale
+  also PUT, PATCH
 - ``api/v1/namespaces/{ns}/pods``: GET with ``labelSelector``
 - ``api/v1/namespaces/{ns}/events[/{name}]``: POST; PATCH (merge patch) of one Event
 - ``apis/{group}/{version}/namespaces/{ns}/{plural}[/{name}[/status]]``: GET, list, PATCH status
+  (a ``metadata.resourceVersion`` in the patch is a precondition, as on the API server)
 - ``apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]``: GET, POST, PUT
 """
 
@@ -89,13 +91,32 @@ class FakeKube:
         replicas: int,
         labels: dict[str, str],
         resource: str = "deployments",
+        requests: dict[str, str] | None = None,
     ) -> None:
+        """A workload whose pod template's one container requests ``requests`` (default: one
+        GPU, as :meth:`add_pod`)."""
+        template = {
+            "metadata": {"labels": dict(labels)},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "server",
+                        "image": "example/server:1",
+                        "resources": {"requests": dict(requests or {"nvidia.com/gpu": "1"})},
+                    }
+                ]
+            },
+        }
         with self.lock:
             self.objects[(resource, namespace, name)] = {
                 "apiVersion": "apps/v1",
                 "kind": WORKLOAD_KINDS[resource],
                 "metadata": self._meta(namespace, name),
-                "spec": {"replicas": replicas, "selector": {"matchLabels": dict(labels)}},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": dict(labels)},
+                    "template": template,
+                },
                 "status": {"replicas": replicas},
             }
 
@@ -225,6 +246,7 @@ class FakeKube:
         leases = rf"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
         return [
             (rf"{workload}/scale", self._scale),
+            (workload, self._workload),
             (rf"/api/v1/namespaces/{ns}/pods", self._pods),
             (rf"/api/v1/namespaces/{ns}/events", self._events),
             (rf"/api/v1/namespaces/{ns}/events/{name}", self._event),
@@ -293,6 +315,13 @@ class FakeKube:
                 "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
             },
         }
+
+    def _workload(self, req: Request, ns: str, res: str, name: str) -> tuple[int, dict]:
+        if req.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"only get is served for {res} here")
+        if (res, ns, name) not in self.objects:
+            raise self._not_found(res, "apps", name)
+        return 200, copy.deepcopy(self.objects[(res, ns, name)])
 
     def _pods(self, req: Request, ns: str) -> tuple[int, dict]:
         if req.method != "GET":
@@ -397,6 +426,9 @@ class FakeKube:
             if "merge-patch" not in req.content_type:
                 raise ApiError(415, "UnsupportedMediaType", f"unsupported {req.content_type}")
             patch = req.body or {}
+            sent_rv = (patch.get("metadata") or {}).get("resourceVersion")
+            if sent_rv and sent_rv != obj["metadata"]["resourceVersion"]:
+                raise self._conflict(plural, group, name)  # a resourceVersion is a precondition
             # The status subresource ignores everything but .status.
             obj["status"] = merge_patch(obj.get("status") or {}, patch.get("status") or {})
             obj["metadata"]["resourceVersion"] = self.next_rv()

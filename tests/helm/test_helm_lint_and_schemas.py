@@ -94,14 +94,19 @@ def test_the_operator_check_catches_an_unknown_field():
         validate_operator_object(monitor)
 
 
-def test_the_crd_ships_with_the_chart_and_is_valid():
+def test_the_crds_ship_with_the_chart_and_are_valid():
     objects = render(extra=("--include-crds",))
-    (crd,) = of_kind(objects, "CustomResourceDefinition")
-    assert crd["metadata"]["name"] == "gpuautoscalers.autoscaling.autoglm.io"
-    source = yaml.safe_load((CHART.parents[1] / "autoscaler/crd/gpuautoscaler.yaml").read_text())
-    assert crd == source  # the same file (crds/ links to it), not a copy
-    for version in KUBE_VERSIONS:
-        kubernetes_validate.validate(crd, version, strict=True)
+    crds = {c["metadata"]["name"]: c for c in of_kind(objects, "CustomResourceDefinition")}
+    files = {
+        "gpuautoscalers.autoscaling.autoglm.io": "gpuautoscaler.yaml",
+        "gpubudgets.autoscaling.autoglm.io": "gpubudget.yaml",
+    }
+    assert set(crds) == set(files)
+    for name, file in files.items():
+        source = yaml.safe_load((CHART.parents[1] / "autoscaler/crd" / file).read_text())
+        assert crds[name] == source  # the same file (crds/ links to it), not a copy
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(crds[name], version, strict=True)
 
 
 @pytest.mark.parametrize("values", VALUES_CASES)
