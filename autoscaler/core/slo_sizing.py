@@ -31,10 +31,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# An infeasible SLO is answered with the fewest replicas whose p99 is within this share of the
-# best reachable one: when no count meets the SLO, more replicas than that buy nothing.
-_BEST_EFFORT_SLACK = 0.01
-
 
 @dataclass(frozen=True)
 class ServiceModel:
@@ -146,9 +142,11 @@ def replicas_for_slo(
 ) -> SloSizing:
     """The fewest replicas in ``[min_replicas, max_replicas]`` whose modelled p99 meets the SLO.
 
-    When none does, the answer is flagged infeasible and names the fewest replicas that come
-    within 1% of the best p99 reachable (more would cost without helping), so an SLO below the
-    batch time itself does not drive the fleet to its maximum.
+    When none does, the answer is flagged infeasible. An SLO below a lone request's service
+    time ``t(1)`` (which no replica count can beat) is then sized as if it were ``t(1)``: the
+    fewest replicas at which the p99 request does not wait, so it does not drive the fleet to
+    its maximum. Any other infeasible SLO gets ``max_replicas``. Both keep the answer monotone
+    in the rate: the target searched for never depends on it.
     """
     _check_rate(rate_rps)
     _check_quantile(quantile)
@@ -164,9 +162,10 @@ def replicas_for_slo(
 
     at_max = p99(max_replicas)
     feasible = at_max <= slo_seconds
-    limit = slo_seconds if feasible else at_max * (1.0 + _BEST_EFFORT_SLACK)
+    floor = model.batch_seconds(1)  # no p99 is shorter: the SLO is sized as at least this
+    limit = max(slo_seconds, floor)
     # p99 falls as replicas are added, so the fewest that meet the limit are found by bisection.
-    lo, hi = (max_replicas if math.isinf(at_max) else min_replicas), max_replicas
+    lo, hi = (min_replicas if at_max <= limit else max_replicas), max_replicas
     while lo < hi:
         mid = (lo + hi) // 2
         if p99(mid) <= limit:
@@ -185,10 +184,15 @@ def replicas_for_slo(
             f"SLO {slo_seconds:g} s out of reach: {max_replicas} replicas cannot keep up with "
             f"{rate_rps:.4g} req/s (at most {max_replicas * model.capacity_rps:.4g} req/s)"
         )
+    elif slo_seconds < floor and latency <= floor:
+        reason = (
+            f"SLO {slo_seconds:g} s out of reach: one request takes {floor:.3g} s; {lo} "
+            f"replicas keep the {pct} at that at {rate_rps:.4g} req/s"
+        )
     else:
         reason = (
             f"SLO {slo_seconds:g} s out of reach at {rate_rps:.4g} req/s: the best modelled "
-            f"{pct} is {at_max:.3g} s; {lo} replicas come within 1% of it"
+            f"{pct} is {at_max:.3g} s, at {lo} replicas"
         )
     return SloSizing(replicas=lo, modelled_p99_seconds=latency, feasible=feasible, reason=reason)
 

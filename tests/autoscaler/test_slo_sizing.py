@@ -113,9 +113,17 @@ def test_an_slo_below_the_batch_time_is_infeasible_without_buying_the_whole_flee
     sizing = replicas_for_slo(0.5, 1.0, BATCHED, min_replicas=2, max_replicas=50)
     assert not sizing.feasible
     assert sizing.replicas < 50
-    best = modelled_p99(0.5, 50, BATCHED)
-    assert sizing.modelled_p99_seconds <= best * 1.01
-    assert "out of reach" in sizing.reason
+    # the fewest at which the p99 request does not wait: one request's service time
+    assert sizing.modelled_p99_seconds == pytest.approx(BATCHED.batch_seconds(1))
+    assert modelled_p99(0.5, sizing.replicas - 1, BATCHED) > BATCHED.batch_seconds(1)
+    assert "out of reach: one request takes 1.9 s" in sizing.reason
+
+
+def test_an_slo_above_the_batch_time_that_no_count_meets_gets_every_replica():
+    rate = 4 * BATCHED.capacity_rps * 0.95  # 4 replicas barely keep up, with a long queue tail
+    sizing = replicas_for_slo(rate, 5.0, BATCHED, min_replicas=1, max_replicas=4)
+    assert (sizing.replicas, sizing.feasible) == (4, False)
+    assert "best modelled p99" in sizing.reason
 
 
 def test_a_rate_beyond_the_largest_fleet_is_infeasible_at_max_replicas():
