@@ -104,6 +104,7 @@ def _hpa_flags(cfg: AutoscalerConfig) -> dict[str, Any]:
 
 
 def _run(cfg: AutoscalerConfig) -> int:
+    from autoscaler.controller.budget import BudgetCoordinator, BudgetMetrics
     from autoscaler.controller.controllers import KubernetesController, LocalController
     from autoscaler.controller.kube import KubeAPI
     from autoscaler.controller.leader import LeaderElector
@@ -142,6 +143,12 @@ def _run(cfg: AutoscalerConfig) -> int:
         controller: Any = KubernetesController(
             kube, reconciler, cfg.namespace, cfg.name or None, may_act=may_act
         )
+        # GPUBudgets in the namespace cap the autoscalers they govern (docs/budgets.md).
+        budgets = BudgetCoordinator(
+            kube, controller, cfg.namespace, BudgetMetrics(metrics.registry), time.time
+        )
+        reconciler.budget = budgets
+        controller = budgets
     else:
         spec = load_spec_file(cfg.spec_file)
         group = LocalProcessGroup(

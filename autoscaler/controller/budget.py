@@ -28,8 +28,8 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from autoscaler.controller.kube import _CLIENT_ERRORS, KubeAPI, KubeError, _wrap
 from autoscaler.controller.reconciler import rfc3339
-from autoscaler.core.behavior import ScalingState, scale_down_limit
-from autoscaler.core.budget import REASONS, Share, Tenant, admit
+from autoscaler.core.behavior import ScalingState
+from autoscaler.core.budget import REASONS, Share, Tenant, admit, behavior_floor
 from autoscaler.spec import GPUAutoscalerSpec, SpecError, parse_quantity, parse_spec
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,8 @@ class BudgetCoordinator:
             objects = self._list(PLURAL)
             autoscalers = self._list(self.kube.plural) if objects else []
         except KubeError as exc:
+            if exc.not_found:  # the GPUBudget CRD is not installed: there are no budgets
+                return
             log.error("cannot read GPUBudgets; budgets are not applied", extra={"error": str(exc)})
             return
         names = {(o.get("metadata") or {}).get("name") for o in autoscalers}
@@ -415,7 +417,7 @@ class BudgetCoordinator:
                     gpus_per_replica=member.gpus.get(resource, 0.0),
                     current=member.current,
                     proposal=self.proposals.get(name, member.current),
-                    floor=_floor(member.spec, state, member.current, now),
+                    floor=behavior_floor(member.spec, state, member.current, now),
                     priority=policy.priority,
                     weight=policy.weight,
                     guaranteed_gpus=policy.guaranteed.get(resource, 0.0),
@@ -542,17 +544,6 @@ class BudgetCoordinator:
             raise _wrap(f"patch {PLURAL}/{meta['name']}/status", exc) from exc
         meta.update(resourceVersion=obj["metadata"]["resourceVersion"])
         return obj
-
-
-def _floor(spec: GPUAutoscalerSpec, state: ScalingState, current: int, now: float) -> int:
-    """Fewest replicas the autoscaler's own scale-down policies allow now, never below its
-    minReplicas: what reclaiming without preemption may leave it with."""
-    lowest = min(spec.min_replicas, current)
-    if spec.behavior is None:
-        return lowest
-    return max(
-        lowest, min(scale_down_limit(state, spec.behavior.scale_down, current, now), current)
-    )
 
 
 def _tenant_status(

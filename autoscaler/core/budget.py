@@ -27,6 +27,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autoscaler.core.behavior import ScalingState, scale_down_limit
+from autoscaler.spec import GPUAutoscalerSpec
+
 # Why a tenant got less than it proposed (the BudgetLimited condition's reason and the
 # autoglm_budget_limited{reason} label).
 CAP = "Cap"  # its own cap in the budget
@@ -165,6 +168,17 @@ def admit(
     if allowed == share.allowed:
         return share
     return Share(name, share.proposal, allowed, share.gpus_per_replica, RECLAIMING)
+
+
+def behavior_floor(spec: GPUAutoscalerSpec, state: ScalingState, current: int, now: float) -> int:
+    """Fewest replicas the autoscaler's own scale-down policies allow now, never below its
+    minReplicas: what reclaiming without preemption may leave it with. Without a behavior
+    section the HPA limits no scale-down rate, so only minReplicas holds."""
+    lowest = min(spec.min_replicas, current)
+    if spec.behavior is None:
+        return lowest
+    limit = scale_down_limit(state, spec.behavior.scale_down, current, now)
+    return max(lowest, min(limit, current))
 
 
 def _by_priority(

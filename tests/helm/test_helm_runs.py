@@ -361,6 +361,16 @@ def _scenario(kube: FakeKubeServer, prom: FakePrometheus) -> None:
         for i in range(2):
             fake.add_pod(WATCHED, f"{name}-{i}", labels)
         fake.add_custom("gpuautoscalers", _gpu_autoscaler(name, kind))
+    # a budget large enough to change nothing, so that its reads and writes are exercised
+    fake.add_custom(
+        "gpubudgets",
+        {
+            "apiVersion": "autoscaling.autoglm.io/v1alpha1",
+            "kind": "GPUBudget",
+            "metadata": {"name": "team", "namespace": WATCHED},
+            "spec": {"resources": {"nvidia.com/gpu": 100}, "selector": {"matchLabels": {}}},
+        },
+    )
     prom.set_pods(UTIL, {f"{n}-{i}": 140.0 for n in ("llm", "cache") for i in range(2)})
 
 
