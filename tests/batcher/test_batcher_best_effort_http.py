@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 
 import numpy as np
@@ -11,6 +13,7 @@ import tritonclient.http as triton
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.batcher.batcher_test_models import EchoModel
+from tests.batcher.test_batcher_cli import LogReader, batcher_process
 from tests.batcher.test_batcher_http import json_request, triton_inputs
 
 pytestmark = pytest.mark.timeout(120)
@@ -109,3 +112,55 @@ def test_throttled_best_effort_gets_429_with_a_derived_retry_after(serve) -> Non
     assert found[("autoglm_batcher_best_effort_throttled", ())] == 1
     assert found[("autoglm_batcher_online_latency_slack_seconds", ())] < 0
     assert online_requests(found, "rejected") == 0
+
+
+def test_sigterm_drains_queued_best_effort_requests_with_the_online_ones() -> None:
+    proc = batcher_process(
+        *("--model", "tests.batcher.batcher_test_models:slow_echo", "--listen", "127.0.0.1:0"),
+        *("--max-batch-size", "2", "--slo-seconds", "5", "--best-effort-max-queue", "32"),
+    )
+    try:
+        logs = LogReader(proc)
+        url = f"http://127.0.0.1:{logs.wait_for('serving')['port']}"
+        replies: list[requests.Response] = []
+
+        def post(i: int, best_effort: bool) -> None:
+            extra = {"parameters": {"priority": "best-effort"}} if best_effort else {}
+            body = json_request([[1, 2, 3]], [[i]], **extra)
+            replies.append(requests.post(f"{url}/v2/models/echo/infer", json=body, timeout=60))
+
+        # 20 best-effort requests, 2 online; batches of 2 at 0.2 s: seconds of queued work
+        threads = [threading.Thread(target=post, args=(i, i < 20)) for i in range(22)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # all accepted, best-effort work still waiting
+            found = samples(url)
+            waiting = found[("autoglm_batcher_best_effort_queue_items", ())]
+            accepted = (
+                class_requests(found, "best_effort", "ok")
+                + class_requests(found, "online", "ok")
+                + waiting
+                + found[("autoglm_batcher_queue_requests", ())]
+                + found[("autoglm_batcher_in_flight_requests", ())]
+            )
+            if waiting > 0 and accepted == 22:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("best-effort requests were not queued in time")
+        proc.send_signal(signal.SIGTERM)
+        logs.wait_for("draining")
+        late = json_request([[1, 2, 3]], [[99]], parameters={"priority": "best-effort"})
+        refused = requests.post(f"{url}/v2/models/echo/infer", json=late, timeout=30)
+        for t in threads:
+            t.join(timeout=60)
+        assert logs.wait_for("stopped")["drained"] is True
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert refused.status_code == 503
+    assert sorted(r.status_code for r in replies) == [200] * 22
+    assert sorted(r.json()["outputs"][1]["data"][0] for r in replies) == list(range(22))
