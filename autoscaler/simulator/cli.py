@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -29,6 +29,13 @@ from autoscaler.core.slo_sizing import ServiceModel
 from autoscaler.simulator.backfill import BackfillConfig
 from autoscaler.simulator.engine import SimulationConfig, simulate
 from autoscaler.simulator.report import plot, summarise, write_json
+from autoscaler.simulator.tenants import (
+    TenantSetup,
+    parse_tenant_flag,
+    rotated_trace,
+    simulate_tenants,
+    summarise_run,
+)
 from autoscaler.simulator.trace import TraceError, load_trace
 
 log = logging.getLogger(__name__)
@@ -129,6 +136,17 @@ class SimulateSettings:
     score_from: float = field(
         default=0.0, metadata={"help": "seconds of replay (after --speed) left out of the SLO"}
     )
+    tenant: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "a tenant sharing --budget-gpus: NAME:PRIORITY:SLO_SECONDS:SHIFT_SECONDS, "
+            "the trace rotated by the shift (repeat the flag; see docs/budgets.md)"
+        },
+    )
+    budget_gpus: float = field(
+        default=0.0,
+        metadata={"help": "GPUs the --tenant list shares; best-effort work takes the rest"},
+    )
     json: str = field(default="", metadata={"help": "write the summary as JSON here"})
     plot: str = field(default="", metadata={"help": "write a PNG plot here"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
@@ -172,6 +190,13 @@ class SimulateSettings:
             raise ConfigError("--a-from-work needs --work-column")
         if self.sizing == "slo" and self.slo_on != "latency":
             raise ConfigError("--sizing slo models end-to-end latency: use --slo-on latency")
+        if self.tenant and not self.budget_gpus > 0:
+            raise ConfigError("--tenant needs --budget-gpus > 0, the GPUs the tenants share")
+        for text in self.tenant:
+            try:
+                parse_tenant_flag(text)
+            except ValueError as exc:
+                raise ConfigError(f"--tenant {text!r}: {exc}") from exc
         for name in ("json", "plot"):
             if getattr(self, name):
                 _check_writable(_flag(name), Path(getattr(self, name)))
@@ -274,6 +299,8 @@ def simulate_main(argv: list[str] | None) -> int:
     except (TraceError, ValueError) as exc:
         print(f"autoglm-autoscaler simulate: error: {exc}")
         return 2
+    if settings.tenant:
+        return _simulate_tenants(settings, trace, config)
     result = simulate(trace, config, settings.policy)
     summary = summarise(result)
     log.info("simulation finished", extra={k: v for k, v in summary.items() if k != "drivers"})
@@ -299,4 +326,28 @@ def simulate_main(argv: list[str] | None) -> int:
         write_json(settings.json, summary)
     if settings.plot:
         plot([result], settings.plot, title=f"{settings.policy} on {settings.trace}")
+    return 0
+
+
+def _simulate_tenants(settings: SimulateSettings, trace, config: SimulationConfig) -> int:
+    """``--tenant``: every tenant replays the trace rotated by its shift, with its own SLO and
+    priority, under ``--budget-gpus``; one line per tenant."""
+    setups = []
+    for text in settings.tenant:
+        name, priority, slo, shift = parse_tenant_flag(text)
+        setups.append(
+            TenantSetup(
+                name, rotated_trace(trace, shift), replace(config, slo_seconds=slo), priority
+            )
+        )
+    report = summarise_run(simulate_tenants(setups, settings.budget_gpus), setups)
+    for row in report["tenants"]:
+        print(
+            f"{row['tenant']:>12}: priority {row['priority']}, SLO minutes "
+            f"{row['slo_minutes']:.4f}, breach minutes {row['breach_minutes']}, GPU-hours "
+            f"{row['gpu_hours']:.2f}, limited {row['limited_share']:.1%} of ticks"
+        )
+    print(f"{'budget used':>12}: {report['used_share']:.4f} of {settings.budget_gpus:g} GPUs")
+    if settings.json:
+        write_json(settings.json, report)
     return 0
