@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_checkpoint_file(config.checkpoint)
         check_can_listen(config.listen)
+        if config.grpc_listen:
+            check_can_listen(config.grpc_listen, "--grpc-listen")
         web_config = WebConfig.load(config.web_config_file or None)
         device = usable_device(config.device)
     except ConfigError as exc:

@@ -8,6 +8,7 @@ trailing metadata), independent implementations of the same protocol.
 from __future__ import annotations
 
 import base64
+import socket
 import threading
 import time
 
@@ -26,6 +27,7 @@ from autoglm.webconfig import WebConfig
 from batcher.model import TensorSpec
 from tests.batcher.batcher_test_models import EchoModel
 from tests.batcher.test_batcher_best_effort_http import samples
+from tests.batcher.test_batcher_cli import start_up_error
 from tests.batcher.test_batcher_http import json_request
 from tests.batcher.test_batcher_oip_datatypes import TaggedScaler, TextModel
 from tests.selfsigned import ScratchCA
@@ -318,3 +320,17 @@ def test_tls_client_certificates_and_basic_auth_from_the_web_config(serve, tmp_p
     plain = triton.InferenceServerClient(f"127.0.0.1:{server.server.grpc.port}")
     with pytest.raises(InferenceServerException):
         plain.is_server_live()
+
+
+def test_a_grpc_port_in_use_is_refused_before_the_model_loads() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = start_up_error("--listen", "127.0.0.1:0", "--grpc-listen", f"127.0.0.1:{port}")
+    assert f"--grpc-listen '127.0.0.1:{port}'" in line
+
+
+def test_grpc_on_the_http_address_is_refused_at_once() -> None:
+    line = start_up_error("--listen", "127.0.0.1:8123", "--grpc-listen", "127.0.0.1:8123")
+    assert "give gRPC its own port" in line
