@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import dashboard as db
 
-from dashboards import autoscaler, batcher, best_effort, gpu_fleet, gpu_node, predictor
+from dashboards import autoscaler, batcher, best_effort, budgets, gpu_fleet, gpu_node, predictor
 
 
 @dataclass(frozen=True)
@@ -23,4 +23,5 @@ DASHBOARDS: tuple[CatalogueEntry, ...] = (
     CatalogueEntry("predictor.json", predictor.dashboard),
     CatalogueEntry("autoscaler.json", autoscaler.dashboard),
     CatalogueEntry("best-effort.json", best_effort.dashboard),
+    CatalogueEntry("budgets.json", budgets.dashboard),
 )

@@ -155,6 +155,7 @@ class BudgetMetrics:
     """``autoglm_budget_*``: per budget and resource, and per tenant."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         pool, tenant = ("budget", "resource"), ("budget", "autoscaler", "resource")
         self.total = Gauge(
             "autoglm_budget_total_gpus", "GPUs in the budget.", pool, registry=registry

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from autoscaler.controller.budget import BudgetMetrics
 from autoscaler.metrics import AutoscalerMetrics
 from batcher.metrics import BatcherMetrics
 from dashboards import gpu_node
@@ -122,6 +123,7 @@ def component_metrics() -> set[str]:
         _series_names(batcher.registry)
         | _series_names(predictor.registry)
         | _series_names(AutoscalerMetrics().registry)
+        | _series_names(BudgetMetrics(CollectorRegistry()).registry)
         | _series_names(_job_registry())
     )
 

@@ -12,6 +12,8 @@ has now and then, so the Xid and error panels have data; a steady trickle of req
 batcher, predictor and autoscaler panels; the tests inject the serious faults and the overload.
 A batch job (``autoglm-job run``) sends best-effort requests to the first worker, so the
 best-effort and job panels have data.
+A second autoscaler runs in Kubernetes mode against the fake API server, with two
+GPUAutoscalers under one GPUBudget too small for both, so the budget panels have data.
 The predictor has a second target whose query returns several series, a real misconfiguration,
 so its query-error series exist; the autoscaler's first reconcile, before its worker is up,
 counts a real metric_empty error.
@@ -31,6 +33,7 @@ import yaml
 
 from exporter.podresources import api_pb2 as pb
 from exporter.sources import SimulatedSource, load_profile
+from tests.autoscaler.fake_kube import FakeKubeServer
 from tests.exporter.fake_kubelet import FakeKubelet, KubeletServer, container, pod
 from tests.exporter.processes import ExporterProcess
 from tests.live import LiveProcess, Prometheus, free_port, scrape_job
@@ -99,6 +102,63 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+BUDGET_NAMESPACE = "teams"
+
+
+def _budget_cluster(workdir: Path) -> tuple[FakeKubeServer, Path]:
+    """The fake API server with ``chat`` (priority 10) and ``batch`` (priority 0), each asking
+    for 6 one-GPU replicas under a 4-GPU budget, and a kubeconfig pointing at it."""
+    kube = FakeKubeServer().start()
+    for name in ("chat", "batch"):
+        kube.fake.add_workload(BUDGET_NAMESPACE, name, 1, {"app": name})
+        kube.fake.add_custom(
+            "gpuautoscalers",
+            {
+                "metadata": {"name": name, "namespace": BUDGET_NAMESPACE},
+                "spec": {
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                    "minReplicas": 1,
+                    "maxReplicas": 10,
+                    "metrics": [
+                        {
+                            "name": "demand",
+                            "type": "External",
+                            "query": "vector(6)",
+                            "target": {"type": "AverageValue", "averageValue": "1"},
+                        }
+                    ],
+                },
+            },
+        )
+    kube.fake.add_custom(
+        "gpubudgets",
+        {
+            "metadata": {"name": "team", "namespace": BUDGET_NAMESPACE},
+            "spec": {
+                "resources": {"nvidia.com/gpu": 4},
+                "tenants": [
+                    {"autoscaler": "chat", "priority": 10},
+                    {"autoscaler": "batch", "priority": 0},
+                ],
+            },
+        },
+    )
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": kube.url}}],
+                "users": [{"name": "sa", "user": {"token": "t"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "sa"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    return kube, kubeconfig
 
 
 def _autoscaler_spec(path: Path) -> Path:
@@ -219,6 +279,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
         workers = [f"127.0.0.1:{base_port + i}" for i in range(MAX_WORKERS)]
         predictor_address = f"127.0.0.1:{free_port()}"
         autoscaler_address = f"127.0.0.1:{free_port()}"
+        budget_autoscaler_address = f"127.0.0.1:{free_port()}"
         job_address = f"127.0.0.1:{free_port()}"
         prometheus = Prometheus(
             workdir / "prometheus",
@@ -226,7 +287,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
                 scrape_job("autoglm-exporter", [exporter_a.address, exporter_b.address]),
                 scrape_job("autoglm-batcher", workers),
                 scrape_job("autoglm-predictor", [predictor_address]),
-                scrape_job("autoglm-autoscaler", [autoscaler_address]),
+                scrape_job("autoglm-autoscaler", [autoscaler_address, budget_autoscaler_address]),
                 scrape_job("autoglm-job", [job_address]),
             ],
             rule_files=[RULES],
@@ -249,6 +310,20 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
         )  # fmt: skip
         autoscaler.start(ready_timeout=60)
         started.append(autoscaler)
+        kube, kubeconfig = _budget_cluster(workdir)
+        started.append(kube)
+        budget_autoscaler = LiveProcess(
+            [
+                "autoglm-autoscaler", "run", "--mode", "kubernetes",
+                "--namespace", BUDGET_NAMESPACE, "--kubeconfig", str(kubeconfig),
+                "--prometheus-url", prometheus.url, "--interval", "2",
+                "--listen", budget_autoscaler_address, "--log-level", "warning",
+            ],
+            ready_url=f"http://{budget_autoscaler_address}/healthz",
+            log_path=workdir / "budget-autoscaler.log",
+        )  # fmt: skip
+        budget_autoscaler.start(ready_timeout=60)
+        started.append(budget_autoscaler)
         predictor = LiveProcess(
             [
                 "autoglm-predictor", "serve", "--config",

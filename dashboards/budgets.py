@@ -1,0 +1,149 @@
+"""GPU budgets: how full each pool is, who holds it, and who the budget holds back and why.
+
+The controller's ``autoglm_budget_*`` series (autoscaler/controller/budget.py): per budget and
+extended resource the pool's size and use; per tenant what its own proposal would take, what the
+budget allows and, while it is cut, the reason. A high-priority tenant cut while its modelled
+p99 is over the SLO is the page (``AutoglmBudgetStarvingHighPriority``); a low one cut is the
+budget working as meant.
+"""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import dashboard as db
+
+from dashboards import variables
+from dashboards.base import link_to, new_dashboard
+from dashboards.panels import Query, row, stat_panel, state_timeline_panel, timeseries_panel
+
+UID = "autoglm-budgets"
+POOL = 'budget=~"$budget", resource=~"$resource"'
+ALERT = "AutoglmBudgetStarvingHighPriority"
+
+
+def _pool_row(d: db.Dashboard) -> db.Dashboard:
+    d = d.with_row(row("Pools"))
+    d = d.with_panel(
+        timeseries_panel(
+            "GPUs used against the budget",
+            "Is the pool full? GPUs the governed autoscalers' replicas request, per budget and "
+            "resource, under the budget's total (dashed). Above the line only while a shrunk "
+            "budget waits for its tenants' scale-down behavior.",
+            [
+                Query(f"autoglm_budget_used_gpus{{{POOL}}}", "used {{budget}} {{resource}}"),
+                Query(f"autoglm_budget_total_gpus{{{POOL}}}", "total {{budget}} {{resource}}"),
+            ],
+            "none",
+            width=16,
+            min_value=0,
+            dashed=["total {{budget}} {{resource}}"],
+        )
+    )
+    return d.with_panel(
+        stat_panel(
+            "Budget used",
+            "Share of each pool in use now; with a best-effort tenant it should stay near 100%.",
+            [
+                Query(
+                    f"autoglm_budget_used_gpus{{{POOL}}} / autoglm_budget_total_gpus{{{POOL}}}",
+                    "{{budget}} {{resource}}",
+                )
+            ],
+            "percentunit",
+            width=8,
+            height=8,
+            steps=((None, "orange"), (0.7, "yellow"), (0.9, "green")),
+            decimals=1,
+        )
+    )
+
+
+def _tenant_row(d: db.Dashboard) -> db.Dashboard:
+    d = d.with_row(row("Tenants"))
+    d = d.with_panel(
+        timeseries_panel(
+            "Allowed GPUs per tenant",
+            "Who holds the pool? GPUs the budget allows each autoscaler, stacked.",
+            [
+                Query(
+                    f"autoglm_budget_allowed_gpus{{{POOL}}}",
+                    "{{autoscaler}} {{resource}}",
+                )
+            ],
+            "none",
+            min_value=0,
+            stacked=True,
+        )
+    )
+    d = d.with_panel(
+        timeseries_panel(
+            "Demand the budget does not grant",
+            "How far below its own proposal is each tenant held? Proposal minus allowance, in "
+            "GPUs; zero for a tenant the budget does not limit.",
+            [
+                Query(
+                    f"autoglm_budget_demand_gpus{{{POOL}}} - autoglm_budget_allowed_gpus{{{POOL}}}",
+                    "{{autoscaler}} {{resource}}",
+                )
+            ],
+            "none",
+            min_value=0,
+        )
+    )
+    d = d.with_panel(
+        state_timeline_panel(
+            "Budget-limited tenants, by reason",
+            "When and why was each tenant cut? Priority: higher priorities took the pool; "
+            "FairShare: equal priorities share it by weight; Reclaiming: waiting for a lower "
+            "priority to shrink at its own pace; OverBudget: the budget shrank below use; Cap: "
+            "the tenant's own cap; Contended: another controller changed the budget first. "
+            f"{ALERT} fires when the cut tenant is the budget's highest priority and over its SLO.",
+            [
+                Query(
+                    f"max by (autoscaler, reason) (autoglm_budget_limited{{{POOL}}}) > 0",
+                    "{{autoscaler}} {{reason}}",
+                )
+            ],
+            height=7,
+            steps=((None, "transparent"), (1, "orange")),
+        )
+    )
+    return d.with_panel(
+        timeseries_panel(
+            "Priority per tenant",
+            "Each tenant's priority in its budget (higher is served first; best-effort lowest).",
+            [
+                Query(
+                    'autoglm_budget_priority{budget=~"$budget"}',
+                    "{{autoscaler}}",
+                )
+            ],
+            "none",
+            height=7,
+        )
+    )
+
+
+def dashboard() -> db.Dashboard:
+    d = (
+        new_dashboard(
+            "GPU budgets",
+            UID,
+            (
+                "GPU budgets shared by autoscalers: each pool's use against its total, each "
+                "tenant's allowance and why the budget holds it back. Generated by "
+                "dashboards/budgets.py."
+            ),
+            ["autoscaler", "budgets"],
+        )
+        .variables(
+            [
+                variables.datasource(),
+                variables.label_variable("budget", "budget", "autoglm_budget_total_gpus", "Budget"),
+                variables.label_variable(
+                    "resource", "resource", "autoglm_budget_total_gpus", "Resource"
+                ),
+            ]
+        )
+        .link(link_to("Other dashboards"))
+    )
+    return _tenant_row(_pool_row(d))
