@@ -18,9 +18,10 @@ Guarantees:
 Best-effort requests (:mod:`batcher.best_effort`) wait in a queue of their own, which online
 admission never looks at: they run only when no online request waits to start, in batches cut to
 the quantum, paced to the share of device time the slack controller allows, and are refused at
-once when there is no such capacity (those waiting when the throttle starts are refused then). They are answered on the same terms (exactly once, also on
-drain and after an out-of-memory split) but counted only in the per-class series, never in the
-online latency histograms, SLO misses or the slack that throttles them.
+once when there is no such capacity (those waiting when the throttle starts are refused then).
+They are answered on the same terms (exactly once, also on drain and after an out-of-memory
+split) but counted only in the per-class series, never in the online latency histograms, SLO
+misses or the slack that throttles them.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from batcher.best_effort import (
 from batcher.config import BatcherConfig
 from batcher.cost_model import CostModel
 from batcher.execution import BatchExecutor, Outcome, describe
-from batcher.memory import MemoryMonitor
+from batcher.memory import BatchFootprint, MemoryMonitor, memory_cap
 from batcher.metrics import BatcherMetrics
 from batcher.policy import (
     BATCH_BUDGET_FRACTION,
@@ -207,6 +208,9 @@ class Batcher:
         )
         self.cost = CostModel()
         self.cap_state = AdaptiveCap(max_batch_size)
+        self.footprint = BatchFootprint()
+        self.memory_cap, self.memory_cap_reason = max_batch_size, "unlearned"
+        self.metrics.memory_capped(self.memory_cap, self.memory_cap_reason)
         self._queue: list[_Request] = []
         self._keys: list[tuple[int, float, int]] = []
         self._queued_items = 0
@@ -550,10 +554,25 @@ class Batcher:
 
     @property
     def cap(self) -> int:
-        """The batch-size cap in force now."""
-        if not self.adaptive:
-            return self.max_batch_size
-        return self.cap_state.effective(self._target, self._allowed)
+        """The batch-size cap in force now, within what the device's free memory holds."""
+        limit = (
+            self.cap_state.effective(self._target, self._allowed)
+            if self.adaptive
+            else self.max_batch_size
+        )
+        if self.memory_cap >= limit:
+            return limit
+        fitting = [b for b in self._allowed or () if b <= self.memory_cap]
+        return max(fitting) if fitting else self.memory_cap
+
+    def _refresh_memory_cap(self) -> None:
+        """Recompute the memory cap from the learned footprint and the device's headroom now
+        (once per batch: the headroom is a driver call, too dear for every request)."""
+        headroom = self.memory.headroom_bytes() if self.memory is not None else None
+        cap, reason = memory_cap(headroom, self.footprint.line(), self.max_batch_size)
+        if (cap, reason) != (self.memory_cap, self.memory_cap_reason):
+            self.memory_cap, self.memory_cap_reason = cap, reason
+            self.metrics.memory_capped(cap, reason)
 
     @property
     def batch_sizes(self) -> tuple[int, ...] | None:
@@ -815,6 +834,9 @@ class Batcher:
         if outcome.seconds > 0:
             self.cost.observe(executed, outcome.seconds)
             self._retarget(ended)
+        if outcome.peak_bytes is not None:
+            self.footprint.observe(executed, outcome.peak_bytes)
+            self._refresh_memory_cap()
         self.metrics.class_batch_size.labels(self.metrics.model, batch[0].request_class).observe(
             items
         )
