@@ -277,11 +277,14 @@ class Batcher:
                     )
                     self._refresh_sizes()
                     return medians
+                if outcome.peak_bytes is not None:
+                    self.footprint.observe(executed, outcome.peak_bytes)
                 if attempt:
                     self.cost.observe(executed, outcome.seconds)
                     samples.append(outcome.seconds)
             medians[executed] = statistics.median(samples) if samples else 0.0
         self._refresh_sizes()
+        self._refresh_memory_cap()
         return medians
 
     async def start(self) -> None:

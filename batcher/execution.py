@@ -31,6 +31,7 @@ class Outcome:
     out_of_memory: bool = False
     error: str = ""
     seconds: float = 0.0  # time the device spent on the batch
+    peak_bytes: float | None = None  # device memory the batch took above its start (CUDA only)
 
     @property
     def ok(self) -> bool:
@@ -60,6 +61,7 @@ def run_guarded(fn: BatchFn, payloads: list[Any], memory: MemoryMonitor | None) 
 
     ``fn`` must return one result per payload; anything else fails the batch.
     """
+    allocated_before = memory.begin_batch() if memory is not None else None
     start = time.perf_counter()
     out_of_memory = False
     message = ""
@@ -75,7 +77,8 @@ def run_guarded(fn: BatchFn, payloads: list[Any], memory: MemoryMonitor | None) 
                 error=f"model returned {len(results)} results for {len(payloads)} requests",
                 seconds=seconds,
             )
-        return Outcome(results=results, seconds=seconds)
+        peak = memory.batch_peak_bytes(allocated_before) if memory is not None else None
+        return Outcome(results=results, seconds=seconds, peak_bytes=peak)
     # Outside the except block: the exception, its traceback and the tensors they held are gone.
     seconds = time.perf_counter() - start
     if out_of_memory and memory is not None:

@@ -24,6 +24,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
+# Device memory kept free beyond what the learned batch footprint needs: the estimate is a line
+# through measured peaks, and the allocator rounds blocks up.
+MEMORY_MARGIN_FRACTION = 0.05
 ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 EXPANDABLE = "expandable_segments:True"
 
@@ -116,7 +119,100 @@ class MemoryMonitor:
         log.info("released cached device memory after idle period", extra=self.stats())
         return True
 
+    def begin_batch(self) -> float | None:
+        """Start measuring a batch's peak: the bytes allocated now (None off CUDA)."""
+        if not self.is_cuda or not torch.cuda.is_initialized():
+            return None
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return float(torch.cuda.memory_allocated(self.device))
+
+    def batch_peak_bytes(self, allocated_before: float | None) -> float | None:
+        """The batch's peak allocation above ``allocated_before`` (from :meth:`begin_batch`)."""
+        if allocated_before is None:
+            return None
+        return float(torch.cuda.max_memory_allocated(self.device)) - allocated_before
+
+    def headroom_bytes(self) -> float | None:
+        """What the device can still give this process: free memory plus the allocator's
+        reserved but unused blocks, less :data:`MEMORY_MARGIN_FRACTION` of the device (None
+        off CUDA)."""
+        if not self.is_cuda or not torch.cuda.is_initialized():
+            return None
+        free, total = torch.cuda.mem_get_info(self.device)
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return float(free + cached) - MEMORY_MARGIN_FRACTION * total
+
     def after_out_of_memory(self) -> None:
         """Give the failed batch's freed blocks back so the halves start from a clean pool."""
         if self.is_cuda and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
+
+
+# --- the memory-aware batch cap -------------------------------------------------------------
+
+MEMORY_CAP_REASONS = ("unlearned", "fits", "memory")
+
+
+class BatchFootprint:
+    """The device memory a batch of ``rows`` needs, learned from the batches that ran.
+
+    Why: halving after an out-of-memory error finds the limit by failing at it, and a co-tenant
+    that grows its share makes the same size fail again. Each batch's peak allocation above what
+    was held before it (activations, workspace) is recorded by executed size; the estimate is the
+    line ``fixed + per_row * rows`` whose slope is the least-squares one through the highest peak
+    seen at each size, raised until no observation lies above it, so it never promises a size less
+    memory than that size was seen to take.
+    """
+
+    def __init__(self, sizes_kept: int = 32) -> None:
+        self.sizes_kept = sizes_kept
+        self._peaks: dict[int, float] = {}
+
+    def observe(self, rows: int, peak_bytes: float) -> None:
+        """Record one finished batch of ``rows`` that took ``peak_bytes`` above its start."""
+        if rows < 1 or peak_bytes < 0:
+            return
+        self._peaks[rows] = max(peak_bytes, self._peaks.get(rows, 0.0))
+        if len(self._peaks) > self.sizes_kept:  # keep the sizes that bound the line
+            middle = sorted(self._peaks)[len(self._peaks) // 2]
+            del self._peaks[middle]
+
+    def line(self) -> tuple[float, float] | None:
+        """``(fixed_bytes, bytes_per_row)``, or None before two sizes were measured.
+
+        One size cannot tell fixed from per-row memory: taking it all as per-row would pin a
+        model with a large fixed part to the size it first ran at, and it would never learn
+        more. Warm-up runs every power-of-two size, so on a GPU the line is known before serving.
+        """
+        if len(self._peaks) < 2:
+            return None
+        xs = list(self._peaks)
+        mean_x = sum(xs) / len(xs)
+        mean_y = sum(self._peaks.values()) / len(xs)
+        spread = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in self._peaks.items()) / spread
+        slope = max(slope, 0.0)
+        fixed = max(y - slope * x for x, y in self._peaks.items())
+        return max(fixed, 0.0), slope
+
+
+def memory_cap(
+    headroom_bytes: float | None, line: tuple[float, float] | None, maximum: int
+) -> tuple[int, str]:
+    """The largest batch whose learned footprint fits ``headroom_bytes``, and why.
+
+    ``headroom_bytes`` is what the device can still give this process (free memory plus the
+    allocator's reserved but unused blocks, less a safety margin); None means no device memory
+    to watch (CPU). Reasons: ``unlearned`` (nothing measured, or no device), ``fits`` (the
+    maximum fits), ``memory`` (memory is what bounds the batch). Never below 1: a single row
+    that does not fit is the out-of-memory path's to report.
+    """
+    if headroom_bytes is None or line is None:
+        return maximum, "unlearned"
+    fixed, per_row = line
+    if per_row <= 0:
+        return (maximum, "fits") if fixed <= headroom_bytes else (1, "memory")
+    rows = int((headroom_bytes - fixed) // per_row)
+    if rows >= maximum:
+        return maximum, "fits"
+    return max(1, rows), "memory"

@@ -178,6 +178,20 @@ class BatcherMetrics:
             label,
             registry=registry,
         ).labels(model)
+        self.memory_cap = Gauge(
+            f"{PREFIX}_memory_cap_items",
+            "Largest batch the device's free memory (less a margin) holds, by the footprint "
+            "learned from the batches that ran; the maximum batch size while unlearned.",
+            label,
+            registry=registry,
+        ).labels(model)
+        self.memory_cap_reason = Gauge(
+            f"{PREFIX}_memory_cap_reason",
+            "1 for why the memory cap is what it is: unlearned (no device memory measured), "
+            "fits (the maximum batch fits), memory (free memory bounds the batch).",
+            [*label, "reason"],
+            registry=registry,
+        )
         self.max_batch = Gauge(
             f"{PREFIX}_max_batch_size_items",
             "Configured largest batch.",
@@ -310,6 +324,12 @@ class BatcherMetrics:
             label,
             registry=registry,
         ).labels(model)
+
+    def memory_capped(self, cap: int, reason: str) -> None:
+        """Export the memory cap in force and its reason (one of MEMORY_CAP_REASONS)."""
+        self.memory_cap.set(cap)
+        for known in ("unlearned", "fits", "memory"):
+            self.memory_cap_reason.labels(self.model, known).set(1 if known == reason else 0)
 
     def watch_memory(self, read: Callable[[], dict[str, float]]) -> None:
         """Export allocator statistics from ``read`` at each scrape."""
