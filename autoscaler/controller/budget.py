@@ -234,6 +234,7 @@ class BudgetCoordinator:
         self.shares: dict[tuple[str, str, str], Share] = {}  # (budget, autoscaler, resource)
         self.conditions: dict[str, list[dict[str, str]]] = {}  # budget -> its conditions
         self.invalid: list[dict[str, Any]] = []  # budgets whose spec cannot be used
+        self.read_failed = False  # this tick runs on the last budgets read; status is left alone
 
     def reconcile_all(self) -> dict:
         self.begin_tick()
@@ -245,16 +246,24 @@ class BudgetCoordinator:
     # --- reading --------------------------------------------------------------------------------
 
     def begin_tick(self) -> None:
-        self.budgets, self.members, self.shares = {}, {}, {}
-        self.conditions, self.invalid = {}, []
+        """Read the budgets and their tenants. When they cannot be read, the last ones read
+        stay in force (a read error must not lift every cap)."""
         try:
             objects = self._list(PLURAL)
             autoscalers = self._list(self.kube.plural) if objects else []
         except KubeError as exc:
             if exc.not_found:  # the GPUBudget CRD is not installed: there are no budgets
+                self.budgets, self.members = {}, {}
                 return
-            log.error("cannot read GPUBudgets; budgets are not applied", extra={"error": str(exc)})
+            log.error(
+                "cannot read GPUBudgets; the last ones read stay in force",
+                extra={"error": str(exc)},
+            )
+            self.read_failed = True
             return
+        self.read_failed = False
+        self.budgets, self.members, self.shares = {}, {}, {}
+        self.conditions, self.invalid = {}, []
         names = {(o.get("metadata") or {}).get("name") for o in autoscalers}
         claimed: dict[str, list[str]] = {}
         for obj in objects:
@@ -344,7 +353,8 @@ class BudgetCoordinator:
         except _CLIENT_ERRORS as exc:
             raise _wrap(f"get {kind}/{name}", exc) from exc
         out: dict[str, float] = {}
-        for container in workload.spec.template.spec.containers or []:
+        template = workload.spec.template if workload.spec else None
+        for container in (template.spec.containers if template and template.spec else None) or []:
             requests = (container.resources.requests if container.resources else None) or {}
             for resource, quantity in requests.items():
                 try:
@@ -448,6 +458,8 @@ class BudgetCoordinator:
     # --- reporting ------------------------------------------------------------------------------
 
     def end_tick(self) -> None:
+        if self.read_failed:
+            return
         for budget in self.budgets.values():
             name = budget.spec.name
             granted = {}

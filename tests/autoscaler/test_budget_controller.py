@@ -200,6 +200,24 @@ def test_two_controllers_never_over_commit_the_budget(h):
     assert contended is not None
 
 
+def test_a_failed_budget_read_keeps_the_last_budget_in_force(h):
+    t = Tenants(h)
+    t.add("chat", 2, 140.0)
+    t.add("batch", 2, 140.0)
+    h.fake.add_custom("gpubudgets", budget_object(total=5))
+    assert t.tick() == {"chat": 2, "batch": 2}
+    t.load = {"chat": 560.0, "batch": 560.0}
+    t.sync()
+    h.fake.inject("GET", r"/gpubudgets$", 500, "InternalError", times=3)
+    for _ in range(3):
+        counts = t.tick()
+        assert sum(counts.values()) <= 5, counts
+    # Held on the last budget read (grants not yet released count as held): never over it.
+    counts = [t.tick() for _ in range(3)]  # reads work again
+    assert all(sum(c.values()) <= 5 for c in counts)
+    assert counts[-1] == {"chat": 4, "batch": 1}
+
+
 def test_missing_references_overlaps_and_bad_specs_are_conditions_not_crashes(h):
     t = Tenants(h)
     t.add("chat", 2, 280.0)
