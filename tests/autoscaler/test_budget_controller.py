@@ -7,15 +7,24 @@ conditions, not crashes.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import jsonschema
 import pytest
+import yaml
 
 from autoscaler.controller.budget import BudgetCoordinator, BudgetMetrics, parse_budget
 from autoscaler.controller.controllers import KubernetesController
 from autoscaler.controller.kube import KubeAPI
+from autoscaler.controller.leader import LeaderElector
+from autoscaler.controller.loop import ReconcileLoop
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.metrics import AutoscalerMetrics
 from tests.autoscaler.test_controller import NS, UTIL, Harness, autoscaler_object
+from tests.autoscaler.test_controller_crd import _as_json_schema
+
+CRD_DIR = Path(__file__).resolve().parents[2] / "autoscaler" / "crd"
 
 SCALE_DOWN_ONE_PER_MINUTE = {
     "scaleDown": {
@@ -43,7 +52,7 @@ def budget_object(total=9, tenants=None, name="team", **spec) -> dict:
 class Tenants:
     """A controller (with budgets) over workloads whose pods follow their replica counts."""
 
-    def __init__(self, h: Harness, controller=None) -> None:
+    def __init__(self, h: Harness) -> None:
         self.h = h
         self.load: dict[str, float] = {}  # GPU utilization summed over the app's pods
         self.coordinator = self.attach(h.kube, h.reconciler, h.controller, h.metrics)
@@ -244,3 +253,46 @@ def test_the_budget_selects_by_label_and_by_the_autoscalers_own_label():
     by_label = {"metadata": {"name": "y", "labels": {"autoscaling.autoglm.io/gpu-budget": "team"}}}
     neither = {"metadata": {"name": "z", "labels": {"pool": "b"}}}
     assert spec.selects(by_selector) and spec.selects(by_label) and not spec.selects(neither)
+
+
+def test_only_the_lease_holder_allocates(h):
+    t = Tenants(h)
+    t.add("chat", 2, 560.0)
+    h.fake.add_custom("gpubudgets", budget_object(total=3))
+    loops = []
+    for identity in ("ctl-a", "ctl-b"):
+        elector = LeaderElector(h.api_client, NS, "autoglm-autoscaler", identity, clock=h.clock)
+        kube = KubeAPI(h.api_client, identity=identity, clock=h.clock)
+        metrics = AutoscalerMetrics()
+        reconciler = Reconciler(
+            PrometheusMetricsSource(h.client),
+            None,
+            metrics,
+            clock=h.clock,
+            may_act=elector.is_leader,
+        )
+        controller = KubernetesController(kube, reconciler, NS, may_act=elector.is_leader)
+        coordinator = t.attach(kube, reconciler, controller, metrics)
+        loops.append(ReconcileLoop(coordinator, metrics, elector=elector))
+    loops[0].tick()
+    assert h.fake.replicas(NS, "chat") == 3  # capped by the budget
+    before = len(h.fake.writes())
+    h.clock.now += 5
+    loops[1].tick()  # not the leader: reads the lease only, writes nothing
+    assert h.fake.writes()[before:] == []
+
+
+def test_the_example_budget_fits_the_crd_and_the_parser():
+    example = yaml.safe_load((CRD_DIR / "gpubudget-example.yaml").read_text())
+    crd = yaml.safe_load((CRD_DIR / "gpubudget.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    jsonschema.validate(example, _as_json_schema(version["schema"]["openAPIV3Schema"]))
+    spec = parse_budget(example)
+    assert spec.totals == {"nvidia.com/gpu": 16, "nvidia.com/mig-1g.10gb": 14}
+    assert spec.policy("chat").guaranteed == {"nvidia.com/gpu": 4} and spec.policy("chat").preempt
+    assert spec.policy("anyone").priority == -10
+    example["spec"]["tenants"][0]["weight"] = 0
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(example, _as_json_schema(version["schema"]["openAPIV3Schema"]))
+    with pytest.raises(ValueError, match="weight"):
+        parse_budget(example)
