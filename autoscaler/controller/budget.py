@@ -388,6 +388,11 @@ class BudgetCoordinator:
         self.proposals[name] = desired
         allowed, reason, notes = desired, None, []
         for budget in governing:
+            unreadable = [m for m in budget.members if m not in self.members]
+            if unreadable and allowed > current:
+                # GPUs an unreadable tenant holds are unknown: nobody may grow onto them.
+                allowed, reason = current, CONTENDED
+                notes.append(f"{budget.spec.name}: cannot read {', '.join(unreadable)}")
             for resource, total in budget.spec.totals.items():
                 if member.gpus.get(resource, 0.0) <= 0:
                     continue

@@ -227,6 +227,19 @@ def test_a_failed_budget_read_keeps_the_last_budget_in_force(h):
     assert counts[-1] == {"chat": 4, "batch": 1}
 
 
+def test_a_tenant_whose_target_cannot_be_read_stops_the_others_growing(h):
+    t = Tenants(h)
+    t.add("chat", 2, 560.0)
+    h.fake.add_custom("gpuautoscalers", autoscaler_object("ghost", maxReplicas=20))  # no target
+    h.fake.add_custom(
+        "gpubudgets",
+        budget_object(tenants=[{"autoscaler": "chat"}, {"autoscaler": "ghost"}], total=20),
+    )
+    assert t.tick()["chat"] == 2
+    assert t.condition("chat")["reason"] == "Contended"
+    assert "cannot read ghost" in t.condition("chat")["message"]
+
+
 def test_missing_references_overlaps_and_bad_specs_are_conditions_not_crashes(h):
     t = Tenants(h)
     t.add("chat", 2, 280.0)
