@@ -103,7 +103,9 @@ def fleet_setup(name: str, smoke: bool) -> tuple[Trace, SimulationConfig, str]:
     return trace, config, note
 
 
-def runs(config: SimulationConfig, smoke: bool, hpa_targets: list[float]) -> list[tuple]:
+def runs(
+    config: SimulationConfig, trace: Trace, smoke: bool, hpa_targets: list[float]
+) -> list[tuple]:
     """(label, policy, config, forecaster kind) of every run on one fleet."""
     window = {"scaleDown": {"stabilizationWindowSeconds": int(config.warmup_seconds)}}
     slo = replace(config, sizing="slo")
@@ -122,15 +124,32 @@ def runs(config: SimulationConfig, smoke: bool, hpa_targets: list[float]) -> lis
     frontier = [
         (f"hpa@{t:g}", "hpa", replace(config, target_utilization=t), None) for t in hpa_targets
     ]
-    # Ablations, run only when named with --only: which part of the rule costs SLO minutes.
+    # Ablations, run only when named with --only: which part of the rule costs SLO minutes, and
+    # what the service times' measured spread (a request's work varies) adds to the model.
+    spread = replace(slo, slo_service_scv=service_scv(config, trace))
     ablations = [
+        ("slo-spread", "hpa", spread, None),
+        ("slo-spread+bf", "hpa", replace(spread, backfill=BackfillConfig()), None),
+        ("clairvoyant-slo-spread", "predictive", replace(spread, behavior=window), "exact"),
         ("slo-no-up-tolerance", "hpa", replace(slo, behavior={"scaleUp": {"tolerance": 0}}), None),
         ("slo-q0.999", "hpa", replace(slo, slo_quantile=0.999), None),
     ]
     return planned + with_backfill + frontier + ablations
 
 
-ABLATIONS = ("slo-no-up-tolerance", "slo-q0.999")
+ABLATIONS = (
+    "slo-no-up-tolerance",
+    "slo-q0.999",
+    "slo-spread",
+    "slo-spread+bf",
+    "clairvoyant-slo-spread",
+)
+
+
+def service_scv(config: SimulationConfig, trace: Trace) -> float:
+    """Squared coefficient of variation of the trace's request service times under the model."""
+    seconds = config.service.fixed_seconds + config.service.per_item_seconds * trace.work
+    return float(np.var(seconds) / np.mean(seconds) ** 2)
 
 
 def fleet_targets(name: str, hpa_targets: list[float]) -> list[float]:
@@ -141,7 +160,7 @@ def run_one(task: tuple[str, bool, tuple[float, ...], str]) -> dict:
     """One run of one fleet (a unit of work for the process pool)."""
     name, smoke, hpa_targets, wanted = task
     trace, config, note = fleet_setup(name, smoke)
-    for label, policy, cfg, forecast in runs(config, smoke, list(hpa_targets)):
+    for label, policy, cfg, forecast in runs(config, trace, smoke, list(hpa_targets)):
         if label != wanted:
             continue
         forecaster = {
@@ -178,8 +197,8 @@ def run_fleets(
     early keeps what it measured."""
     tasks = []
     for name in fleets:
-        _, config, _ = fleet_setup(name, smoke)
-        for label, *_ in runs(config, smoke, fleet_targets(name, targets)):
+        trace, config, _ = fleet_setup(name, smoke)
+        for label, *_ in runs(config, trace, smoke, fleet_targets(name, targets)):
             if (label not in only) if only else (label in ABLATIONS):
                 continue
             tasks.append((name, smoke, tuple(fleet_targets(name, targets)), label))

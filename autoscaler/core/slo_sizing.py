@@ -16,7 +16,8 @@ be explainable in one status line. The model is built so that it errs on the sid
 * the fleet drains a backlog at full-batch throughput, and the chance that a request waits at
   all is Erlang C at the offered load in full-batch replicas;
 * the wait beyond that decays exponentially at the backlog's drain rate, halved for
-  deterministic batch times as in Kingman's formula (``service_scv`` adds service variance);
+  deterministic batch times as in Kingman's formula (``service_scv`` adds service variance,
+  which also lengthens the request's own service to its quantile);
 * once batches form (one replica could not keep up serving requests one by one), every replica
   is busy and a request also waits for the next one to free up.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -104,8 +106,10 @@ def modelled_p99(
 ) -> float:
     """The modelled ``quantile`` of end-to-end latency (seconds) at ``rate_rps`` on ``replicas``.
 
-    ``service_scv`` is the squared coefficient of variation of batch service times (0 for
-    deterministic ones). Returns ``math.inf`` when the replicas cannot keep up at full batches.
+    ``service_scv`` is the squared coefficient of variation of request service times (0 for
+    deterministic ones): it lengthens the backlog's tail and the served request's own time
+    (to its ``quantile`` under a normal spread). Returns ``math.inf`` when the replicas cannot
+    keep up at full batches.
     """
     _check_rate(rate_rps)
     _check_quantile(quantile)
@@ -113,7 +117,8 @@ def modelled_p99(
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     if not (math.isfinite(service_scv) and service_scv >= 0):
         raise ValueError(f"service_scv must be a finite number >= 0, got {service_scv!r}")
-    single = model.batch_seconds(1)
+    spread = _service_spread(quantile, service_scv)
+    single = model.batch_seconds(1) * spread
     if rate_rps == 0:
         return single
     drain_rps = replicas * model.capacity_rps - rate_rps
@@ -127,7 +132,16 @@ def modelled_p99(
     # to drain at full-batch throughput, and rides a full batch.
     next_free = model.batch_seconds(_steady_batch(rate_rps, replicas, model)) / replicas
     backlog = math.log(waits / (1.0 - quantile)) * (1.0 + service_scv) / 2.0 / drain_rps
-    return next_free + backlog + model.batch_seconds(model.max_batch)
+    return next_free + backlog + model.batch_seconds(model.max_batch) * spread
+
+
+def _service_spread(quantile: float, service_scv: float) -> float:
+    """The ``quantile`` of a service time over its mean, for a normal spread of the given squared
+    coefficient of variation (1 for deterministic service): a p99 can be no shorter than the
+    p99 request's own service."""
+    if service_scv == 0:
+        return 1.0
+    return 1.0 + max(0.0, NormalDist().inv_cdf(quantile)) * math.sqrt(service_scv)
 
 
 def replicas_for_slo(
@@ -162,7 +176,8 @@ def replicas_for_slo(
 
     at_max = p99(max_replicas)
     feasible = at_max <= slo_seconds
-    floor = model.batch_seconds(1)  # no p99 is shorter: the SLO is sized as at least this
+    # no p99 is shorter than one request's: the SLO is sized as at least this
+    floor = model.batch_seconds(1) * _service_spread(quantile, service_scv)
     limit = max(slo_seconds, floor)
     # p99 falls as replicas are added, so the fewest that meet the limit are found by bisection.
     lo, hi = (min_replicas if at_max <= limit else max_replicas), max_replicas

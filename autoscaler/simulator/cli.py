@@ -115,6 +115,13 @@ class SimulateSettings:
         default=0.99,
         metadata={"help": "with --sizing slo: the latency quantile held within --slo-seconds"},
     )
+    slo_service_scv: float = field(
+        default=0.0,
+        metadata={
+            "help": "with --sizing slo: squared coefficient of variation of request service "
+            "times (0: all take t(1))"
+        },
+    )
     backfill: bool = field(
         default=False, metadata={"help": "run best-effort work on the replicas left idle"}
     )
@@ -214,6 +221,7 @@ _AT_LEAST = {
     "queue_target": 0,
     "score_from": 0,
     "backfill_work": 0,
+    "slo_service_scv": 0,
     "backfill_quantum": 0,
 }
 _POSITIVE = {
@@ -286,6 +294,7 @@ def simulate_main(argv: list[str] | None) -> int:
             score_from=settings.score_from,
             sizing=settings.sizing,
             slo_quantile=settings.slo_quantile,
+            slo_service_scv=settings.slo_service_scv,
             backfill=(
                 BackfillConfig(
                     work_seconds=settings.backfill_work * 3600.0 or math.inf,

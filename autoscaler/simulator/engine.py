@@ -77,6 +77,7 @@ class SimulationConfig:
     score_from: float = 0.0  # requests arriving earlier are replayed but not scored
     sizing: Sizing = "target"  # "slo": size for the latency SLO instead of the target
     slo_quantile: float = 0.99  # the latency quantile SLO sizing holds inside slo_seconds
+    slo_service_scv: float = 0.0  # SLO sizing: squared coefficient of variation of service times
     backfill: BackfillConfig | None = None  # best-effort work on idle replicas
 
     def __post_init__(self) -> None:
@@ -93,6 +94,8 @@ class SimulationConfig:
             raise ValueError(
                 f"slo_quantile must be in (0, 1), e.g. 0.99, got {self.slo_quantile!r}"
             )
+        if self.slo_service_scv < 0:
+            raise ValueError(f"slo_service_scv must be >= 0, got {self.slo_service_scv!r}")
         if self.sizing not in ("target", "slo"):
             raise ValueError(f"sizing must be 'target' or 'slo', got {self.sizing!r}")
         if self.sizing == "slo" and (self.slo_on != "latency" or self.slo_seconds <= 0):
@@ -163,6 +166,7 @@ class SimulationResult:
     forecast_models: Counter  # ticks on which each model's forecast was the one consumed
     unfinished: int
     backfill_seconds: float = 0.0  # replica-seconds of best-effort work done
+    starting_seconds: float = 0.0  # replica-seconds paid for before replicas were ready
     backfill_quantum: float | None = None
 
 
@@ -355,6 +359,7 @@ def simulate(
         forecast_models=forecast_models,
         unfinished=int(np.isnan(finished).sum()),
         backfill_seconds=fleet.backfill_seconds,
+        starting_seconds=fleet.starting_seconds(t),
         backfill_quantum=quantum,
     )
 
@@ -369,16 +374,29 @@ def sized_replicas(config: SimulationConfig, rate: float) -> int:
         config.min_replicas,
         config.max_replicas,
         config.slo_quantile,
+        config.slo_service_scv,
     )
 
 
 @functools.lru_cache(maxsize=65536)
 def _sized_replicas(
-    rate: float, slo: float, service: ServiceModel, low: int, high: int, quantile: float
+    rate: float,
+    slo: float,
+    service: ServiceModel,
+    low: int,
+    high: int,
+    quantile: float,
+    scv: float,
 ) -> int:
     # A replay asks for the same measured rates (whole requests per window) over and over.
     sizing = replicas_for_slo(
-        rate, slo, service, min_replicas=low, max_replicas=high, quantile=quantile
+        rate,
+        slo,
+        service,
+        min_replicas=low,
+        max_replicas=high,
+        quantile=quantile,
+        service_scv=scv,
     )
     return sizing.replicas
 

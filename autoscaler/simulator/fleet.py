@@ -137,6 +137,14 @@ class Fleet:
             for rid in self._soonest_boundaries(excess):
                 self._cut(rid)
 
+    def starting_seconds(self, until: float) -> float:
+        """Replica-seconds paid for while a replica was still starting (no work can use them)."""
+        total = 0.0
+        for r in self.replicas:
+            end = r.removed_at if r.removed_at is not None else until
+            total += max(0.0, min(r.ready_at, end, until) - r.ordered_at)
+        return total
+
     def billed_seconds(self, until: float) -> float:
         """Replica-seconds paid for up to ``until`` (from order to removal)."""
         total = 0.0

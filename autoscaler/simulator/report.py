@@ -11,7 +11,9 @@
   it at ``target_utilization``. ``busy_fraction`` is the share of paid time a replica was busy.
 * With best-effort backfill: ``online_busy`` (the same as ``busy_fraction``), ``backfill_busy``
   (the share of paid time spent on best-effort slices), ``total_busy`` (their sum) and
-  ``backfill_replica_hours`` (best-effort work done).
+  ``backfill_replica_hours`` (best-effort work done). ``starting_share`` is the share of paid
+  time replicas spent starting (cold starts), which no work can use: ``1 - starting_share``
+  bounds ``total_busy``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
         "backfill_busy": float(result.backfill_seconds / billed),
         "total_busy": float((result.busy_seconds + result.backfill_seconds) / billed),
         "backfill_replica_hours": result.backfill_seconds / 3600.0,
+        "starting_share": float(result.starting_seconds / billed),
         "backfill_quantum_seconds": result.backfill_quantum,
         "sizing": cfg.sizing,
         "mean_replicas": float(billed / max(result.end_time, 1e-9)),

@@ -93,6 +93,16 @@ def test_scale_down_takes_best_effort_replicas_before_serving_ones():
     assert len(removed) == 1 and removed[0].removed_at == pytest.approx(10.0)
 
 
+def test_paid_time_before_a_replica_is_ready_is_counted_as_starting():
+    fleet = Fleet(np.array([0.0]), np.ones(1), ServiceModel(1, 0, 1), 30, 1)
+    fleet.scale_to(3)  # two replicas ordered at 0, ready at 30
+    fleet.advance(10.0)
+    fleet.scale_to(2)  # one of them is cancelled after 10 s of starting
+    fleet.advance(100.0)
+    assert fleet.starting_seconds(100.0) == pytest.approx(10.0 + 30.0)
+    assert fleet.billed_seconds(100.0) == pytest.approx(100.0 + 10.0 + 100.0)
+
+
 # -- the slack controller ---------------------------------------------------------------------
 def test_slack_controller_drops_to_zero_at_once_and_grows_back_in_steps():
     ctl = SlackController(BackfillConfig(margin=0.1, grow_step=0.25), slo_seconds=10.0)
@@ -153,6 +163,9 @@ def test_backfill_fills_the_idle_capacity_and_keeps_the_online_slo():
     assert filled["backfill_quantum_seconds"] == pytest.approx(0.55)
     assert filled["slo_minutes"] >= plain["slo_minutes"] - 1 / 60
     assert filled["unfinished"] == plain["unfinished"] == 0
+    # best-effort work can use any paid time but the cold starts
+    assert filled["total_busy"] <= 1 - filled["starting_share"] + 1e-9
+    assert filled["starting_share"] == pytest.approx(plain["starting_share"], rel=0.01)
 
 
 def test_the_slack_controller_stops_backfill_when_the_online_slo_is_at_risk():
