@@ -444,7 +444,10 @@ class BudgetCoordinator:
         return out
 
     def _record_growth(self, governing: list[_Budget], name: str, allowed: int) -> bool:
-        """Write the grant to every governing budget before the scale; False on any conflict."""
+        """Write the grant to every governing budget before the scale; False on any conflict.
+        A dry run scales nothing, so it records nothing."""
+        if getattr(getattr(self.controller, "reconciler", None), "dry_run", False):
+            return True
         for budget in governing:
             if budget.granted.get(name, 0) >= allowed:
                 continue
