@@ -163,7 +163,7 @@ CLIS = [
         "up",
         "autoglm.up.cli:main",
         config_parser("autoglm.up.config", "UpConfig", "autoglm up"),
-        starts=("autoglm.up.cli.Stack",),
+        starts=("autoglm.up.stack.Stack",),
     ),
     Cli(
         "job run",

@@ -22,7 +22,6 @@ from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
 from autoglm.up.config import UpConfig
 from autoglm.up.report import check_report_dir, summary_lines, write_report
-from autoglm.up.stack import Stack, Stopped
 from autoglm.up.view import LogView, TerminalView, View
 
 PROG = "autoglm up"
@@ -71,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cfg.sizing,
             )
         return LogView()
+
+    # Imported here: the stack loads torch and the predictor's models, which --help need not.
+    from autoglm.up.stack import Stack, Stopped
 
     stack = Stack(cfg, make_view)
     if tui:
