@@ -56,7 +56,8 @@ after ``--request-timeout`` counts as failed). The machine is shared: the load a
 recorded around every sweep and round; on a loaded machine the HTTP figures say little.
 
     python bench/batcher.py                  # both sections
-    python bench/batcher.py --quick          # a smoke run
+    python bench/batcher.py --quick          # a short run
+    python bench/batcher.py --smoke          # proves it runs end to end (the tests); no figures
     python bench/batcher.py --only sim       # the simulated section alone (a few minutes);
                                              # --only keeps the other section in the JSON
 """
@@ -98,6 +99,7 @@ from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E40
 MODEL = "batcher.models.demo:bench_factory"
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
 RATE_FRACTIONS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+SMOKE_FRACTIONS = (0.5, 1.0, 2.0)  # 2x the peak fails even a short run: a tight bracket
 NO_ADMISSION = "adaptive-no-adm"  # the ablation: this runtime with SLO admission off
 POLICIES = ("no-batching", "fixed-delay", "greedy", NO_ADMISSION, "adaptive")
 # (policy, baseline) pairs whose top rates are compared per seed or round: the runtime against
@@ -262,8 +264,8 @@ def p99_table(results: list[PolicyResult], peak: float, slo: float) -> None:
 
 def bracket(result: PolicyResult, peak: float) -> tuple[float, float]:
     """(last passing, first failing) grid rate around the policy's best; 5% above if none."""
-    above = [p.rate for p in result.points if p.rate > result.best_rate]
     low = result.best_rate or min(p.rate for p in result.points)
+    above = [p.rate for p in result.points if p.rate > low]  # never low: a bracket of width 0
     return low, min(above) if above else low + 0.05 * peak
 
 
@@ -313,7 +315,12 @@ def interleaved_searches(
 
 
 def spread(values: list[float]) -> dict:
-    """Median and range of repeated measurements, with the values themselves (for the JSON)."""
+    """Median and range of repeated measurements, with the values themselves (for the JSON).
+
+    No values (a ratio whose baseline sustained no rate in any repeat) give NaN, not a crash.
+    """
+    if not values:
+        return {"values": values, "median": math.nan, "min": math.nan, "max": math.nan}
     return {
         "values": values,
         "median": statistics.median(values),
@@ -347,7 +354,9 @@ def top_rate_table(tops: dict[str, list[float]], peak: float, resolution: float)
         ratio = spread(paired)
         # one bisection step on each side: a difference below it is not a difference
         tolerance = 2 * resolution * peak / max(statistics.median(tops[base]), 1e-9)
-        if ratio["min"] > 1.0:
+        if not paired:
+            verdict = f"not compared: {base} sustained no rate"
+        elif ratio["min"] > 1.0:
             verdict = "ahead in every repeat"
         elif ratio["median"] > 1.0 + tolerance:
             verdict = "ahead (median)"
@@ -406,10 +415,10 @@ def simulated_top_rates(
 def simulated_section(args: argparse.Namespace) -> list[dict]:
     print("== 1. simulated device, virtual time (policy maths, independent of this machine)")
     out = []
-    for scenario in SCENARIOS:
+    for scenario in SCENARIOS[:1] if args.smoke else SCENARIOS:
         peak, peak_b = scenario.peak
         print(f"{scenario.name}: {scenario.label}; offline peak {peak:.1f}/s at b={peak_b}")
-        rates = sorted({round(f * peak, 1) for f in RATE_FRACTIONS})
+        rates = sorted({round(f * peak, 1) for f in args.fractions})
         makers = {policy: sim_batcher(policy, scenario) for policy in POLICIES}
         results = []
         for policy in POLICIES:
@@ -763,11 +772,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resolution", type=float, default=0.01, help="top-rate bisection step, of the peak"
     )
-    parser.add_argument("--quick", action="store_true", help="short smoke run")
+    parser.add_argument("--quick", action="store_true", help="short run")
+    parser.add_argument("--smoke", action="store_true", help="tiny run, figures meaningless")
     args = parser.parse_args(argv)
+    args.fractions = SMOKE_FRACTIONS if args.smoke else RATE_FRACTIONS
     if args.quick:
         args.duration, args.max_requests, args.sim_requests = 3.0, 400, 1500
         args.seeds, args.rounds, args.resolution = 2, 1, 0.02
+    if args.smoke:
+        args.duration, args.max_requests, args.sim_requests = 1.0, 60, 600
+        args.seeds, args.rounds, args.resolution, args.warmup_repeats = 1, 1, 0.5, 2
 
     out = Path(args.json)
     report: dict = {}
@@ -778,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "sim"):
         report["simulated"] = simulated_section(args)
     if args.only in (None, "http"):
-        report["http"] = http_section(args)
+        report["http"] = http_section(args, fractions=args.fractions)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_finite(report), indent=2))
     print(f"wrote {out}")

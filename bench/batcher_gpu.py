@@ -4,7 +4,8 @@ Prepared for one run on a machine with an H200 (a session there has about 15 min
 time, start-up included), so it is one command that needs nothing else:
 
     python bench/batcher_gpu.py                       # CUDA, about 6 minutes
-    python bench/batcher_gpu.py --device cpu --quick  # a small model on the CPU (the tests)
+    python bench/batcher_gpu.py --device cpu --quick  # a small model on the CPU, short points
+    python bench/batcher_gpu.py --device cpu --smoke  # proves it runs end to end (the tests)
 
 Part 1, sweep: ``bench/batcher.py``'s HTTP section (no batching, fixed delay, greedy, this
 runtime; grid sweep, then top-rate rounds with the policies interleaved) against
@@ -41,7 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = "batcher.models.gpu_bench:factory"
 GRID = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0)
 QUICK_GRID = (0.3, 0.7, 1.0)
+SMOKE_GRID = (0.5, 1.0, 2.0)  # 2x the peak fails even a short run: a tight bracket
 LOAD_STEPS = (0.2, 0.5, 0.8, 0.95, 1.1, 0.6, 0.3)  # of the peak: every batch size, and a backlog
+SMOKE_LOAD_STEPS = (0.5, 1.1, 0.3)
 QUICK_SHAPE = "256,8,16"  # a few hundred requests/s on one CPU thread
 MEMORY_STATS = (
     "allocated_bytes",
@@ -121,7 +124,7 @@ def memory_run(
     points = []
     try:
         with MemoryPoller(server.port, args.poll_seconds) as poller:
-            for fraction in LOAD_STEPS:
+            for fraction in SMOKE_LOAD_STEPS if args.smoke else LOAD_STEPS:
                 point = bench.http_point(server, fraction * peak, args)
                 bench.print_point(config, point, point.sustained(args.slo))
                 points.append(point)
@@ -171,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--quick", action="store_true", help="small model, short points")
+    parser.add_argument("--smoke", action="store_true", help="small model, a few tiny points")
     parser.add_argument("--json", default=str(ROOT / "bench/results/batcher_gpu.json"))
     parser.add_argument("--shape", default="", help="width,layers,tokens of the model")
     parser.add_argument("--slo", type=float, default=0.25, help="p99 latency SLO, seconds")
@@ -185,10 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-release-seconds", type=float, default=5.0)
     parser.add_argument("--poll-seconds", type=float, default=0.25)
     args = parser.parse_args(argv)
-    if args.quick:
+    if args.quick or args.smoke:
         args.shape = args.shape or QUICK_SHAPE
         args.duration, args.max_requests, args.warmup_repeats = 1.0, 150, 2
         args.resolution, args.idle_release_seconds, args.max_batch_size = 0.1, 1.0, 16
+    if args.smoke:
+        args.duration, args.max_requests, args.resolution = 0.5, 40, 0.5
     for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         os.environ.pop(var, None)
     os.environ["AUTOGLM_GPU_BENCH_DEVICE"] = args.device
@@ -197,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
 
     report: dict = {"load_average_at_start": bench.loadavg(), "device": args.device}
     print(f"load average at start: {report['load_average_at_start']}; device {args.device}")
-    sweep = bench.http_section(args, MODEL, args.device, QUICK_GRID if args.quick else GRID)
+    grid = SMOKE_GRID if args.smoke else QUICK_GRID if args.quick else GRID
+    sweep = bench.http_section(args, MODEL, args.device, grid)
     report["sweep"] = sweep
     print("== memory: the adaptive runtime with and without compaction, same stepped load")
     common = bench.server_settings(args)

@@ -1,4 +1,4 @@
-"""Predictor benchmark on the real traces in shared/autoscaling-traces/: a grid that is hard to
+"""Predictor benchmark on the public traces (`autoglm datasets fetch`): a grid that is hard to
 overfit by accident.
 
 Series: from the Alibaba GenAI trace, the request count and the work (sum of execution seconds)

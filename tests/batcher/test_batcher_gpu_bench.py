@@ -1,8 +1,9 @@
 """The GPU benchmark script, run in its CPU mode: it must work the first time it meets an H200.
 
 A session with a GPU has a few minutes of device time, so ``bench/batcher_gpu.py`` has to run
-end to end unattended. Its ``--device cpu --quick`` mode runs the same code with a small model:
-seven real servers, the HTTP sweep and top-rate round, both memory configurations, the JSON.
+end to end unattended. Its ``--device cpu --smoke`` mode runs the same code with a small model and
+a few short points: seven real servers, the HTTP sweep and top-rate round, both memory
+configurations, the JSON. The deadline is generous: on a busy machine the servers start slowly.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.live
-@pytest.mark.timeout(600)
-def test_quick_cpu_mode_runs_the_sweep_and_both_memory_configurations(tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_smoke_cpu_mode_runs_the_sweep_and_both_memory_configurations(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
     run = subprocess.run(
-        [sys.executable, "bench/batcher_gpu.py", "--device", "cpu", "--quick", "--json", str(out)],
+        [sys.executable, "bench/batcher_gpu.py", "--device", "cpu", "--smoke", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=580,
+        timeout=840,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -40,7 +42,7 @@ def test_quick_cpu_mode_runs_the_sweep_and_both_memory_configurations(tmp_path: 
         "adaptive-no-adm",
         "adaptive",
     ]
-    assert all(len(row["values"]) == 1 for row in sweep["top_rates"])  # one quick round
+    assert all(len(row["values"]) == 1 for row in sweep["top_rates"])  # one round
     assert set(sweep["ratios"]) == {
         "adaptive/fixed-delay",
         "adaptive/greedy",
