@@ -266,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvidia-smi", default="nvidia-smi", help="the nvidia-smi to run")
     parser.add_argument("--no-load", action="store_true", help="do not load the GPUs")
     parser.add_argument("--json", default=str(REPO_ROOT / "bench/results/exporter-gpu.json"))
+    parser.add_argument("--smoke", action="store_true", help="3 samples, short pauses")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.samples, args.pause = 3, 0.1
 
     @contextmanager
     def given() -> Iterator[str]:
