@@ -26,10 +26,6 @@ from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
 from autoglm.webconfig import WebConfig
 from autoscaler.config import AutoscalerConfig
-from autoscaler.controller.forecasts import PrometheusForecasts
-from autoscaler.controller.metrics_source import PrometheusMetricsSource
-from autoscaler.controller.reconciler import Reconciler
-from autoscaler.controller.service_model import PrometheusServiceModels
 from autoscaler.core import MetricInput, PodSample, ScalingState, decide
 from autoscaler.core.decision import SloInput, SloOutcome
 from autoscaler.core.replica_calculator import ReadinessTimes
@@ -104,11 +100,16 @@ def _hpa_flags(cfg: AutoscalerConfig) -> dict[str, Any]:
 
 
 def _run(cfg: AutoscalerConfig) -> int:
+    # The controller's modules (the kubernetes client among them) load here, not for --help.
     from autoscaler.controller.budget import BudgetCoordinator, BudgetMetrics
     from autoscaler.controller.controllers import KubernetesController, LocalController
+    from autoscaler.controller.forecasts import PrometheusForecasts
     from autoscaler.controller.kube import KubeAPI
     from autoscaler.controller.leader import LeaderElector
     from autoscaler.controller.loop import ReconcileLoop
+    from autoscaler.controller.metrics_source import PrometheusMetricsSource
+    from autoscaler.controller.reconciler import Reconciler
+    from autoscaler.controller.service_model import PrometheusServiceModels
     from autoscaler.local import LocalProcessGroup
 
     metrics = AutoscalerMetrics()
