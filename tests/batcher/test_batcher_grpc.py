@@ -334,3 +334,36 @@ def test_a_grpc_port_in_use_is_refused_before_the_model_loads() -> None:
 def test_grpc_on_the_http_address_is_refused_at_once() -> None:
     line = start_up_error("--listen", "127.0.0.1:8123", "--grpc-listen", "127.0.0.1:8123")
     assert "give gRPC its own port" in line
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(serve, tmp_path) -> None:
+    old_ca, new_ca = ScratchCA(tmp_path, "old CA"), ScratchCA(tmp_path, "new CA")
+    served = old_ca.server()
+    config_file = tmp_path / "web.yml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {"tls_server_config": {"cert_file": str(served.cert), "key_file": str(served.key)}}
+        )
+    )
+    server = serve(EchoModel(), web_config=WebConfig.load(config_file), grpc_listen="127.0.0.1:0")
+    address = f"localhost:{server.server.grpc.port}"
+
+    def live_for(ca: ScratchCA) -> bool:
+        client = triton.InferenceServerClient(
+            address, ssl=True, root_certificates=str(ca.cert_file)
+        )
+        try:
+            return client.is_server_live(client_timeout=5)
+        except InferenceServerException:
+            return False
+        finally:
+            client.close()
+
+    assert live_for(old_ca) and not live_for(new_ca)
+    renewed = new_ca.server("renewed")
+    served.cert.write_bytes(renewed.cert.read_bytes())  # as cert-manager rewrites the files
+    served.key.write_bytes(renewed.key.read_bytes())
+    deadline = time.monotonic() + 10
+    while not live_for(new_ca) and time.monotonic() < deadline:
+        time.sleep(0.3)  # the files are looked at once a second at most
+    assert live_for(new_ca) and not live_for(old_ca)
