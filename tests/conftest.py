@@ -28,6 +28,7 @@ SLOW_PATHS = (
     "bench/",
     "helm/",
     "live_rules_dashboards/",
+    "autoscaler/test_budget_controller.py",
     "autoscaler/test_controller_prometheus.py",
     "autoscaler/test_fleet_backfill_bench.py",
     "autoscaler/test_simulator.py",
@@ -46,8 +47,15 @@ SLOW_PATHS = (
     "up/test_up_cli.py",
 )
 
-# Single tests that take many seconds inside otherwise quick modules (model fits, long sweeps).
+# Single tests that take many seconds inside otherwise quick modules (model fits, long sweeps,
+# real-time waits, plotting).
 SLOW_TESTS = (
+    "autoscaler/test_budget_core.py::test_never_exceeds_the_budget",
+    "autoscaler/test_budget_core.py::test_raising_a_priority_never_lowers_the_allocation",
+    "batcher/test_batcher_best_effort_http.py::test_sigterm_drains_queued_best_effort_requests",
+    "batcher/test_batcher_engine.py::test_utilization_cap_leaves_the_device_idle_for_co_tenants",
+    "jobs/test_job_runner.py::test_refused_best_effort_requests_make_the_job_back_off_and_retry",
+    "up/test_report.py::test_report_is_html_with_an_embedded_png",
     "autoscaler/test_slo_sizing.py::test_sizing_is_monotone_in_rate_and_stays_within_bounds",
     "predictor/test_predictor_backtest.py::test_the_chosen_model_is_calibrated_with_the_backtests",
     "predictor/test_predictor_backtest.py::test_a_combination_is_scored_from_its_members",
