@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from autoscaler.controller.kube import _CLIENT_ERRORS, KubeAPI, KubeError, _wrap
-from autoscaler.controller.reconciler import rfc3339
+from autoscaler.controller.reconciler import Admission, rfc3339
 from autoscaler.core.behavior import ScalingState
 from autoscaler.core.budget import REASONS, Share, Tenant, admit, behavior_floor
 from autoscaler.spec import GPUAutoscalerSpec, SpecError, parse_quantity, parse_spec
@@ -140,15 +140,6 @@ def _quantities(raw: Any, path: str) -> dict[str, float]:
             raise BudgetSpecError(f"{path}.{resource}: must be >= 0")
         out[str(resource)] = value
     return out
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What the budget lets one autoscaler have now; ``reason`` is set when it was cut."""
-
-    replicas: int
-    reason: str | None
-    message: str
 
 
 class BudgetMetrics:

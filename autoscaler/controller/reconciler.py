@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from autoscaler.controller.forecasts import ForecastSource
 from autoscaler.controller.kube import KubeError
@@ -45,9 +45,6 @@ from autoscaler.local import ScaleTarget
 from autoscaler.metrics import AutoscalerMetrics, nan_if_none
 from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
 
-if TYPE_CHECKING:
-    from autoscaler.controller.budget import Admission
-
 log = logging.getLogger(__name__)
 
 BUDGET_CONDITION = "BudgetLimited"
@@ -64,6 +61,15 @@ SIZING_MODES = ("slo", "hpa_fallback", "hpa")
 
 # (type, reason, message) -> recorded as a core/v1 Event on the autoscaler
 Notify = Callable[[str, str, str], None]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the budget lets one autoscaler have now; ``reason`` is set when it was cut."""
+
+    replicas: int
+    reason: str | None
+    message: str
 
 
 class BudgetGate(Protocol):
