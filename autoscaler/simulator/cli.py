@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from autoglm.config import ConfigError, load_config
+from autoglm.datasets import resolve as resolve_dataset
 from autoglm.logs import setup_logging
 from autoscaler.core.slo_sizing import ServiceModel
 from autoscaler.simulator.backfill import BackfillConfig
@@ -43,7 +44,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SimulateSettings:
-    trace: str = field(default="", metadata={"help": "CSV file with one request per row"})
+    trace: str = field(
+        default="",
+        metadata={
+            "help": "CSV file with one request per row, or a dataset name "
+            "(`autoglm datasets list`: azure-llm-conv-10min ships with the package)"
+        },
+    )
     policy: Literal["static", "hpa", "predictive"] = field(
         default="hpa", metadata={"help": "scaling policy to replay"}
     )
@@ -260,7 +267,7 @@ def simulate_main(argv: list[str] | None) -> int:
     setup_logging("autoscaler", settings.log_level, settings.log_format)
     try:
         trace = load_trace(
-            settings.trace,
+            resolve_dataset(settings.trace),
             time_column=settings.time_column,
             time_format=settings.time_format,
             work_column=settings.work_column or None,

@@ -391,6 +391,17 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
     assert simulate_main(["--trace", str(tmp_path / "missing.csv")]) == 2
 
 
+def test_simulate_takes_a_dataset_name(tmp_path, capsys, monkeypatch):
+    """A shipped excerpt replays by name; a whole trace not fetched yet names the fetch command."""
+    out = tmp_path / "summary.json"
+    assert simulate_main(["--trace", "azure-llm-conv-10min", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["requests"] == 2863
+    monkeypatch.setenv("AUTOGLM_TRACES_DIR", str(tmp_path / "empty"))
+    capsys.readouterr()
+    assert simulate_main(["--trace", "azure-llm-conv"]) == 2
+    assert "autoglm datasets fetch azure-llm-conv" in capsys.readouterr().out
+
+
 def small_forecast_config(**changes) -> SimulationConfig:
     base = SimulationConfig(
         service=SERVICE,
