@@ -99,6 +99,8 @@ from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E40
 MODEL = "batcher.models.demo:bench_factory"
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
 RATE_FRACTIONS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+# No rate above twice the offline peak is searched: no policy sustains it in a real run.
+SEARCH_CEILING = 2.0
 SMOKE_FRACTIONS = (0.5, 1.0, 2.0)  # 2x the peak fails even a short run: a tight bracket
 NO_ADMISSION = "adaptive-no-adm"  # the ablation: this runtime with SLO admission off
 POLICIES = ("no-batching", "fixed-delay", "greedy", NO_ADMISSION, "adaptive")
@@ -269,13 +271,16 @@ def bracket(result: PolicyResult, peak: float) -> tuple[float, float]:
     return low, min(above) if above else low + 0.05 * peak
 
 
-def top_rate_search(low: float, high: float, resolution: float) -> Generator[float, bool, float]:
+def top_rate_search(
+    low: float, high: float, resolution: float, ceiling: float = math.inf
+) -> Generator[float, bool, float]:
     """Yield rates to try, be sent whether each was sustained; return the highest sustained.
 
     Bisection between ``low`` (expected to pass) and ``high`` (expected to fail), down to
     ``resolution``. Both ends are checked first: on a noisy machine the grid's bracket may not
     hold in a later repeat, and the bracket is then moved by its own width until it does.
-    Returns 0 when nothing down to ``resolution`` is sustained.
+    Returns 0 when nothing down to ``resolution`` is sustained, and ``ceiling`` when even that is:
+    a short run (the smoke's few requests) can pass at any rate, and the search must end.
     """
     width = high - low
     while not (yield low):
@@ -283,7 +288,9 @@ def top_rate_search(low: float, high: float, resolution: float) -> Generator[flo
             return 0.0
         low, high = max(resolution, low - width), low
     while (yield high):
-        low, high = high, high + width
+        if high >= ceiling:
+            return high
+        low, high = high, min(ceiling, high + width)
     while high - low > resolution:
         middle = (low + high) / 2
         if (yield middle):
@@ -403,7 +410,10 @@ def simulated_top_rates(
             return point.sustained(scenario.slo)
 
         found = interleaved_searches(
-            {p: top_rate_search(*brackets[p], args.resolution * peak) for p in POLICIES},
+            {
+                p: top_rate_search(*brackets[p], args.resolution * peak, SEARCH_CEILING * peak)
+                for p in POLICIES
+            },
             sustained,
         )
         for policy in POLICIES:
@@ -715,7 +725,10 @@ def http_section(
                 return ok
 
             found = interleaved_searches(
-                {p: top_rate_search(*brackets[p], args.resolution * peak) for p in POLICIES},
+                {
+                    p: top_rate_search(*brackets[p], args.resolution * peak, SEARCH_CEILING * peak)
+                    for p in POLICIES
+                },
                 sustained,
             )
             for policy in POLICIES:
