@@ -77,6 +77,7 @@ from batcher.policy import (
     next_start_for_utilization,
     split_index,
 )
+from batcher.service_spread import RequestSizes, service_scv
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,7 @@ class Batcher:
             CollectorRegistry(), "model", slo_seconds, max_batch_size
         )
         self.cost = CostModel()
+        self.request_sizes = RequestSizes()
         self.cap_state = AdaptiveCap(max_batch_size)
         self.footprint = BatchFootprint()
         self.memory_cap, self.memory_cap_reason = max_batch_size, "unlearned"
@@ -368,6 +370,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         now = loop.time()
         self._note_arrival(now, size)  # demand, refused or not: it sizes batches under overload
+        self.request_sizes.observe(size)  # the spread of service SLO sizing reads
         ahead = (
             self._queued_items
             if self.priority_levels == 1
@@ -612,6 +615,7 @@ class Batcher:
         )
         self.metrics.cost_fixed.set(self.cost.fixed_seconds)
         self.metrics.cost_per_item.set(self.cost.per_item_seconds)
+        self.metrics.service_scv.set(service_scv(self.cost, self.request_sizes))
         self.metrics.best_effort_quantum.set(self.quantum)
 
     def _items_rate(self, now: float) -> float:

@@ -230,6 +230,14 @@ class BatcherMetrics:
             label,
             registry=registry,
         ).labels(model)
+        self.service_scv = Gauge(
+            f"{PREFIX}_service_time_scv",
+            "Squared coefficient of variation of one online request's service time (its size "
+            "under the fitted cost and the jitter of batch times); 0 until measured. SLO "
+            "sizing reads it beside the two cost terms.",
+            label,
+            registry=registry,
+        ).labels(model)
         self.ooms = Counter(
             f"{PREFIX}_oom_events",
             "Batches that ran out of device memory (each is split and retried).",
