@@ -16,8 +16,8 @@ be explainable in one status line. The model is built so that it errs on the sid
 * the fleet drains a backlog at full-batch throughput, and the chance that a request waits at
   all is Erlang C at the offered load in full-batch replicas;
 * the wait beyond that decays exponentially at the backlog's drain rate, halved for
-  deterministic batch times as in Kingman's formula (``service_scv`` adds service variance,
-  which also lengthens the request's own service to its quantile);
+  deterministic batch times as in Kingman's formula (the model's ``service_scv`` adds service
+  variance, which also lengthens the request's own service to its quantile);
 * once batches form (one replica could not keep up serving requests one by one), every replica
   is busy and a request also waits for the next one to free up.
 
@@ -36,11 +36,18 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ServiceModel:
-    """Batch service time ``fixed_seconds + per_item_seconds * b`` for ``b <= max_batch``."""
+    """Batch service time ``fixed_seconds + per_item_seconds * b`` for ``b <= max_batch``.
+
+    ``service_scv`` is the squared coefficient of variation of one request's service time (0:
+    every request takes the mean). Requests differ in size and batch times jitter; the batcher
+    measures both and exports their combined spread beside the two cost terms, because a mean
+    alone sizes a fleet whose slowest requests miss the SLO.
+    """
 
     fixed_seconds: float
     per_item_seconds: float
     max_batch: int
+    service_scv: float = 0.0
 
     def __post_init__(self) -> None:
         values = (self.fixed_seconds, self.per_item_seconds)
@@ -53,6 +60,8 @@ class ServiceModel:
             raise ValueError(f"max_batch must be a whole number, got {self.max_batch!r}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if not (math.isfinite(self.service_scv) and self.service_scv >= 0):
+            raise ValueError(f"service_scv must be a finite number >= 0, got {self.service_scv!r}")
 
     def batch_seconds(self, size: float) -> float:
         """Seconds one replica takes for a batch of ``size`` average requests."""
@@ -102,12 +111,10 @@ def modelled_p99(
     model: ServiceModel,
     *,
     quantile: float = 0.99,
-    service_scv: float = 0.0,
 ) -> float:
     """The modelled ``quantile`` of end-to-end latency (seconds) at ``rate_rps`` on ``replicas``.
 
-    ``service_scv`` is the squared coefficient of variation of request service times (0 for
-    deterministic ones): it lengthens the backlog's tail and the served request's own time
+    The model's ``service_scv`` lengthens the backlog's tail and the served request's own time
     (to its ``quantile`` under a normal spread). Returns ``math.inf`` when the replicas cannot
     keep up at full batches.
     """
@@ -115,8 +122,7 @@ def modelled_p99(
     _check_quantile(quantile)
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
-    if not (math.isfinite(service_scv) and service_scv >= 0):
-        raise ValueError(f"service_scv must be a finite number >= 0, got {service_scv!r}")
+    service_scv = model.service_scv
     spread = _service_spread(quantile, service_scv)
     single = model.batch_seconds(1) * spread
     if rate_rps == 0:
@@ -152,7 +158,6 @@ def replicas_for_slo(
     min_replicas: int,
     max_replicas: int,
     quantile: float = 0.99,
-    service_scv: float = 0.0,
 ) -> SloSizing:
     """The fewest replicas in ``[min_replicas, max_replicas]`` whose modelled p99 meets the SLO.
 
@@ -172,12 +177,12 @@ def replicas_for_slo(
         )
 
     def p99(n: int) -> float:
-        return modelled_p99(rate_rps, n, model, quantile=quantile, service_scv=service_scv)
+        return modelled_p99(rate_rps, n, model, quantile=quantile)
 
     at_max = p99(max_replicas)
     feasible = at_max <= slo_seconds
     # no p99 is shorter than one request's: the SLO is sized as at least this
-    floor = model.batch_seconds(1) * _service_spread(quantile, service_scv)
+    floor = model.batch_seconds(1) * _service_spread(quantile, model.service_scv)
     limit = max(slo_seconds, floor)
     # p99 falls as replicas are added, so the fewest that meet the limit are found by bisection.
     lo, hi = (min_replicas if at_max <= limit else max_replicas), max_replicas

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -370,11 +370,10 @@ def sized_replicas(config: SimulationConfig, rate: float) -> int:
     return _sized_replicas(
         rate,
         config.slo_seconds,
-        config.service,
+        replace(config.service, service_scv=config.slo_service_scv),
         config.min_replicas,
         config.max_replicas,
         config.slo_quantile,
-        config.slo_service_scv,
     )
 
 
@@ -386,17 +385,10 @@ def _sized_replicas(
     low: int,
     high: int,
     quantile: float,
-    scv: float,
 ) -> int:
     # A replay asks for the same measured rates (whole requests per window) over and over.
     sizing = replicas_for_slo(
-        rate,
-        slo,
-        service,
-        min_replicas=low,
-        max_replicas=high,
-        quantile=quantile,
-        service_scv=scv,
+        rate, slo, service, min_replicas=low, max_replicas=high, quantile=quantile
     )
     return sizing.replicas
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -70,7 +71,8 @@ def test_calibrate_recovers_the_cost_terms():
         (lambda: modelled_p99(1.0, 0, BATCHED), "replicas"),
         (lambda: modelled_p99(1.0, 2, BATCHED, quantile=1.0), "quantile"),
         (lambda: modelled_p99(1.0, 2, BATCHED, quantile=0.0), "quantile"),
-        (lambda: modelled_p99(1.0, 2, BATCHED, service_scv=-0.1), "service_scv"),
+        (lambda: replace(BATCHED, service_scv=-0.1), "service_scv"),
+        (lambda: replace(BATCHED, service_scv=math.nan), "service_scv"),
         (lambda: replicas_for_slo(-1, 5, BATCHED, min_replicas=1, max_replicas=4), "rate_rps"),
         (lambda: replicas_for_slo(1, 0, BATCHED, min_replicas=1, max_replicas=4), "slo_seconds"),
         (lambda: replicas_for_slo(1, -2, BATCHED, min_replicas=1, max_replicas=4), "slo_seconds"),
@@ -202,22 +204,20 @@ def test_service_spread_lengthens_the_p99_request_and_asks_for_more_replicas():
     """Requests whose service varies (scv 0.045, as on the Alibaba trace) make the p99 request
     itself longer than the mean: z(0.99) * sqrt(scv) more, and its wait shorter to fit."""
     spread = 1 + 2.3263 * math.sqrt(0.045)
-    assert modelled_p99(0.0, 3, ONE_BY_ONE, service_scv=0.045) == pytest.approx(
-        24.5 * spread, rel=1e-4
-    )
+    varied = replace(ONE_BY_ONE, service_scv=0.045)
+    assert modelled_p99(0.0, 3, varied) == pytest.approx(24.5 * spread, rel=1e-4)
     rate = 0.5
     plain = replicas_for_slo(rate, 60.0, ONE_BY_ONE, min_replicas=1, max_replicas=100)
-    spread_out = replicas_for_slo(
-        rate, 60.0, ONE_BY_ONE, min_replicas=1, max_replicas=100, service_scv=0.045
-    )
+    spread_out = replicas_for_slo(rate, 60.0, varied, min_replicas=1, max_replicas=100)
     assert spread_out.replicas > plain.replicas
-    assert modelled_p99(rate, plain.replicas, ONE_BY_ONE, service_scv=0.045) > 60.0
+    assert modelled_p99(rate, plain.replicas, varied) > 60.0
 
 
 @settings(max_examples=100, deadline=None)
 @given(models, st.floats(0.0, 200.0), st.floats(0.0, 200.0), st.floats(0.0, 1.0))
 def test_sizing_with_spread_is_monotone_in_rate(model, r1, r2, scv):
     low, high = sorted((r1, r2))
-    a = replicas_for_slo(low, 30.0, model, min_replicas=1, max_replicas=40, service_scv=scv)
-    b = replicas_for_slo(high, 30.0, model, min_replicas=1, max_replicas=40, service_scv=scv)
+    model = replace(model, service_scv=scv)
+    a = replicas_for_slo(low, 30.0, model, min_replicas=1, max_replicas=40)
+    b = replicas_for_slo(high, 30.0, model, min_replicas=1, max_replicas=40)
     assert a.replicas <= b.replicas
