@@ -24,6 +24,7 @@ COPY autoscaler ./autoscaler
 COPY batcher ./batcher
 COPY jobs ./jobs
 COPY dashboards ./dashboards
+COPY stack ./stack
 RUN pip install .
 
 FROM python:${PYTHON_VERSION}-slim

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from autoglm.version import package_version
 
 COMPONENTS = {
-    "up": ("autoglm.up.cli", "the whole loop on this machine: GPUs, workers, forecasts, scaling"),
+    "up": ("stack.cli", "the whole loop on this machine: GPUs, workers, forecasts, scaling"),
     "exporter": ("exporter.cli", "NVML-backed, dcgm-exporter-compatible Prometheus exporter"),
     "batcher": ("batcher.cli", "dynamic batching runtime for torch models (KServe v2)"),
     "predictor": ("predictor.cli", "forecasts with prediction intervals, selected by backtest"),

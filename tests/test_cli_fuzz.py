@@ -161,9 +161,9 @@ CLIS = [
     ),
     Cli(
         "up",
-        "autoglm.up.cli:main",
-        config_parser("autoglm.up.config", "UpConfig", "autoglm up"),
-        starts=("autoglm.up.stack.Stack",),
+        "stack.cli:main",
+        config_parser("stack.config", "UpConfig", "autoglm up"),
+        starts=("stack.stack.Stack",),
     ),
     Cli(
         "job run",

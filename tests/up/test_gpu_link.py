@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from autoglm.up.gpu_link import GPULink, slot_loads
-from autoglm.up.window import MetricsWindow, Scrape, parse_exposition
 from exporter.service import ExporterService
 from exporter.sources import SimulatedSource, load_profile
+from stack.gpu_link import GPULink, slot_loads
+from stack.window import MetricsWindow, Scrape, parse_exposition
 
 
 def busy_scrape(t: float, busy_seconds: float) -> Scrape:

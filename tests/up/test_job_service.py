@@ -16,11 +16,11 @@ import pytest
 import requests
 
 from autoglm.httpserver import HTTPServer, Response
-from autoglm.up.job import BestEffortJob, request_lines, write_requests
-from autoglm.up.loadgen import FEATURES
-from autoglm.up.model import factory
-from autoglm.up.service import LocalService
 from batcher.oip import parse_infer_request
+from stack.job import BestEffortJob, request_lines, write_requests
+from stack.loadgen import FEATURES
+from stack.model import factory
+from stack.service import LocalService
 from tests.batcher.conftest import ServerThread
 
 

@@ -9,18 +9,18 @@ import pytest
 
 from autoglm.config import ConfigError
 from autoglm.datasets import expected_path, fetch_hint
-from autoglm.up.config import UpConfig
-from autoglm.up.data import derive
-from autoglm.up.loadgen import Arrivals, RequestLog, RoundRobin, infer_body, percentile
-from autoglm.up.model import factory
-from autoglm.up.profiles import (
+from batcher.oip import parse_infer_request
+from stack.config import UpConfig
+from stack.data import derive
+from stack.loadgen import Arrivals, RequestLog, RoundRobin, infer_body, percentile
+from stack.model import factory
+from stack.profiles import (
     RAMP_SHAPE,
     ShapeProfile,
     TraceProfile,
     profile_from_config,
     read_trace,
 )
-from batcher.oip import parse_infer_request
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = expected_path("genai-requests")
@@ -141,5 +141,5 @@ def test_bad_trace_files_are_named(tmp_path: Path) -> None:
     not TRACE.is_file(), reason=f"needs the whole trace: {fetch_hint('genai-requests')}"
 )
 def test_shipped_excerpt_is_derived_from_the_trace() -> None:
-    shipped = (REPO / "autoglm/up/data/genai_requests_15min.csv").read_text()
+    shipped = (REPO / "stack/data/genai_requests_15min.csv").read_text()
     assert derive.derive(TRACE) == shipped

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from autoglm.config import ConfigError
-from autoglm.up.loadgen import Totals
-from autoglm.up.report import (
+from stack.loadgen import Totals
+from stack.report import (
     Sample,
     ScaleEvent,
     check_report_dir,

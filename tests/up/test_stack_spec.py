@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from autoglm.up.config import UpConfig
-from autoglm.up.profiles import RAMP_SHAPE
-from autoglm.up.stack import (
+from predictor.selection import minimum_history
+from stack.config import UpConfig
+from stack.profiles import RAMP_SHAPE
+from stack.stack import (
     PREDICTOR_STEP_SECONDS,
     build_spec,
     class_percent,
@@ -18,8 +19,7 @@ from autoglm.up.stack import (
     predictor_horizons,
     request_rate_query,
 )
-from autoglm.up.window import MetricsWindow, Scrape, parse_exposition
-from predictor.selection import minimum_history
+from stack.window import MetricsWindow, Scrape, parse_exposition
 
 
 def test_the_spec_scales_on_online_work_per_worker_with_the_fleet_forecast() -> None:

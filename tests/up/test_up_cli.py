@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from autoglm.up.cli import main
+from stack.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 

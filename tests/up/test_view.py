@@ -8,8 +8,8 @@ import logging
 
 from rich.console import Console
 
-from autoglm.up.report import Sample, ScaleEvent
-from autoglm.up.view import LogView, TerminalView
+from stack.report import Sample, ScaleEvent
+from stack.view import LogView, TerminalView
 
 SAMPLE = Sample(
     elapsed=52.0,

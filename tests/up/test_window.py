@@ -7,16 +7,16 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from autoglm.up.window import (
+from autoscaler.core import MetricInput
+from autoscaler.core.replica_calculator import PodSample
+from autoscaler.spec import MetricSpec
+from stack.window import (
     MetricsWindow,
     Scrape,
     WindowMetricsSource,
     bucket_quantile,
     parse_exposition,
 )
-from autoscaler.core import MetricInput
-from autoscaler.core.replica_calculator import PodSample
-from autoscaler.spec import MetricSpec
 
 BUSY = "autoglm_batcher_device_busy_seconds_total"
 

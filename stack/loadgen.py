@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from autoglm.up.profiles import RateProfile
+from stack.profiles import RateProfile
 
 log = logging.getLogger(__name__)
 

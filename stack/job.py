@@ -3,7 +3,7 @@
 What a data engineer would run on the fleet (``autoglm job run``: nightly embeddings, an
 evaluation) is played here by a generated JSONL file of KServe v2 requests for the demo model,
 written in the run's folder. The job runner (:func:`jobs.runner.run_job`, the library form of
-``autoglm job run``) sends it through the local Service (:mod:`autoglm.up.service`) as
+``autoglm job run``) sends it through the local Service (:mod:`stack.service`) as
 best-effort traffic: the batchers serve it only on capacity the online requests leave idle and
 refuse it (429) otherwise, and the runner adapts. So the backlog never runs dry in a run of any
 length, the job runs again over the same input when it ends, each round answering into a file
@@ -23,9 +23,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
-from autoglm.up.loadgen import FEATURES
 from jobs.config import JobConfig
 from jobs.runner import run_job
+from stack.loadgen import FEATURES
 
 log = logging.getLogger(__name__)
 

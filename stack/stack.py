@@ -12,12 +12,12 @@ What runs where:
   GPUAutoscaler holds: each worker's share of GPU time spent on online requests, and the
   forecast. It scales on online work only, so best-effort work filling the idle time never
   makes it add workers. Without a ``prometheus`` binary the stack says so and reads an embedded
-  window instead (:mod:`autoglm.up.window`: the same values computed in Python);
+  window instead (:mod:`stack.window`: the same values computed in Python);
 * a scraper fills the embedded metrics window from every /metrics endpoint each second; after
   each scrape the GPU link pushes each worker's busy fraction (online and best-effort) into its
   simulated GPU, and the load generator and the job learn which workers are ready;
 * the load generator replays the profile's online requests against the ready workers, and a
-  best-effort job (:mod:`autoglm.up.job`) sends its backlog through the job runner on the
+  best-effort job (:mod:`stack.job`) sends its backlog through the job runner on the
   capacity they leave idle.
 
 :meth:`Stack.close` stops everything in the reverse order and is safe after a partial start, so a
@@ -43,17 +43,6 @@ from autoglm.config import ConfigError
 from autoglm.httpserver import HTTPServer, Response, registry_route
 from autoglm.ports import free_port
 from autoglm.prometheus_api import PrometheusClient
-from autoglm.up import config as ports
-from autoglm.up.config import UpConfig
-from autoglm.up.gpu_link import BEST_EFFORT, CLASS_BUSY_COUNTER, ONLINE, GPULink
-from autoglm.up.job import BestEffortJob
-from autoglm.up.loadgen import LoadGenerator, LoadGenMetrics, RequestLog
-from autoglm.up.profiles import profile_from_config
-from autoglm.up.prometheus import WORKERS_JOB, PrometheusServer, grafana_hint
-from autoglm.up.report import Sample, ScaleEvent, Summary, summarize
-from autoglm.up.service import LocalService
-from autoglm.up.view import View
-from autoglm.up.window import MetricsWindow, Scraper, WindowMetricsSource
 from autoscaler.controller.controllers import LocalController
 from autoscaler.controller.forecasts import PrometheusForecasts, ProviderForecasts
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
@@ -68,6 +57,17 @@ from predictor.api import Forecast
 from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
 from predictor.service import PredictorService
+from stack import config as ports
+from stack.config import UpConfig
+from stack.gpu_link import BEST_EFFORT, CLASS_BUSY_COUNTER, ONLINE, GPULink
+from stack.job import BestEffortJob
+from stack.loadgen import LoadGenerator, LoadGenMetrics, RequestLog
+from stack.profiles import profile_from_config
+from stack.prometheus import WORKERS_JOB, PrometheusServer, grafana_hint
+from stack.report import Sample, ScaleEvent, Summary, summarize
+from stack.service import LocalService
+from stack.view import View
+from stack.window import MetricsWindow, Scraper, WindowMetricsSource
 
 log = logging.getLogger(__name__)
 
@@ -503,7 +503,7 @@ class Stack:
                 "Prometheus (the same values, computed in Python)"
             )
             return None
-        from autoglm.up.prometheus import find_binary, find_rules
+        from stack.prometheus import find_binary, find_rules
 
         try:
             binary = find_binary()

@@ -115,7 +115,7 @@ class UpConfig:
         metadata={"help": "auto: real GPUs through NVML when present, else simulated; simulated"},
     )
     worker_model: str = field(
-        default="autoglm.up.model:factory",
+        default="stack.model:factory",
         metadata={"help": "package.module:factory the batcher workers serve"},
     )
     prometheus: bool = field(

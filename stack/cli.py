@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from autoglm.config import ConfigError, load_config
 from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
-from autoglm.up.config import UpConfig
-from autoglm.up.report import check_report_dir, summary_lines, write_report
-from autoglm.up.view import LogView, TerminalView, View
+from stack.config import UpConfig
+from stack.report import check_report_dir, summary_lines, write_report
+from stack.view import LogView, TerminalView, View
 
 PROG = "autoglm up"
 LOG_FILE = "autoglm-up.log"
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return LogView()
 
     # Imported here: the stack loads torch and the predictor's models, which --help need not.
-    from autoglm.up.stack import Stack, Stopped
+    from stack.stack import Stack, Stopped
 
     stack = Stack(cfg, make_view)
     if tui:

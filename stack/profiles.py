@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from autoglm.config import ConfigError
-from autoglm.up.config import DAY_SECONDS, UpConfig
+from stack.config import DAY_SECONDS, UpConfig
 
 EXCERPT = "genai_requests_15min.csv"
 # The trace replay starts at 15:00 of its first day, just before the service's busy evening
@@ -101,12 +101,12 @@ def ramp_level(day: float) -> float:
 
 def read_trace(path: str | Path | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """``(offsets, counts)`` from an ``offset_seconds,requests`` CSV (default: the excerpt)."""
-    where = str(path) if path else f"autoglm/up/data/{EXCERPT}"
+    where = str(path) if path else f"stack/data/{EXCERPT}"
     try:
         if path:
             text = Path(path).read_text()
         else:
-            text = resources.files("autoglm.up.data").joinpath(EXCERPT).read_text()
+            text = resources.files("stack.data").joinpath(EXCERPT).read_text()
     except OSError as exc:
         raise ConfigError(f"--trace-file: cannot read {where!r}: {exc.strerror}") from exc
     rows = list(csv.reader(text.splitlines()))

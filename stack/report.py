@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autoglm.config import ConfigError
-from autoglm.up.loadgen import Totals
+from stack.loadgen import Totals
 
 REPORT_FILES = ("report.html", "summary.json")
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import aiohttp
 from aiohttp import web
 
-from autoglm.up.loadgen import RoundRobin
+from stack.loadgen import RoundRobin
 
 log = logging.getLogger(__name__)
 

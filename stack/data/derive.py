@@ -1,6 +1,6 @@
 """Derive the shipped trace excerpt from the Alibaba GenAI serving trace (GenTD26).
 
-    python -m autoglm.up.data.derive /path/to/alibaba-genai-2026/lora_request_trace.csv
+    python -m stack.data.derive /path/to/alibaba-genai-2026/lora_request_trace.csv
 
 Counts the requests of four weekdays (2024-12-02 to 2024-12-05) per 15 minutes and writes
 ``offset_seconds,requests`` rows to ``genai_requests_15min.csv`` next to this file. Only counts
@@ -37,9 +37,7 @@ def derive(trace_csv: str | Path) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print(
-            "usage: python -m autoglm.up.data.derive PATH/lora_request_trace.csv", file=sys.stderr
-        )
+        print("usage: python -m stack.data.derive PATH/lora_request_trace.csv", file=sys.stderr)
         return 2
     OUTPUT.write_text(derive(argv[0]))
     print(f"wrote {OUTPUT}")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from autoglm.up.window import MetricsWindow
+from stack.window import MetricsWindow
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 from collections import deque
 from typing import Protocol
 
-from autoglm.up.report import Sample, ScaleEvent
+from stack.report import Sample, ScaleEvent
 
 log = logging.getLogger("autoglm.up")
 
