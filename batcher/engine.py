@@ -4,7 +4,11 @@ Used in-process (``await batcher.submit(payload)``) and behind HTTP (:mod:`batch
 same object in both. The decisions (when to start, how large, whom to refuse, how the cap moves)
 are pure functions in :mod:`batcher.policy`; this module applies them to real requests and time.
 All times come from the event loop's clock, so a loop with a virtual clock runs the engine in
-simulated time (the tests do).
+simulated time (the tests do). What waits lives in :mod:`batcher.request_queue`, the arrival
+rate in :mod:`batcher.arrivals`, and why a request was not served in :mod:`batcher.errors` (the
+servers map those to HTTP statuses and gRPC codes). Each batch runs once this model holds the
+:class:`~batcher.device.SharedDevice`: a device of its own when the process serves one model, one
+shared with the other models' engines when it serves several (:mod:`batcher.repository`).
 
 Guarantees:
 * every accepted request is answered exactly once: a result, or an error saying why;
@@ -27,22 +31,19 @@ misses or the slack that throttles them.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import itertools
 import logging
 import math
 import statistics
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from batcher.arrivals import ArrivalTracker
 from batcher.best_effort import (
     BEST_EFFORT,
-    ONLINE,
     STEPS_PER_WINDOW,
     LatencyWindow,
     PriorityError,
@@ -54,8 +55,20 @@ from batcher.best_effort import (
     queue_full_retry_after,
     throttled_retry_after,
 )
+from batcher.busy_window import BusyWindow
 from batcher.config import BatcherConfig
 from batcher.cost_model import CostModel
+from batcher.device import SharedDevice
+from batcher.errors import (
+    BatcherError,
+    DrainTimedOut,
+    InvalidRequest,
+    ModelFailed,
+    OutOfMemory,
+    Rejected,
+    RequestTimedOut,
+    ShuttingDown,
+)
 from batcher.execution import BatchExecutor, Outcome, describe
 from batcher.memory import BatchFootprint, MemoryMonitor, memory_cap
 from batcher.metrics import BatcherMetrics
@@ -69,102 +82,18 @@ from batcher.policy import (
     DispatchPolicy,
     DispatchState,
     FixedDelayPolicy,
-    Pending,
     admission_refusal,
-    arrival_rate,
     dispatch_deadline,
     fitting_prefix,
     next_start_for_utilization,
     split_index,
 )
+from batcher.request_queue import QueuedRequest, RequestQueue
 from batcher.service_spread import RequestSizes, service_scv
 
 log = logging.getLogger(__name__)
 
 BUSY_WINDOW_SECONDS = 60.0
-GAP_WEIGHT = 0.05  # weight of a new inter-arrival gap (and request size) in the running means
-
-
-class BatcherError(Exception):
-    """A request was not served; ``status`` is the HTTP status, ``outcome`` the metric label."""
-
-    status = 500
-    outcome = "model_error"
-
-
-class InvalidRequest(BatcherError):
-    status = 400
-    outcome = "invalid"
-
-
-class Rejected(BatcherError):
-    """Refused at admission: the queue is full or the answer would come past its deadline.
-
-    ``reason`` labels the rejection metric; ``retry_after`` (seconds) is when the work ahead
-    should have drained enough to accept the same request, for HTTP's ``Retry-After``.
-    """
-
-    status = 429
-    outcome = "rejected"
-
-    def __init__(self, message: str, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-class ShuttingDown(Rejected):
-    """Refused because the runtime is draining."""
-
-    status = 503
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, reason="shutting_down")
-
-
-class RequestTimedOut(BatcherError):
-    status = 504
-    outcome = "timeout"
-
-
-class ModelFailed(BatcherError):
-    status = 500
-    outcome = "model_error"
-
-
-class OutOfMemory(BatcherError):
-    status = 500
-    outcome = "out_of_memory"
-
-
-class DrainTimedOut(BatcherError):
-    status = 503
-    outcome = "shutdown"
-
-
-@dataclass(eq=False)
-class _Request:
-    payload: Any
-    size: int
-    level: int
-    arrival: float
-    deadline: float
-    expiry: float
-    seq: int
-    future: asyncio.Future = field(repr=False)
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
-    best_effort: bool = False
-
-    @property
-    def request_class(self) -> str:
-        return BEST_EFFORT if self.best_effort else ONLINE
-
-    @property
-    def key(self) -> tuple[int, float, int]:
-        return (self.level, self.deadline, self.seq)
-
-    def pending(self) -> Pending:
-        return Pending(size=self.size, arrival=self.arrival, deadline=self.deadline)
 
 
 class Batcher:
@@ -191,6 +120,7 @@ class Batcher:
         best_effort_window_seconds: float = 10.0,
         memory: MemoryMonitor | None = None,
         metrics: BatcherMetrics | None = None,
+        device: SharedDevice | None = None,
     ) -> None:
         self.executor = executor
         self.max_batch_size = max_batch_size
@@ -207,29 +137,26 @@ class Batcher:
         self.metrics = metrics or BatcherMetrics(
             CollectorRegistry(), "model", slo_seconds, max_batch_size
         )
+        self.name = self.metrics.model
         self.cost = CostModel()
         self.request_sizes = RequestSizes()
         self.cap_state = AdaptiveCap(max_batch_size)
         self.footprint = BatchFootprint()
         self.memory_cap, self.memory_cap_reason = max_batch_size, "unlearned"
         self.metrics.memory_capped(self.memory_cap, self.memory_cap_reason)
-        self._queue: list[_Request] = []
-        self._keys: list[tuple[int, float, int]] = []
-        self._queued_items = 0
-        self._retry: deque[list[_Request]] = deque()
+        self._waiting = RequestQueue()
         self._seq = itertools.count()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._accepting = False
         self._closing = False
-        self._busy_until = 0.0
+        self.device = device or SharedDevice()
+        if self.name not in self.device.models:
+            self.device.join(self.name)
         self._earliest_start = 0.0
         self._last_end = 0.0
-        self._busy: deque[tuple[float, float]] = deque()
-        self._last_arrival: float | None = None
-        self._mean_gap = math.inf
-        self._gaps_seen = 0
-        self._mean_size = 1.0
+        self._busy = BusyWindow(BUSY_WINDOW_SECONDS)
+        self._arrivals = ArrivalTracker()
         self._allowed: tuple[int, ...] | None = None
         self._target = max_batch_size
         self._floor = 1  # no SLO back-off below this: the smallest size keeping up with arrivals
@@ -242,8 +169,6 @@ class Batcher:
         self.controller = SlackController(
             self.slack_margin, best_effort_window_seconds / STEPS_PER_WINDOW
         )
-        self._best_effort: deque[_Request] = deque()
-        self._best_effort_items = 0
         self._best_effort_last: tuple[float, float] = (-math.inf, 0.0)  # (end, seconds)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -321,7 +246,7 @@ class Batcher:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)
         except TimeoutError:
             finished = False
-            for request in self._take_all_queued():
+            for request in self._waiting.take_all():
                 self._fail(request, DrainTimedOut("shutting down before the request could run"))
             await self._task
         self.executor.close()
@@ -369,32 +294,35 @@ class Batcher:
             )
         loop = asyncio.get_running_loop()
         now = loop.time()
-        self._note_arrival(now, size)  # demand, refused or not: it sizes batches under overload
+        self._arrivals.note(now, size)  # demand, refused or not: it sizes batches under overload
         self.request_sizes.observe(size)  # the spread of service SLO sizing reads
         ahead = (
-            self._queued_items
+            self._waiting.online_items
             if self.priority_levels == 1
-            else sum(r.size for r in self._queue if r.level <= level)
+            else self._waiting.items_at_or_above(level)
         )
+        # Models that the shared device serves first take part of it: their share stretches
+        # the time this model's backlog needs (1 with the device to itself).
+        stretch = self.device.stretch(self.name, now)
         refusal = admission_refusal(
             Backlog(
-                queued_items=self._queued_items,
+                queued_items=self._waiting.online_items,
                 items_ahead=ahead,
                 cap=self.cap,
-                busy_for=max(0.0, self._busy_until - now),
-                arrival_rate=self._items_rate(now),
+                busy_for=max(0.0, self.device.busy_until - now),
+                arrival_rate=self._arrivals.items_rate(now),
             ),
             size,
             self.max_queue,
-            self._cost_of,
+            lambda items: stretch * self._cost_of(items),
             wait_limit,
-            expected=self._expected_cost_of,
+            expected=lambda items: stretch * self._expected_cost_of(items),
             slo_seconds=self.slo_seconds if self._judged_by_slo(timeout) else None,
         )
         if refusal is not None:
             self.metrics.rejected(refusal.reason, self.slo_seconds)
             raise Rejected(refusal.message, refusal.reason, refusal.retry_after)
-        request = _Request(
+        request = QueuedRequest(
             payload=payload,
             size=size,
             level=level,
@@ -435,21 +363,22 @@ class Batcher:
             raise self._throttled(now)
         limit = self.best_effort_batch_limit()
         bound = self.best_effort_max_queue or 2 * limit
-        if self._best_effort_items and self._best_effort_items + size > bound:
+        waiting = self._waiting.best_effort_items
+        if waiting and waiting + size > bound:
             self.metrics.refused_best_effort("queue_full")
             raise Rejected(
-                f"best-effort queue full ({self._best_effort_items} of {bound} items waiting): "
+                f"best-effort queue full ({waiting} of {bound} items waiting): "
                 "no idle capacity now; retry after the Retry-After delay",
                 "queue_full",
                 queue_full_retry_after(
-                    self._best_effort_items + size - bound,
+                    waiting + size - bound,
                     limit,
                     self._expected_cost_of(limit) or self.quantum,  # nothing measured yet
                     self.controller.share,
-                    max(0.0, self._busy_until - now),
+                    max(0.0, self.device.busy_until - now),
                 ),
             )
-        request = _Request(
+        request = QueuedRequest(
             payload=payload,
             size=size,
             level=0,
@@ -460,10 +389,7 @@ class Batcher:
             future=loop.create_future(),
             best_effort=True,
         )
-        self._best_effort.append(request)
-        self._best_effort_items += size
-        self._publish()
-        self._wakeup.set()
+        self._enqueue(request)
         request.timer = loop.call_at(request.expiry, self._expire, request)
         try:
             return await request.future
@@ -509,7 +435,7 @@ class Batcher:
                 "online_p99_seconds": None if p99 is None else round(p99, 6),
                 "margin_seconds": round(self.slack_margin, 6),
                 "share": round(change.after, 3),
-                "best_effort_queued_items": self._best_effort_items,
+                "best_effort_queued_items": self._waiting.best_effort_items,
             }
             if change.throttled:
                 log.warning(
@@ -536,7 +462,7 @@ class Batcher:
         They would only wait out their timeouts (holding their clients) while the throttle
         lasts; refused now, their clients back off until capacity should be back.
         """
-        for request in self._pop_best_effort(self._best_effort_items):
+        for request in self._pop_best_effort(self._waiting.best_effort_items):
             self.metrics.best_effort_refusals.labels(self.metrics.model, "throttled").inc()
             self._fail(request, self._throttled(now))
 
@@ -552,11 +478,11 @@ class Batcher:
 
     @property
     def queued_items(self) -> int:
-        return self._queued_items
+        return self._waiting.online_items
 
     @property
     def queued_requests(self) -> int:
-        return len(self._queue)
+        return len(self._waiting.online)
 
     @property
     def cap(self) -> int:
@@ -606,7 +532,7 @@ class Batcher:
             budget, self.max_batch_size, self._allowed, stddevs=CAP_MARGIN_STDDEVS
         )
         seconds = self._expected_cost_of(target)
-        needed = CAP_LOAD_HEADROOM * self._items_rate(now)
+        needed = CAP_LOAD_HEADROOM * self._arrivals.items_rate(now)
         if seconds > 0 and target / seconds < needed:
             target = self.cost.best_size(math.inf, self.max_batch_size, self._allowed, stddevs=0)
         self._target = target
@@ -618,12 +544,6 @@ class Batcher:
         self.metrics.service_scv.set(service_scv(self.cost, self.request_sizes))
         self.metrics.best_effort_quantum.set(self.quantum)
 
-    def _items_rate(self, now: float) -> float:
-        """Items per second arriving recently (0 before two arrivals)."""
-        if self._last_arrival is None or math.isinf(self._mean_gap):
-            return 0.0
-        return self._mean_size * arrival_rate(self._mean_gap, now - self._last_arrival, GAP_WEIGHT)
-
     def _cost_of(self, items: int) -> float:
         """Conservative time of a batch of ``items`` as it would run (padded)."""
         return self.cost.estimate(self.executor.batch_size_for(items))
@@ -633,86 +553,33 @@ class Batcher:
         return self.cost.mean(self.executor.batch_size_for(items))
 
     def busy_ratio(self, now: float) -> float:
-        """Fraction of the last minute the device spent executing batches."""
-        since = now - BUSY_WINDOW_SECONDS
-        while self._busy and self._busy[0][1] < since:
-            self._busy.popleft()
-        busy = sum(end - max(start, since) for start, end in self._busy)
-        return min(1.0, busy / BUSY_WINDOW_SECONDS)
+        """Fraction of the last minute the device spent executing this model's batches."""
+        return self._busy.ratio(now)
 
-    def _note_arrival(self, now: float, size: int) -> None:
-        if self._last_arrival is not None:
-            gap = now - self._last_arrival
-            # A plain average until there are 1/GAP_WEIGHT gaps, then the running mean: the first
-            # gap alone would set the rate (and so the cap) far off for the next few dozen.
-            self._gaps_seen += 1
-            weight = max(GAP_WEIGHT, 1.0 / self._gaps_seen)
-            if math.isinf(self._mean_gap):
-                self._mean_gap = gap
-            else:
-                self._mean_gap += weight * (gap - self._mean_gap)
-            self._mean_size += weight * (size - self._mean_size)
-        else:
-            self._mean_size = float(size)
-        self._last_arrival = now
-
-    def _enqueue(self, request: _Request) -> None:
-        index = bisect.bisect(self._keys, request.key)
-        self._keys.insert(index, request.key)
-        self._queue.insert(index, request)
-        self._queued_items += request.size
+    def _enqueue(self, request: QueuedRequest) -> None:
+        self._waiting.add(request)
         self._publish()
         self._wakeup.set()
 
-    def _unqueue(self, request: _Request) -> bool:
+    def _unqueue(self, request: QueuedRequest) -> bool:
         """Take a request out of the queue (timeout, cancellation); False if it already left."""
-        if request.timer is not None:
-            request.timer.cancel()
-        if request.best_effort:
-            if request not in self._best_effort:
-                return False
-            self._best_effort.remove(request)
-            self._best_effort_items -= request.size
-            self._publish()
-            return True
-        index = bisect.bisect_left(self._keys, request.key)
-        if index < len(self._queue) and self._queue[index] is request:
-            del self._queue[index], self._keys[index]
-            self._queued_items -= request.size
-            self._publish()
-            return True
-        return False
+        if not self._waiting.remove(request):
+            return False
+        self._publish()
+        return True
 
-    def _pop_front(self, count: int) -> list[_Request]:
-        batch = self._queue[:count]
-        del self._queue[:count], self._keys[:count]
-        self._queued_items -= sum(r.size for r in batch)
-        for request in batch:
-            if request.timer is not None:
-                request.timer.cancel()
+    def _pop_online(self, count: int) -> list[QueuedRequest]:
+        batch = self._waiting.pop_online(count)
         self._publish()
         return batch
 
-    def _pop_best_effort(self, limit: int) -> list[_Request]:
+    def _pop_best_effort(self, limit: int) -> list[QueuedRequest]:
         """The next best-effort batch: the longest queue prefix within ``limit`` items."""
-        head = list(itertools.islice(self._best_effort, limit + 1))
-        count, items, _ = fitting_prefix([r.pending() for r in head], limit)
-        batch = [self._best_effort.popleft() for _ in range(count)]
-        self._best_effort_items -= items
-        for request in batch:
-            if request.timer is not None:
-                request.timer.cancel()
+        batch = self._waiting.pop_best_effort(limit)
         self._publish()
         return batch
 
-    def _take_all_queued(self) -> list[_Request]:
-        queued = self._pop_front(len(self._queue))
-        while self._retry:
-            queued.extend(self._retry.popleft())
-        queued.extend(self._pop_best_effort(self._best_effort_items))
-        return queued
-
-    def _expire(self, request: _Request) -> None:
+    def _expire(self, request: QueuedRequest) -> None:
         """A queued request reached its timeout without starting: answer it now."""
         if self._unqueue(request):
             self._fail(
@@ -724,9 +591,9 @@ class Batcher:
             )
 
     def _publish(self) -> None:
-        self.metrics.queue_items.set(self._queued_items)
-        self.metrics.queue_requests.set(len(self._queue))
-        self.metrics.best_effort_queue_items.set(self._best_effort_items)
+        self.metrics.queue_items.set(self._waiting.online_items)
+        self.metrics.queue_requests.set(len(self._waiting.online))
+        self.metrics.best_effort_queue_items.set(self._waiting.best_effort_items)
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -735,50 +602,73 @@ class Batcher:
         while True:
             now = loop.time()
             self._steer(now)
-            if self._retry:
-                await self._execute(self._retry.popleft())
+            if self._waiting.retry:
+                split = self._waiting.retry[0]
+                if await self._hold_device(split[0].best_effort, min(r.deadline for r in split)):
+                    await self._execute(self._waiting.retry.popleft())
                 continue
-            if not self._queue:
-                if self._best_effort:
+            if not self._waiting.online:
+                if self._waiting.best_effort:
                     start_at = self._best_effort_start(now)
-                    if start_at <= now:
-                        await self._execute(self._pop_best_effort(self.best_effort_batch_limit()))
-                    else:
+                    if start_at > now:
                         await self._sleep_until(loop, min(start_at, self.controller.next_step_at()))
+                    elif await self._hold_device(True, math.inf):
+                        await self._execute(self._pop_best_effort(self.best_effort_batch_limit()))
                     continue
                 if self._closing:
+                    self.device.release(self.name)
                     return
                 await self._idle(loop)
                 continue
             cap = self.cap
             self.metrics.cap.set(cap)
+            urgent = self._waiting.online[0].deadline
             if self._closing:
-                count, _, _ = fitting_prefix([r.pending() for r in self._queue[: cap + 1]], cap)
-                await self._execute(self._pop_front(count))
+                if await self._hold_device(False, urgent):
+                    waiting = [r.pending() for r in self._waiting.online[: cap + 1]]
+                    count, _, _ = fitting_prefix(waiting, cap)
+                    await self._execute(self._pop_online(count))
                 continue
             state = DispatchState(
                 # every request holds at least one item: no batch reaches past cap + 1 of them
-                queue=[r.pending() for r in self._queue[: cap + 1]],
+                queue=[r.pending() for r in self._waiting.online[: cap + 1]],
                 now=now,
                 cap=cap,
                 earliest_start=self._earliest_start,
-                arrival_rate=self._items_rate(now),
+                arrival_rate=self._arrivals.items_rate(now),
             )
             decision = self.policy.decide(state, self._cost_of, self._expected_cost_of)
             if decision.take:
-                await self._execute(self._pop_front(decision.take))
+                if await self._hold_device(False, urgent):
+                    await self._execute(self._pop_online(decision.take))
                 continue
             wake_at = decision.wake_at
-            if self._best_effort and wake_at is not None:
+            if self._waiting.best_effort and wake_at is not None:
                 # The online batch is filling: a best-effort batch may use the gap if it ends
                 # before the online batch is due to start.
                 gap = min(self.quantum, wake_at - now)
-                if self._best_effort_start(now) <= now and self._cost_of_batch(1) <= gap:
+                if (
+                    self._best_effort_start(now) <= now
+                    and self._cost_of_batch(1) <= gap
+                    and self.device.try_take(self.name)
+                ):
                     await self._execute(self._pop_best_effort(self.best_effort_batch_limit(gap)))
                     continue
                 later = [self._best_effort_start(now), self.controller.next_step_at()]
                 wake_at = min([wake_at, *(t for t in later if t > now)])
             await self._sleep_until(loop, wake_at)
+
+    async def _hold_device(self, best_effort: bool, deadline: float) -> bool:
+        """Whether this model holds the shared device now, ready to run a batch.
+
+        False after waiting for it behind other models' batches: what waits here changed
+        meanwhile, so the caller decides again (the device stays held for it until it runs a
+        batch or sleeps).
+        """
+        if self.device.try_take(self.name):
+            return True
+        await self.device.take(self.name, best_effort=best_effort, deadline=deadline)
+        return False
 
     def _cost_of_batch(self, items: int) -> float:
         """Time of a best-effort batch of ``items`` as the quantum judges it."""
@@ -803,6 +693,7 @@ class Batcher:
         await self._sleep_until(loop, due)
 
     async def _sleep_until(self, loop: asyncio.AbstractEventLoop, when: float | None) -> None:
+        self.device.release(self.name)  # another model may run while this one waits
         self._wakeup.clear()
         if when is None:
             await self._wakeup.wait()
@@ -813,7 +704,7 @@ class Batcher:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), delay)
 
-    async def _execute(self, batch: list[_Request]) -> None:
+    async def _execute(self, batch: list[QueuedRequest]) -> None:
         """Run one batch (all of one class) and answer its requests."""
         loop = asyncio.get_running_loop()
         best_effort = batch[0].best_effort
@@ -821,15 +712,18 @@ class Batcher:
         executed = self.executor.batch_size_for(items)
         started = loop.time()
         planned = self.cost.estimate(executed)
-        self._busy_until = started + self.cost.mean(executed)  # admission predicts with the mean
+        # admission (this model's and the others') predicts with the mean
+        self.device.busy_until = started + self.cost.mean(executed)
         self.metrics.in_flight_requests.set(len(batch))
         try:
             outcome = await self.executor.execute([r.payload for r in batch])
         except Exception as exc:  # the executor itself broke: fail this batch, keep serving
             log.exception("executor failed")
             outcome = Outcome(error=f"runtime error: {describe(exc)}")
+        finally:
+            self.device.release(self.name)
         ended = loop.time()
-        self._busy_until = ended
+        self.device.busy_until = ended
         self.metrics.in_flight_requests.set(0)
         self.batches += 1
         self._account_busy(started, ended, outcome, batch[0].request_class)
@@ -890,14 +784,15 @@ class Batcher:
         self, started: float, ended: float, outcome: Outcome, request_class: str
     ) -> None:
         self._last_end = ended
-        self._busy.append((started, ended))
+        self._busy.add(started, ended)
+        self.device.ran(self.name, started, ended)
         self.metrics.busy(request_class, outcome.seconds)
         self.metrics.busy_ratio.set(self.busy_ratio(ended))
         self._earliest_start = next_start_for_utilization(
             ended, outcome.seconds, self.utilization_cap
         )
 
-    def _recover_from_oom(self, batch: list[_Request], items: int, outcome: Outcome) -> None:
+    def _recover_from_oom(self, batch: list[QueuedRequest], items: int, outcome: Outcome) -> None:
         self.metrics.ooms.inc()
         self.cap_state.on_oom(items)
         if len(batch) == 1:
@@ -910,24 +805,24 @@ class Batcher:
             "batch ran out of memory; splitting and retrying",
             extra={"items": items, "requests": len(batch), "first_half": half, "cap": self.cap},
         )
-        self._retry.appendleft(batch[half:])
-        self._retry.appendleft(batch[:half])
+        self._waiting.retry.appendleft(batch[half:])
+        self._waiting.retry.appendleft(batch[:half])
 
-    def _succeed(self, request: _Request, result: Any, ended: float) -> None:
+    def _succeed(self, request: QueuedRequest, result: Any, ended: float) -> None:
         if request.future.done():
             self._count(request, "cancelled", None)
             return
         request.future.set_result(result)
         self._count(request, "ok", ended)
 
-    def _fail(self, request: _Request, error: BatcherError) -> None:
+    def _fail(self, request: QueuedRequest, error: BatcherError) -> None:
         if request.future.done():
             self._count(request, "cancelled", None)
             return
         request.future.set_exception(error)
         self._count(request, error.outcome, None)
 
-    def _count(self, request: _Request, outcome: str, ended: float | None) -> None:
+    def _count(self, request: QueuedRequest, outcome: str, ended: float | None) -> None:
         """Count an answer in its class's series; online results also feed the slack window."""
         if request.best_effort:
             self.metrics.answered_best_effort(outcome)

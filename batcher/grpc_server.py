@@ -32,7 +32,16 @@ from prometheus_client import CollectorRegistry, Counter
 from autoglm.config import ConfigError, parse_listen
 from autoglm.webconfig import TLSMaterial, WebConfig
 from batcher import oip
-from batcher.engine import Batcher, BatcherError, Rejected
+from batcher.engine import Batcher
+from batcher.errors import (
+    BatcherError,
+    DrainTimedOut,
+    InvalidRequest,
+    Rejected,
+    RequestTimedOut,
+    ShuttingDown,
+    UnknownModel,
+)
 from batcher.model import ServedModel, TensorSpec
 from batcher.open_inference import predict_v2_pb2 as pb
 from batcher.open_inference import predict_v2_pb2_grpc as pb_grpc
@@ -40,14 +49,16 @@ from batcher.open_inference import predict_v2_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# HTTP status of a refusal -> the gRPC code a client of the protocol expects for it.
-_CODES = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    404: grpc.StatusCode.NOT_FOUND,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
+# Why the engine did not serve a request -> the gRPC code a client of the protocol expects; the
+# first type that matches wins (ShuttingDown is a Rejected).
+_CODES: tuple[tuple[type[BatcherError], grpc.StatusCode], ...] = (
+    (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (UnknownModel, grpc.StatusCode.NOT_FOUND),
+    (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
+    (Rejected, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (RequestTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (DrainTimedOut, grpc.StatusCode.UNAVAILABLE),
+)
 # Which typed-contents field carries each datatype (FP16 and BF16 have none: raw only).
 _CONTENTS_FIELD = {
     "BOOL": "bool_contents",
@@ -68,7 +79,9 @@ _CONFIG_TYPES = {name: f"TYPE_{name}" for name in oip.DATATYPES} | {"BYTES": "TY
 
 def code_for(error: BatcherError) -> grpc.StatusCode:
     """The gRPC status code of a request the engine did not serve."""
-    return _CODES.get(error.status, grpc.StatusCode.INTERNAL)
+    return next(
+        (code for kind, code in _CODES if isinstance(error, kind)), grpc.StatusCode.INTERNAL
+    )
 
 
 def parameter_value(parameter: pb.InferParameter) -> Any:

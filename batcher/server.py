@@ -27,7 +27,16 @@ from prometheus_client.exposition import choose_encoder
 from autoglm.config import ConfigError, parse_listen
 from autoglm.webconfig import WebConfig
 from batcher import oip
-from batcher.engine import Batcher, BatcherError, Rejected
+from batcher.engine import Batcher
+from batcher.errors import (
+    BatcherError,
+    DrainTimedOut,
+    InvalidRequest,
+    Rejected,
+    RequestTimedOut,
+    ShuttingDown,
+    UnknownModel,
+)
 from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
 
@@ -56,6 +65,23 @@ def _error(message: str, status: int, headers: dict[str, str] | None = None) -> 
         content_type="application/json",
         headers=headers,
     )
+
+
+# Why the engine did not serve a request -> the HTTP status; the first type that matches wins
+# (ShuttingDown is a Rejected: 503, send it elsewhere, not 429, come back later).
+_HTTP_STATUS: tuple[tuple[type[BatcherError], int], ...] = (
+    (InvalidRequest, 400),
+    (UnknownModel, 404),
+    (ShuttingDown, 503),
+    (Rejected, 429),
+    (RequestTimedOut, 504),
+    (DrainTimedOut, 503),
+)
+
+
+def http_status(error: BatcherError) -> int:
+    """The HTTP status of a request the engine did not serve (500: the model failed)."""
+    return next((status for kind, status in _HTTP_STATUS if isinstance(error, kind)), 500)
 
 
 def _refusal_headers(error: BatcherError) -> dict[str, str] | None:
@@ -240,7 +266,7 @@ class BatcherServer:
                 timeout=parsed.timeout_seconds,
             )
         except BatcherError as exc:
-            return _error(str(exc), exc.status, _refusal_headers(exc))
+            return _error(str(exc), http_status(exc), _refusal_headers(exc))
         try:
             body, header_length = oip.encode_infer_response(self.model.name, parsed, result)
         except oip.ProtocolError as exc:

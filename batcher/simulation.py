@@ -17,7 +17,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from batcher.engine import Batcher, BatcherError
+from batcher.engine import Batcher
+from batcher.errors import BatcherError
 from batcher.models.simulated import SimPayload, SimulatedModel
 from batcher.warmup import choose_buckets, padding_tolerance, warmup_sizes
 

@@ -155,7 +155,7 @@ SIM_JOB_CLIENTS = 32
 
 async def simulated_job(batcher: object, stop: asyncio.Event) -> int:
     """Closed-loop best-effort clients until ``stop``; returns the items they got served."""
-    from batcher.engine import BatcherError, Rejected
+    from batcher.errors import BatcherError, Rejected
     from batcher.models.simulated import SimPayload
 
     served = 0

@@ -14,8 +14,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from batcher.engine import Batcher, DrainTimedOut, Rejected, RequestTimedOut, ShuttingDown
+from batcher.engine import Batcher
+from batcher.errors import DrainTimedOut, Rejected, RequestTimedOut, ShuttingDown
 from batcher.models.simulated import SimPayload, SimulatedModel
+from batcher.server import http_status
 from tests.batcher.test_batcher_engine import Answer, ask, make, poisson
 
 BE_IDS = 1_000_000
@@ -205,7 +207,7 @@ def test_share_falls_to_zero_when_the_slack_is_gone_and_grows_back(run_virtual, 
     assert seen["throttled"] == 1 and seen["share_during"] == 0.0
     assert seen["slack_during"] < 0
     refused = seen["refused"].error
-    assert isinstance(refused, Rejected) and refused.status == 429
+    assert isinstance(refused, Rejected) and http_status(refused) == 429
     assert refused.reason == "throttled" and refused.retry_after > 0
     assert seen["refused"].latency == 0  # at once, never queued
     assert refusals(batcher, "throttled") >= 1
@@ -279,7 +281,7 @@ def test_drain_answers_queued_best_effort_work_once_then_refuses(run_virtual) ->
     assert all(a.error is None and a.result == a.id for a in answers)
     executed = [i for batch in model.executed for i in batch]
     assert sorted(executed) == sorted(a.id for a in answers)  # each exactly once
-    assert isinstance(late.error, ShuttingDown) and late.error.status == 503
+    assert isinstance(late.error, ShuttingDown) and http_status(late.error) == 503
     assert refusals(batcher, "shutting_down") == 1
 
 
@@ -360,7 +362,7 @@ def test_a_best_effort_timeout_is_counted_in_its_class_only(run_virtual) -> None
 
     served, waited, batcher = run_virtual(main)
     assert served.error is None
-    assert isinstance(waited.error, RequestTimedOut) and waited.error.status == 504
+    assert isinstance(waited.error, RequestTimedOut) and http_status(waited.error) == 504
     assert by_class(batcher, "best_effort", "timeout") == 1
     assert online(batcher, "timeout") == 0
     assert batcher.metrics.slo_misses._value.get() == 0

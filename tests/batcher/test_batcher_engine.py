@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import CollectorRegistry
 
-from batcher.engine import (
-    Batcher,
+from batcher.engine import Batcher
+from batcher.errors import (
     DrainTimedOut,
     InvalidRequest,
     ModelFailed,

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError, build_config, load_config
 from batcher.config import BatcherConfig
-from batcher.engine import Batcher, OutOfMemory
+from batcher.engine import Batcher
+from batcher.errors import OutOfMemory
 from batcher.execution import ThreadExecutor, run_guarded
 from batcher.memory import (
     EXPANDABLE,
