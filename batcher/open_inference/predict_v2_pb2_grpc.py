@@ -69,6 +69,21 @@ class GRPCInferenceServiceStub:
                 request_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.ModelConfigRequest.SerializeToString,
                 response_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.ModelConfigResponse.FromString,
                 _registered_method=True)
+        self.RepositoryIndex = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryIndex',
+                request_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryIndexRequest.SerializeToString,
+                response_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryIndexResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelLoad = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelLoad',
+                request_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelLoadRequest.SerializeToString,
+                response_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelLoadResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelUnload = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelUnload',
+                request_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelUnloadRequest.SerializeToString,
+                response_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelUnloadResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
@@ -123,6 +138,27 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RepositoryIndex(self, request, context):
+        """The model repository extension: the models the repository holds, and their state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelLoad(self, request, context):
+        """Load (or reload) a model of the repository while serving the others.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelUnload(self, request, context):
+        """Unload a model once its accepted requests are answered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -160,6 +196,21 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelConfig,
                     request_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.ModelConfigRequest.FromString,
                     response_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.ModelConfigResponse.SerializeToString,
+            ),
+            'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryIndex,
+                    request_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryIndexRequest.FromString,
+                    response_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryIndexResponse.SerializeToString,
+            ),
+            'RepositoryModelLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelLoad,
+                    request_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelLoadRequest.FromString,
+                    response_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelLoadResponse.SerializeToString,
+            ),
+            'RepositoryModelUnload': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelUnload,
+                    request_deserializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelUnloadRequest.FromString,
+                    response_serializer=batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelUnloadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -351,6 +402,87 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelConfig',
             batcher_dot_open__inference_dot_predict__v2__pb2.ModelConfigRequest.SerializeToString,
             batcher_dot_open__inference_dot_predict__v2__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryIndex',
+            batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryIndexRequest.SerializeToString,
+            batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryIndexResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelLoad',
+            batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelLoadRequest.SerializeToString,
+            batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelLoadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelUnload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelUnload',
+            batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelUnloadRequest.SerializeToString,
+            batcher_dot_open__inference_dot_predict__v2__pb2.RepositoryModelUnloadResponse.FromString,
             options,
             channel_credentials,
             insecure,
