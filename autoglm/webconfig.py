@@ -355,6 +355,14 @@ class WebConfig:
         """Whether requests need basic-auth credentials."""
         return bool(self._settings.users)
 
+    def recently_authorized(self, authorization_header: str | None) -> bool:
+        """Whether these exact credentials were accepted since the last reload: a dictionary
+        look-up, cheap enough for an event loop, where :meth:`authorized` may cost a bcrypt."""
+        if not authorization_header:
+            return False
+        fingerprint = hmac.digest(self._cache_key, authorization_header.encode(), hashlib.sha256)
+        return bool(self._authorized_cache.get(fingerprint))
+
     def authorized(self, authorization_header: str | None) -> bool:
         """Check an ``Authorization`` header; always ``True`` when no users are configured."""
         self.reload_if_changed()

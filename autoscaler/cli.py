@@ -21,9 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from autoglm.config import ConfigError, add_config_arguments, config_or_exit
-from autoglm.httpserver import HTTPServer, Response, registry_route
 from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
+from autoglm.web.exchange import Response
+from autoglm.web.exposition import registry_route
+from autoglm.web.server import HTTPServer
 from autoglm.webconfig import WebConfig
 from autoscaler.config import AutoscalerConfig
 from autoscaler.core import MetricInput, PodSample, ScalingState, decide

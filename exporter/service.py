@@ -21,7 +21,8 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import gzip_accepted
 
-from autoglm.httpserver import Handler, HTTPServer, Request, Response
+from autoglm.web.exchange import Handler, Request, Response
+from autoglm.web.server import HTTPServer
 from autoglm.webconfig import WebConfig
 from exporter.collector import Collector, Snapshot
 from exporter.fields import FIELDS, FieldSpec

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry
 
 from autoglm.config import EXIT_USAGE, ConfigError, load_config
-from autoglm.httpserver import HTTPServer, registry_route
 from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
 from autoglm.version import package_version
+from autoglm.web.exposition import registry_route
+from autoglm.web.server import HTTPServer
 from autoglm.webconfig import WebConfig
 from jobs.config import JobConfig
 from jobs.runner import run_job

@@ -72,7 +72,8 @@ def serve_main(argv: Sequence[str]) -> int:
 
     import torch
 
-    from autoglm.httpserver import HTTPServer, registry_route
+    from autoglm.web.exposition import registry_route
+    from autoglm.web.server import HTTPServer
     from autoglm.webconfig import WebConfig
     from predictor.metrics import PredictorMetrics
     from predictor.service import PredictorService

@@ -3,7 +3,7 @@
 Queries, chunking, TLS, client certificates, basic auth and error kinds run against real
 Prometheus servers (/usr/bin/prometheus): one plain, one behind its own web config with TLS from a
 throw-away CA, a required client certificate and basic auth. Prometheus cannot check bearer tokens
-or record headers, so those go to a small HTTP server (autoglm.httpserver) that records what
+or record headers, so those go to a small HTTP server (autoglm.web.server) that records what
 arrives and answers in the API's format.
 """
 
@@ -21,8 +21,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoglm.config import ConfigError, add_config_arguments, config_from_args
-from autoglm.httpserver import HTTPServer, Request, Response
 from autoglm.prometheus_api import PrometheusAccessConfig, PrometheusClient, PrometheusError
+from autoglm.web.exchange import Request, Response
+from autoglm.web.server import HTTPServer
 from autoscaler.config import AutoscalerConfig
 from predictor.config import PredictorConfig
 from tests.live import Prometheus, free_port

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from autoglm.httpserver import HTTPServer, Request, Response
+from autoglm.web.exchange import Request, Response
+from autoglm.web.server import HTTPServer
 from batcher.models.demo import factory as demo_factory
 from tests.batcher.conftest import ServerThread
 

@@ -9,7 +9,8 @@ import pytest
 import requests
 
 from autoglm.config import ConfigError, build_config
-from autoglm.httpserver import HTTPServer, registry_route
+from autoglm.web.exposition import registry_route
+from autoglm.web.server import HTTPServer
 from predictor.api import ForecastProvider
 from predictor.config import PredictorConfig, TargetConfig
 from predictor.service import PredictorService

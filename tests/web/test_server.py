@@ -1,4 +1,5 @@
-"""The shared HTTP server over real sockets: routing, keep-alive, metrics, auth and real TLS."""
+"""The shared aiohttp server for synchronous routes over real sockets: routing, keep-alive,
+metrics, auth and real TLS."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoglm.config import ConfigError
-from autoglm.httpserver import HTTPServer, Request, Response, registry_route
+from autoglm.web.exchange import Request, Response
+from autoglm.web.exposition import registry_route
+from autoglm.web.server import HTTPServer
 from autoglm.webconfig import WebConfig
 from tests.selfsigned import CertFiles, ScratchCA
 
@@ -220,10 +223,10 @@ def test_stop_closes_keep_alive_connections_and_joins_threads(registry: Collecto
 
 
 def test_access_log_only_at_debug(server: HTTPServer, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="autoglm.httpserver"):
+    with caplog.at_level(logging.INFO, logger="autoglm.web.server"):
         requests.get(server.url + "/echo")
     assert [r for r in caplog.records if r.getMessage() == "request"] == []
-    with caplog.at_level(logging.DEBUG, logger="autoglm.httpserver"):
+    with caplog.at_level(logging.DEBUG, logger="autoglm.web.server"):
         requests.get(server.url + "/echo")
     records = [r for r in caplog.records if r.getMessage() == "request"]
     assert records
