@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autoscaler.spec import Behavior, HPAScalingRules
+from autoscaler.core.spec import Behavior, HPAScalingRules
 
 
 @dataclass

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.core.behavior import ScalingState, scale_down_limit
-from autoscaler.spec import GPUAutoscalerSpec
+from autoscaler.core.spec import GPUAutoscalerSpec
 
 # Why a tenant got less than it proposed (the BudgetLimited condition's reason and the
 # autoglm_budget_limited{reason} label).

@@ -45,7 +45,7 @@ from autoscaler.core.replica_calculator import (
     value_metric_replicas,
 )
 from autoscaler.core.slo_sizing import ServiceModel, SloSizing, replicas_for_slo
-from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
+from autoscaler.core.spec import GPUAutoscalerSpec, MetricSpec
 
 Condition = tuple[bool, str, str]  # (status, reason, message) as the HPA writes a condition
 

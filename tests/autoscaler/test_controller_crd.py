@@ -33,6 +33,8 @@ def _as_json_schema(node):
         out["type"] = [out["type"], "null"]
     if out.get("exclusiveMinimum") is True:
         out["exclusiveMinimum"] = out.pop("minimum")
+    if out.get("exclusiveMaximum") is True:
+        out["exclusiveMaximum"] = out.pop("maximum")
     return out
 
 

@@ -1,0 +1,142 @@
+"""How a pydantic ValidationError becomes the one line a user reads.
+
+Every component's settings and the GPUAutoscaler spec are pydantic models, and a bad value must
+still end in one line that names the field, the problem and the fix (``--gpus: 'many' is not a
+valid int``, ``spec.maxReplicas: must be >= 1, got 0``). pydantic's own text ("Input should be a
+valid integer, unable to parse string as an integer") names no field the user wrote and lists
+every error at once; this module words the first one, naming the field the way the caller's
+users spell it (a flag, or a path into a custom resource).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+Location = tuple[int | str, ...]
+
+
+def first_error_line(
+    exc: ValidationError, model: type[BaseModel], name: Callable[[Location], str]
+) -> str:
+    """``name(loc): problem`` for the first error in ``exc``; a message raised by a validator
+    as a ValueError (a :class:`~autoglm.config.ConfigError`, a spec error) is kept as it is."""
+    error = exc.errors(include_url=False)[0]
+    raised = error.get("ctx", {}).get("error")
+    if error["type"] == "value_error" and isinstance(raised, ValueError):
+        return str(raised)
+    where = name(tuple(error["loc"]))
+    return f"{where}: {problem(error, model)}" if where else problem(error, model)
+
+
+def problem(error: ErrorDetails, model: type[BaseModel]) -> str:
+    """What is wrong with the value and what is accepted, without the field's name."""
+    kind, raw, ctx = error["type"], error["input"], error.get("ctx", {})
+    loc = tuple(error["loc"])
+    annotation = annotation_at(model, loc)
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        known = ", ".join(field_names(annotation_at(model, loc[:-1])))
+        return f"unknown field; valid fields are {known}"
+    if raw is None and kind.endswith("_type"):
+        return "no value given (an empty YAML key); give one or drop the key"
+    if kind == "literal_error":
+        choices = literal_choices(annotation)
+        if choices:
+            return f"{raw!r} is not one of {', '.join(choices)}"
+    if kind == "finite_number":
+        if _base(annotation) is int:
+            return f"{raw!r} is not a valid int"
+        return f"{raw!r} is not a finite number; give a number such as 0.5"
+    if kind in ("int_parsing", "int_type", "int_from_float", "bool_parsing", "bool_type"):
+        return f"{raw!r} is not a valid {'int' if kind.startswith('int') else 'bool'}"
+    if kind in ("float_parsing", "float_type"):
+        return f"{raw!r} is not a valid float"
+    bounds = {
+        "greater_than_equal": (">=", "ge"),
+        "greater_than": (">", "gt"),
+        "less_than_equal": ("<=", "le"),
+        "less_than": ("<", "lt"),
+    }
+    if kind in bounds:
+        op, key = bounds[kind]
+        return f"must be {op} {ctx[key]}, got {raw!r}"
+    if kind == "string_too_short":
+        return f"expected a non-empty string, got {raw!r}"
+    if kind == "string_type":
+        return f"expected a string, got {raw!r}"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"expected a mapping, got {raw!r}"
+    if kind in ("list_type", "tuple_type"):
+        return f"expected a list, got {raw!r}"
+    if kind == "too_short":
+        return f"must have at least {ctx.get('min_length', 1)} item(s)"
+    if kind == "string_pattern_mismatch":
+        return f"{raw!r} does not match {ctx.get('pattern')!r}"
+    message = str(error["msg"])
+    return message[:1].lower() + message[1:]
+
+
+def annotation_at(model: type[BaseModel], loc: Location) -> Any:
+    """The annotation of the field at ``loc`` (field names or aliases, list indexes), or None
+    where the location leaves the models (a dict's keys, a union member's tag)."""
+    kind: Any = model
+    for step in loc:
+        kind = _unwrap(kind)
+        if isinstance(step, int):
+            args = typing.get_args(kind)
+            if typing.get_origin(kind) in (list, tuple) and args:
+                kind = args[0]
+                continue
+            return None
+        if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+            return None
+        field = next(
+            (f for n, f in kind.model_fields.items() if step in (n, f.alias)),
+            None,
+        )
+        if field is None:
+            return None
+        kind = field.annotation
+    return kind
+
+
+def field_names(model: Any) -> list[str]:
+    """The names a user writes for ``model``'s fields (aliases where set), sorted."""
+    model = _unwrap(model)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    return sorted(f.alias or n for n, f in model.model_fields.items())
+
+
+def literal_choices(annotation: Any) -> list[str]:
+    """The values a Literal (or an optional one) allows, as text."""
+    annotation = _unwrap(annotation)
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(a) for a in typing.get_args(annotation)]
+    return []
+
+
+def _unwrap(kind: Any) -> Any:
+    """``X`` for ``X | None`` and for ``Annotated[X, ...]``."""
+    while True:
+        if typing.get_origin(kind) is typing.Annotated:
+            kind = typing.get_args(kind)[0]
+            continue
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(kind) if a is not type(None)]
+            if len(args) == 1:
+                kind = args[0]
+                continue
+        return kind
+
+
+def _base(kind: Any) -> Any:
+    kind = _unwrap(kind)
+    return typing.get_origin(kind) or kind

@@ -1,0 +1,141 @@
+"""Write the GPUAutoscaler CRD's spec schema from the models the autoscaler parses with.
+
+The controller and the local mode validate a spec with :class:`autoscaler.spec.
+GPUAutoscalerSpecModel`; the API server validates it with the CRD's ``openAPIV3Schema``. Both come
+from the model, so a field added, renamed or bounded in one place reaches the other:
+``python -m autoscaler.crd.generate`` rewrites ``spec.versions[0].schema.openAPIV3Schema.
+properties.spec`` in ``gpuautoscaler.yaml`` (the chart's ``crds/`` links to that file), and
+``--check`` exits 1 when the file differs from what it would write (tests run the same check).
+The status schema, printer columns and names stay as written in the file: the controller writes
+the status, no parser reads it.
+
+pydantic writes JSON Schema 2020-12; the API server wants a structural OpenAPI v3.0 schema, so
+references are inlined, ``X | None`` becomes ``X`` (an absent field and a null one mean the same
+here), exclusive bounds become ``minimum`` with ``exclusiveMinimum: true``, and the keys the API
+server refuses or ignores (``title``, ``additionalProperties: false``, a null default) go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from autoscaler.spec import GPUAutoscalerSpecModel
+
+CRD_FILE = Path(__file__).resolve().parent / "gpuautoscaler.yaml"
+
+_GENERATED = "# The spec schema is generated from autoscaler/spec.py: python -m autoscaler.crd.generate\n"
+
+# Keys in the order a reader looks for them.
+_KEY_ORDER = (
+    "description",
+    "type",
+    "format",
+    "enum",
+    "default",
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "exclusiveMaximum",
+    "minLength",
+    "minItems",
+    "x-kubernetes-int-or-string",
+    "anyOf",
+    "required",
+    "properties",
+    "items",
+)
+
+
+def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema (by alias) as a Kubernetes structural OpenAPI v3.0 schema."""
+    schema = model.model_json_schema(by_alias=True)
+    defs = schema.pop("$defs", {})
+    schema.pop("description", None)  # the model's docstring is for developers
+    return _structural(schema, defs)
+
+
+def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    node = dict(node)
+    if "$ref" in node:
+        target = dict(defs[node.pop("$ref").rsplit("/", 1)[-1]])
+        target.pop("description", None)  # a class docstring; the field's own description stays
+        node = {**target, **node}
+    branches = node.get("anyOf")
+    if branches is not None:
+        kept = [b for b in branches if b.get("type") != "null"]
+        if len(kept) < len(branches):
+            del node["anyOf"]
+            if len(kept) == 1:
+                node = {**kept[0], **node}
+            else:
+                node["anyOf"] = kept
+    if "default" in node and node["default"] is None:
+        del node["default"]
+    for key in ("title", "additionalProperties"):
+        node.pop(key, None)
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), (int, float)) and not isinstance(node[bound], bool):
+            node[plain] = node.pop(bound)
+            node[bound] = True
+    if "$ref" in node or "anyOf" in node and any("$ref" in b for b in node["anyOf"]):
+        return _structural(node, defs)
+    if "properties" in node:
+        node["properties"] = {k: _structural(v, defs) for k, v in node["properties"].items()}
+    if "items" in node:
+        node["items"] = _structural(node["items"], defs)
+    if "anyOf" in node:
+        node["anyOf"] = [_structural(b, defs) for b in node["anyOf"]]
+    ordered = {k: node[k] for k in _KEY_ORDER if k in node}
+    return {**ordered, **{k: v for k, v in node.items() if k not in ordered}}
+
+
+def rendered_crd(current: str) -> str:
+    """``current`` (the CRD file's text) with its spec schema generated from the model."""
+    header = ""
+    for line in current.splitlines(keepends=True):
+        if not line.startswith("#"):
+            break
+        if line != _GENERATED:
+            header += line
+    crd = yaml.safe_load(current)
+    (version,) = crd["spec"]["versions"]
+    properties = version["schema"]["openAPIV3Schema"]["properties"]
+    properties["spec"] = structural_schema(GPUAutoscalerSpecModel)
+    body = yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+    return header + _GENERATED + body
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m autoscaler.crd.generate",
+        description="Write the GPUAutoscaler CRD's spec schema from autoscaler.spec's models.",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the file is not what would be written"
+    )
+    args = parser.parse_args(argv)
+    current = CRD_FILE.read_text()
+    wanted = rendered_crd(current)
+    if args.check:
+        if current != wanted:
+            print(
+                f"{CRD_FILE}: the spec schema differs from autoscaler.spec's models; "
+                "run python -m autoscaler.crd.generate",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if current != wanted:
+        CRD_FILE.write_text(wanted)
+        print(f"wrote {CRD_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
