@@ -29,7 +29,7 @@ from autoscaler.spec import GPUAutoscalerSpecModel
 
 CRD_FILE = Path(__file__).resolve().parent / "gpuautoscaler.yaml"
 
-_GENERATED = "# The spec schema is generated from autoscaler/spec.py: python -m autoscaler.crd.generate\n"
+_GENERATED = "# The spec schema is written by python -m autoscaler.crd.generate\n"
 
 # Keys in the order a reader looks for them.
 _KEY_ORDER = (
@@ -83,7 +83,7 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node.get(bound), (int, float)) and not isinstance(node[bound], bool):
             node[plain] = node.pop(bound)
             node[bound] = True
-    if "$ref" in node or "anyOf" in node and any("$ref" in b for b in node["anyOf"]):
+    if "$ref" in node:  # the one branch left of ``X | None`` was a reference
         return _structural(node, defs)
     if "properties" in node:
         node["properties"] = {k: _structural(v, defs) for k, v in node["properties"].items()}
