@@ -1,7 +1,8 @@
-"""What gets scaled: a Kubernetes workload or, in local mode, a group of worker processes.
+"""What gets scaled in local mode: a group of worker processes, each playing a pod.
 
-Both implement :class:`ScaleTarget`, so the reconciler (and the decision core behind it) cannot
-tell a Deployment from a handful of batcher workers on a laptop. A worker process plays a pod: it
+The group is a :class:`~autoscaler.scale_target.ScaleTarget`, as a Kubernetes workload is
+(:mod:`autoscaler.controller.kube_target`), so the reconciler (and the decision core behind it)
+cannot tell a Deployment from a handful of batcher workers on a laptop. A worker process
 has a name (``HOST:PORT``, which is also its Prometheus ``instance`` label), a start time and a
 readiness read from an HTTP URL, so the HPA's readiness rules apply to it unchanged.
 """
@@ -17,70 +18,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import requests
 
 from autoglm.ports import free_port
-from autoscaler.controller.kube import KubeAPI
 from autoscaler.core.replica_calculator import PodSample
+from autoscaler.scale_target import TargetScale
 from autoscaler.spec import DEFAULT_RESOURCE
 
 log = logging.getLogger(__name__)
 
 # A worker plays a pod with one GPU: what a Utilization target's usage is a share of.
 WORKER_REQUESTS = {"worker": {DEFAULT_RESOURCE: 1.0}}
-
-
-@dataclass(frozen=True)
-class TargetScale:
-    """The target's size: what was asked (spec) and what exists (status)."""
-
-    replicas: int
-    status_replicas: int
-
-
-class ScaleTarget(Protocol):
-    """Something with a replica count that can be read and set, and pods behind it.
-
-    ``set_replicas`` applies to the scale as last read by ``get_scale``: a target that others can
-    change too (a Deployment) refuses the write with a conflict when it changed in between.
-    """
-
-    description: str
-
-    def get_scale(self) -> TargetScale: ...
-
-    def set_replicas(self, replicas: int) -> None: ...
-
-    def pods(self) -> list[PodSample]: ...
-
-
-class KubernetesScaleTarget:
-    """A Deployment/StatefulSet/ReplicaSet through its scale subresource."""
-
-    def __init__(self, api: KubeAPI, namespace: str, kind: str, name: str) -> None:
-        self.api, self.namespace, self.kind, self.name = api, namespace, kind, name
-        self.description = f"{kind}/{name}"
-        self._selector = ""
-        self._read_version = ""
-
-    def get_scale(self) -> TargetScale:
-        scale = self.api.get_scale(self.namespace, self.kind, self.name)
-        self._selector = scale.selector
-        self._read_version = scale.resource_version
-        return TargetScale(scale.replicas, scale.status_replicas)
-
-    def set_replicas(self, replicas: int) -> None:
-        """Write with the version :meth:`get_scale` read; a change since then raises a conflict
-        (:class:`~autoscaler.controller.kube.KubeError` with ``conflict``)."""
-        self.api.set_scale(self.namespace, self.kind, self.name, replicas, self._read_version)
-
-    def pods(self) -> list[PodSample]:
-        """Pods of the selector read from the scale subresource by the last :meth:`get_scale`."""
-        if not self._selector:
-            self.get_scale()
-        return self.api.list_pods(self.namespace, self._selector)
 
 
 @dataclass

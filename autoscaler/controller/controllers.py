@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from autoscaler.controller.kube import KubeAPI, KubeError
+from autoscaler.controller.kube_target import KubernetesScaleTarget
 from autoscaler.controller.reconciler import Reconciler, ReconcileResult, rfc3339
 from autoscaler.core import ScalingState
-from autoscaler.local import KubernetesScaleTarget, LocalProcessGroup
+from autoscaler.local import LocalProcessGroup
 from autoscaler.spec import GPUAutoscalerSpec, SpecError, parse_spec
 
 log = logging.getLogger(__name__)

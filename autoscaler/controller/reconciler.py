@@ -41,8 +41,8 @@ from autoscaler.core.decision import (
     SloOutcome,
 )
 from autoscaler.core.replica_calculator import DEFAULT_READINESS, PodSample, ReadinessTimes
-from autoscaler.local import ScaleTarget
 from autoscaler.metrics import AutoscalerMetrics, nan_if_none
+from autoscaler.scale_target import ScaleTarget
 from autoscaler.spec import GPUAutoscalerSpec, MetricSpec
 
 log = logging.getLogger(__name__)
