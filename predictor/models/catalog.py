@@ -12,8 +12,10 @@ from predictor.models.ensemble import Combination
 from predictor.models.ets import ETSModel
 from predictor.models.mstl import MSTLModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
+from predictor.models.recent_level import RecentLevelModel
 from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
+from predictor.models.seasonal_mean import SeasonalMeanModel
 from predictor.models.sequence import SequenceModel
 
 DAY = 86400.0
@@ -27,6 +29,8 @@ ModelFactory = Callable[[], ForecastModel]
 LEARNED = (
     "seasonal_level",
     "seasonal_blend",
+    "seasonal_mean",
+    "recent_level",
     "ets_log",
     "mstl",
     "autoregressive",
@@ -117,6 +121,13 @@ def candidate_factories(
         ]
         if max_horizon < min(p for p, _ in blend):
             factories["seasonal_blend"] = lambda: SeasonalBlendModel(blend, max_horizon)
+            factories["seasonal_mean"] = lambda: SeasonalMeanModel(
+                tuple(p for p, _ in blend), max_horizon
+            )
+    else:
+        # Without a season the level of the last points is the natural guess; with one, the
+        # seasonal models above carry the level and the shape both.
+        factories["recent_level"] = lambda: RecentLevelModel(max_horizon)
     ets_periods = tuple(p for p in periods if p <= MAX_ETS_PERIOD)
     factories["ets_log"] = lambda: ETSModel(max_horizon, periods=ets_periods, log=True)
     factories["mstl"] = lambda: MSTLModel(max_horizon, periods=tuple(periods))
@@ -135,12 +146,21 @@ def candidate_factories(
             max_horizon, window=gru_window, periods=tuple(periods)
         )
 
-    # The median of members of different kinds (smoothing, decomposition, seasonal copies,
-    # regressions), whose errors partly cancel; with a season the naive copy is left out: it
-    # is far off beyond the first step.
-    members = ["ets_log", "mstl", "autoregressive", "calendar", "seasonal_level", "seasonal_blend"]
+    # The median of members of different kinds (smoothing, decomposition, seasonal copies and
+    # averages, regressions), whose errors partly cancel; with a season the naive copy is left
+    # out: it is far off beyond the first step. Without one, the recent level stands in for
+    # the naive copy: the same guess with a burst's noise averaged away.
+    members = [
+        "ets_log",
+        "mstl",
+        "autoregressive",
+        "calendar",
+        "seasonal_level",
+        "seasonal_blend",
+        "seasonal_mean",
+    ]
     if longest is None:
-        members = ["ets_log", "autoregressive", "naive"]
+        members = ["ets_log", "autoregressive", "recent_level"]
     singles = dict(factories)
     members = [n for n in members if n in singles]
 
