@@ -1,23 +1,32 @@
 """One way to configure every component: CLI flags that mirror a YAML file.
 
 A component describes its settings once, as a dataclass whose fields carry help text in their
-metadata and whose ``__post_init__`` validates values by raising :class:`ConfigError`. From that
-single description this module builds the argparse flags (``field_name`` becomes
-``--field-name``), reads an optional ``--config FILE`` whose keys are the same names, and merges
-defaults < file < flags. Anything wrong -- an unknown key, a value of the wrong type, a failed
-validation -- ends the process with one line naming the problem and exit code 2, before any work
-starts.
+metadata, bounds in pydantic ``Field`` constraints on their types (``Annotated[float,
+Field(gt=0)]``), and checks that join fields in ``__post_init__``, raising :class:`ConfigError`.
+From that single description this module builds the argparse flags (``field_name`` becomes
+``--field-name``), reads an optional ``--config FILE`` whose keys are the same names, merges
+defaults < file < flags and validates the result with pydantic (types, bounds, finite numbers),
+so the same schema also yields the JSON schema the Helm chart's values are tested against.
+Anything wrong -- an unknown key, a value of the wrong type, a failed validation -- ends the
+process with one line naming the flag, the problem and what is accepted, and exit code 2, before
+any work starts (:mod:`autoglm.schema_errors` words pydantic's errors).
+
+A dataclass built directly in code still runs ``__post_init__`` (a :class:`ConfigError`), but
+only the loading path converts text and enforces the ``Field`` bounds.
 
 Example::
 
     @dataclass(frozen=True)
     class ExporterConfig:
         listen: str = field(default=":9400", metadata={"help": "HOST:PORT to serve on"})
-        interval: float = field(default=1.0, metadata={"help": "seconds between collections"})
+        interval: Annotated[float, Field(gt=0)] = field(
+            default=1.0, metadata={"help": "seconds between collections"}
+        )
+        deadline: float = field(default=0.5, metadata={"help": "seconds a collection waits"})
 
         def __post_init__(self) -> None:
-            if self.interval <= 0:
-                raise ConfigError("interval must be > 0 (e.g. --interval 1)")
+            if self.deadline > self.interval:
+                raise ConfigError("--deadline must not be longer than --interval")
 
     cfg = load_config(ExporterConfig, argv, prog="autoglm-exporter")
 """
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import socket
 import sys
@@ -36,12 +46,19 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import yaml
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from autoglm.schema_errors import Location, first_error_line
 from autoglm.version import add_version_argument
 
 T = TypeVar("T")
 
 EXIT_USAGE = 2
+
+# How every settings dataclass is validated unless it declares its own ``__pydantic_config__``:
+# no NaN or infinity (they pass every ``>`` check), and a number where text goes is that text
+# (``model: 7`` in YAML).
+SETTINGS_CONFIG = ConfigDict(allow_inf_nan=False, coerce_numbers_to_str=True)
 
 
 class ConfigError(ValueError):
@@ -121,22 +138,52 @@ def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
 
 
 def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
-    """Convert raw values (flag strings, YAML scalars) to the field types and build ``cls``."""
+    """Validate raw values (flag strings, YAML scalars) into ``cls`` with pydantic; a problem is
+    a :class:`ConfigError` naming the flag."""
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    known = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(
             f"{source}: unknown setting {unknown[0]!r}; "
             f"valid settings are: {', '.join(sorted(known))}"
         )
-    converted = {name: _convert(name, raw, hints[name]) for name, raw in values.items()}
+    prepared = {
+        name: [raw] if _base_type(hints[name]) is list and not isinstance(raw, list) else raw
+        for name, raw in values.items()
+    }
     try:
-        return cls(**converted)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
+        return _adapter(cls).validate_python(prepared)
+    except ValidationError as exc:
+        raised = exc.errors(include_url=False)[0].get("ctx", {}).get("error")
+        if isinstance(raised, ValueError) and not isinstance(raised, ConfigError):
+            raise ConfigError(f"{source}: {raised}") from exc
+        raise ConfigError(first_error_line(exc, cls, _flag_at)) from None
+    except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+
+
+@functools.cache
+def _adapter(cls: type[T]) -> TypeAdapter[T]:
+    if "__pydantic_config__" not in vars(cls):
+        cls.__pydantic_config__ = SETTINGS_CONFIG  # type: ignore[attr-defined]
+    return TypeAdapter(cls)
+
+
+def settings_json_schema(cls: type) -> dict[str, Any]:
+    """``cls``'s settings as JSON Schema (types, bounds, choices, defaults), the help text as
+    each property's description: what the Helm chart's values schema is tested against."""
+    schema = _adapter(cls).json_schema()
+    for f in dataclasses.fields(cls):
+        prop = schema.get("properties", {}).get(f.name)
+        if prop is not None and f.metadata.get("help"):
+            prop["description"] = f.metadata["help"]
+    return schema
+
+
+def _flag_at(loc: Location) -> str:
+    """``--weights`` for ``("weights", 1)``: the flag that holds the bad value."""
+    return "--" + str(loc[0]).replace("_", "-") if loc else ""
 
 
 def read_yaml_file(path: str | Path, what: str) -> Any:
@@ -213,61 +260,6 @@ def _literal_choices(kind: Any) -> list[str] | None:
     if typing.get_origin(kind) is typing.Literal:
         return [str(a) for a in typing.get_args(kind)]
     return None
-
-
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
-def _convert(name: str, raw: Any, kind: Any) -> Any:
-    flag = "--" + name.replace("_", "-")
-    inner = _unwrap_optional(kind)
-    if raw is None:
-        if inner is not kind:  # X | None: null is a value
-            return None
-        raise ConfigError(f"{flag}: no value given (an empty YAML key); give one or drop the key")
-    choices = _literal_choices(inner)
-    if choices is not None:
-        if str(raw) not in choices:
-            raise ConfigError(f"{flag}: {raw!r} is not one of {', '.join(choices)}")
-        return typing.get_args(inner)[choices.index(str(raw))]
-    base = _base_type(inner)
-    try:
-        if base is bool:
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in _TRUE:
-                return True
-            if text in _FALSE:
-                return False
-            raise ValueError
-        if base is int:
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError
-            return int(raw)
-        if base is float:
-            if isinstance(raw, bool):
-                raise ValueError
-            return finite_float(raw, flag)
-        if base is str:
-            if isinstance(raw, (dict, list)):
-                raise ValueError
-            return str(raw)
-        if base is list:
-            (item,) = typing.get_args(inner) or (str,)
-            items = raw if isinstance(raw, list) else [raw]
-            return [_convert(name, v, item) for v in items]
-        if base is dict:
-            if not isinstance(raw, dict):
-                raise ValueError
-            return dict(raw)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError, OverflowError):  # a YAML list where a number goes, 1e999 ...
-        expected = getattr(base, "__name__", str(base))
-        raise ConfigError(f"{flag}: {raw!r} is not a valid {expected}") from None
-    return raw
 
 
 def finite_float(raw: Any, flag: str = "value") -> float:

@@ -1,6 +1,7 @@
 """How a pydantic ValidationError becomes the one line a user reads.
 
-Every component's settings and the GPUAutoscaler spec are pydantic models, and a bad value must
+Every component's settings (dataclasses validated by pydantic) and the GPUAutoscaler spec (a
+pydantic model) are checked by pydantic, and a bad value must
 still end in one line that names the field, the problem and the fix (``--gpus: 'many' is not a
 valid int``, ``spec.maxReplicas: must be >= 1, got 0``). pydantic's own text ("Input should be a
 valid integer, unable to parse string as an integer") names no field the user wrote and lists
@@ -10,6 +11,7 @@ users spell it (a flag, or a path into a custom resource).
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 from collections.abc import Callable
@@ -21,9 +23,7 @@ from pydantic_core import ErrorDetails
 Location = tuple[int | str, ...]
 
 
-def first_error_line(
-    exc: ValidationError, model: type[BaseModel], name: Callable[[Location], str]
-) -> str:
+def first_error_line(exc: ValidationError, model: type, name: Callable[[Location], str]) -> str:
     """``name(loc): problem`` for the first error in ``exc``; a message raised by a validator
     as a ValueError (a :class:`~autoglm.config.ConfigError`, a spec error) is kept as it is."""
     error = exc.errors(include_url=False)[0]
@@ -34,7 +34,7 @@ def first_error_line(
     return f"{where}: {problem(error, model)}" if where else problem(error, model)
 
 
-def problem(error: ErrorDetails, model: type[BaseModel]) -> str:
+def problem(error: ErrorDetails, model: type) -> str:
     """What is wrong with the value and what is accepted, without the field's name."""
     kind, raw, ctx = error["type"], error["input"], error.get("ctx", {})
     loc = tuple(error["loc"])
@@ -83,9 +83,9 @@ def problem(error: ErrorDetails, model: type[BaseModel]) -> str:
     return message[:1].lower() + message[1:]
 
 
-def annotation_at(model: type[BaseModel], loc: Location) -> Any:
-    """The annotation of the field at ``loc`` (field names or aliases, list indexes), or None
-    where the location leaves the models (a dict's keys, a union member's tag)."""
+def annotation_at(model: type, loc: Location) -> Any:
+    """The annotation of the field at ``loc`` (field names or aliases, list indexes) in a model
+    or a dataclass, or None where the location leaves them (a dict's keys, a union's tag)."""
     kind: Any = model
     for step in loc:
         kind = _unwrap(kind)
@@ -95,24 +95,25 @@ def annotation_at(model: type[BaseModel], loc: Location) -> Any:
                 kind = args[0]
                 continue
             return None
-        if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+        kind = _annotations(kind).get(step)
+        if kind is None:
             return None
-        field = next(
-            (f for n, f in kind.model_fields.items() if step in (n, f.alias)),
-            None,
-        )
-        if field is None:
-            return None
-        kind = field.annotation
     return kind
 
 
 def field_names(model: Any) -> list[str]:
     """The names a user writes for ``model``'s fields (aliases where set), sorted."""
-    model = _unwrap(model)
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        return []
-    return sorted(f.alias or n for n, f in model.model_fields.items())
+    return sorted(_annotations(_unwrap(model)))
+
+
+def _annotations(model: Any) -> dict[str, Any]:
+    """Field name (or alias) to annotation, for a pydantic model or a dataclass."""
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return {f.alias or n: f.annotation for n, f in model.model_fields.items()}
+    if isinstance(model, type) and dataclasses.is_dataclass(model):
+        hints = typing.get_type_hints(model, include_extras=True)
+        return {f.name: hints[f.name] for f in dataclasses.fields(model) if f.init}
+    return {}
 
 
 def literal_choices(annotation: Any) -> list[str]:
