@@ -22,8 +22,8 @@ from datetime import UTC
 import numpy as np
 
 from autoglm.prometheus_api import PrometheusClient, PrometheusError, RangeSeries
-from predictor.api import Forecast
 from predictor.config import TargetConfig
+from predictor.forecast import Forecast
 from predictor.metrics import PredictorMetrics
 from predictor.models import ForecastModel, candidate_factories, shortest_cycle
 from predictor.selection import Selection, minimum_history, select_model

@@ -44,7 +44,7 @@ from autoscaler.simulator.fleet import Fleet
 from autoscaler.simulator.forecast import LoadForecaster, PredictorForecaster
 from autoscaler.simulator.trace import Trace
 from autoscaler.spec import GPUAutoscalerSpec, parse_spec
-from predictor.models.catalog import known_models
+from predictor.api import model_names
 
 Policy = Literal["static", "hpa", "predictive"]
 POLICIES: tuple[str, ...] = ("static", "hpa", "predictive")
@@ -118,7 +118,7 @@ class SimulationConfig:
             raise ValueError("need 1 <= min_replicas <= max_replicas")
         if self.queue_target is not None and self.queue_target <= 0:
             raise ValueError("queue_target must be > 0 waiting requests per replica, or None")
-        known = known_models(self.forecast_seasons)
+        known = model_names(self.forecast_seasons)
         unknown = [m for m in self.forecast_models if m not in known]
         if unknown:
             raise ValueError(

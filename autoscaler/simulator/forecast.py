@@ -1,7 +1,7 @@
 """Forecasts of the request rate for the predictive policy, replayed causally.
 
-The default forecaster is the predictor itself: a :class:`predictor.service.PredictorService` in
-push mode whose clock is the simulation's, exactly as the controller would consume it in-process.
+The default forecaster is the predictor itself: a :class:`predictor.api.InProcessPredictor`, fed
+samples and run on the simulation's clock, exactly as the controller would consume it in-process.
 Every tick the simulator pushes the request rate it just measured; the service bins it into steps,
 selects its model per horizon by rolling-origin backtest on the history seen so far (refitting on
 a schedule, updating cheaply in between) and publishes point forecasts with calibrated upper
@@ -26,9 +26,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from predictor.config import TargetConfig
-from predictor.selection import minimum_history
-from predictor.service import PredictorService
+from predictor.api import InProcessPredictor
 
 TARGET = "request_rate"
 
@@ -70,25 +68,26 @@ class PredictorForecaster:
         if series not in ("peak", "mean"):
             raise ValueError("series must be 'peak' or 'mean'")
         steps = max(1, math.ceil(horizon_seconds / step_seconds - 1e-9)) + 1
-        self.config = TargetConfig(
-            name=TARGET,
-            step=step_seconds,
-            lookback=max(lookback_seconds, 10 * step_seconds),
-            horizons=tuple(range(1, steps + 1)),
-            quantile=quantile,
-            seasons=tuple(seasons_seconds),
-            # "peak": the service keeps the last sample of a step, and the sample pushed is the
-            # running maximum of the step, so a closed step holds its peak.
-            aggregate="last" if series == "peak" else "mean",
-            models=tuple(models),
-        )
+        self.quantile = quantile
         self.step = step_seconds
         self.series = series
         self._bin_peak = -math.inf
         self.horizon = horizon_seconds
         self.refit_seconds = refit_seconds
         self.now = 0.0
-        self.service = PredictorService([self.config], clock=lambda: self.now)
+        self.predictor = InProcessPredictor(
+            TARGET,
+            step_seconds=step_seconds,
+            lookback_seconds=max(lookback_seconds, 10 * step_seconds),
+            horizon_steps=range(1, steps + 1),
+            quantile=quantile,
+            seasons_seconds=seasons_seconds,
+            # "peak": the predictor keeps the last sample of a step, and the sample pushed is the
+            # running maximum of the step, so a closed step holds its peak.
+            aggregate="last" if series == "peak" else "mean",
+            models=models,
+            clock=lambda: self.now,
+        )
         self.refits = 0
         self.name = "none"
         self._last_refit: float | None = None
@@ -106,7 +105,7 @@ class PredictorForecaster:
             self._bin_peak = -math.inf
         self._bin_peak = max(self._bin_peak, rate)
         value = self._bin_peak if self.series == "peak" else rate
-        self.service.observe(TARGET, t - 1e-6, value)
+        self.predictor.observe(t - 1e-6, value)
         if current_bin == self._last_bin:
             return
         # A step closed: the models were updated with it; a due refit runs now (before the
@@ -116,7 +115,7 @@ class PredictorForecaster:
         self._last_bin = current_bin
         self._version += 1
         due = self._last_refit is None or t - self._last_refit >= self.refit_seconds
-        if due and self._backtestable() and self.service.refit(TARGET):
+        if due and self._backtestable() and self.predictor.refit():
             self._last_refit = t
             self.refits += 1
 
@@ -126,7 +125,7 @@ class PredictorForecaster:
         The service itself waits for that many points, but asked at every step it would log
         that it waits at every step; the simulator asks only once it can succeed.
         """
-        return self._closed_steps >= minimum_history(self.config.max_horizon)
+        return self._closed_steps >= self.predictor.minimum_history
 
     def upper(
         self, now: float, horizon_seconds: float, quantile: float | None = None
@@ -136,11 +135,11 @@ class PredictorForecaster:
         depend on the quantile (selection scores point accuracy), so one fitted pass answers
         every quantile."""
         self.now = now
-        q = self.config.quantile if quantile is None else quantile
+        q = self.quantile if quantile is None else quantile
         key = (self._version, math.floor(now / self.step), math.floor(horizon_seconds), q)
         cached = self._cached.get(key)
         if cached is None:
-            forecast = self.service.forecast(TARGET, horizon_seconds, q)
+            forecast = self.predictor.forecast(horizon_seconds, q)
             cached = (None, self.name) if forecast is None else (forecast.upper, forecast.model)
             if key[:2] != self._cached_position:
                 self._cached.clear()
