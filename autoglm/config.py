@@ -158,7 +158,7 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         raised = exc.errors(include_url=False)[0].get("ctx", {}).get("error")
         if isinstance(raised, ValueError) and not isinstance(raised, ConfigError):
             raise ConfigError(f"{source}: {raised}") from exc
-        raise ConfigError(first_error_line(exc, cls, _flag_at)) from None
+        raise ConfigError(first_error_line(exc, cls, _flag_at, sentence=True)) from None
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
 

@@ -23,15 +23,26 @@ from pydantic_core import ErrorDetails
 Location = tuple[int | str, ...]
 
 
-def first_error_line(exc: ValidationError, model: type, name: Callable[[Location], str]) -> str:
+def first_error_line(
+    exc: ValidationError,
+    model: type,
+    name: Callable[[Location], str],
+    sentence: bool = False,
+) -> str:
     """``name(loc): problem`` for the first error in ``exc``; a message raised by a validator
-    as a ValueError (a :class:`~autoglm.config.ConfigError`, a spec error) is kept as it is."""
+    as a ValueError (a :class:`~autoglm.config.ConfigError`, a spec error) is kept as it is.
+
+    With ``sentence``, a bound reads as one (``--interval must be > 0, got 0``), as the
+    components' hand-written checks always have.
+    """
     error = exc.errors(include_url=False)[0]
     raised = error.get("ctx", {}).get("error")
     if error["type"] == "value_error" and isinstance(raised, ValueError):
         return str(raised)
-    where = name(tuple(error["loc"]))
-    return f"{where}: {problem(error, model)}" if where else problem(error, model)
+    where, text = name(tuple(error["loc"])), problem(error, model)
+    if not where:
+        return text
+    return f"{where} {text}" if sentence and text.startswith("must ") else f"{where}: {text}"
 
 
 def problem(error: ErrorDetails, model: type) -> str:
@@ -66,7 +77,7 @@ def problem(error: ErrorDetails, model: type) -> str:
     }
     if kind in bounds:
         op, key = bounds[kind]
-        return f"must be {op} {ctx[key]}, got {raw!r}"
+        return f"must be {op} {ctx[key]}, got {raw}"
     if kind == "string_too_short":
         return f"expected a non-empty string, got {raw!r}"
     if kind == "string_type":

@@ -1,11 +1,18 @@
-"""The exporter's settings: one dataclass, as flags (``--gpus 8``) or YAML (``gpus: 8``)."""
+"""The exporter's settings: one dataclass, as flags (``--gpus 8``) or YAML (``gpus: 8``).
+
+Bounds are pydantic ``Field`` constraints, checked when the settings are loaded and shared with
+the Helm chart's values schema (tests/helm/test_values_schema.py); the checks that join fields
+are in ``__post_init__``.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from autoglm.config import ConfigError, parse_listen
 
@@ -27,7 +34,9 @@ class ExporterConfig:
             "simulated GPUs"
         },
     )
-    gpus: int = field(default=8, metadata={"help": "number of simulated GPUs"})
+    gpus: Annotated[int, Field(ge=1)] = field(
+        default=8, metadata={"help": "number of simulated GPUs"}
+    )
     model: str = field(
         default="NVIDIA H100 80GB HBM3",
         metadata={"help": "model of the simulated GPUs (sets memory, power and clock limits)"},
@@ -45,7 +54,9 @@ class ExporterConfig:
         metadata={"help": "fault to inject into the simulated GPUs, e.g. xid:gpu=2:code=79"},
     )
     listen: str = field(default=":9400", metadata={"help": "HOST:PORT to serve /metrics on"})
-    interval: float = field(default=1.0, metadata={"help": "seconds between collections"})
+    interval: Annotated[float, Field(gt=0)] = field(
+        default=1.0, metadata={"help": "seconds between collections"}
+    )
     deadline: float | None = field(
         default=None,
         metadata={
@@ -64,7 +75,7 @@ class ExporterConfig:
         default=None,
         metadata={"help": "value of the Hostname label (default: $NODE_NAME or the host name)"},
     )
-    xid_hold: float = field(
+    xid_hold: Annotated[float, Field(ge=0)] = field(
         default=300.0,
         metadata={
             "help": "seconds DCGM_FI_DEV_XID_ERRORS keeps showing the last Xid before it "
@@ -93,7 +104,7 @@ class ExporterConfig:
         default=DEFAULT_POD_RESOURCES_SOCKET,
         metadata={"help": "kubelet pod-resources unix socket"},
     )
-    pod_resources_interval: float = field(
+    pod_resources_interval: Annotated[float, Field(gt=0)] = field(
         default=10.0, metadata={"help": "seconds between pod-resources refreshes"}
     )
     log_level: Literal["debug", "info", "warning", "error"] = field(
@@ -104,10 +115,6 @@ class ExporterConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.gpus < 1:
-            raise ConfigError(f"--gpus must be at least 1, not {self.gpus}")
-        if self.interval <= 0:
-            raise ConfigError(f"--interval must be > 0 seconds, not {self.interval:g}")
         if self.deadline is None:
             object.__setattr__(self, "deadline", self.interval * DEFAULT_DEADLINE_FRACTION)
         elif not 0 < self.deadline <= self.interval:
@@ -115,10 +122,6 @@ class ExporterConfig:
                 f"--deadline {self.deadline:g} must be > 0 and no longer than --interval "
                 f"{self.interval:g}, so collections never overlap"
             )
-        if self.xid_hold < 0:
-            raise ConfigError(f"--xid-hold must be >= 0 seconds, not {self.xid_hold:g}")
-        if self.pod_resources_interval <= 0:
-            raise ConfigError("--pod-resources-interval must be > 0 seconds")
         if self.fault and self.source != "simulated":
             raise ConfigError("--fault needs --source simulated (faults are simulated)")
         if self.hostname == "":
