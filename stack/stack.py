@@ -40,18 +40,19 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
-from autoglm.httpserver import HTTPServer, Response, registry_route
 from autoglm.ports import free_port
 from autoglm.prometheus_api import PrometheusClient
+from autoglm.web.exchange import Response
+from autoglm.web.exposition import registry_route
+from autoglm.web.server import HTTPServer
 from autoscaler.controller.controllers import LocalController
 from autoscaler.controller.forecasts import PrometheusForecasts, ProviderForecasts
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.controller.service_model import PrometheusServiceModels
 from autoscaler.core.replica_calculator import PodSample
-from autoscaler.local import LocalProcessGroup
+from autoscaler.local import LocalProcessGroup, TargetScale
 from autoscaler.metrics import AutoscalerMetrics
-from autoscaler.scale_target import TargetScale
 from autoscaler.spec import BATCHER_REQUESTS, GPUAutoscalerSpec, MetricSpec, parse_spec
 from exporter.service import ExporterService
 from predictor.api import Forecast

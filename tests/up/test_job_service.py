@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from autoglm.httpserver import HTTPServer, Response
+from autoglm.web.exchange import Response
+from autoglm.web.server import HTTPServer
 from batcher.oip import parse_infer_request
 from stack.job import BestEffortJob, request_lines, write_requests
 from stack.loadgen import FEATURES
