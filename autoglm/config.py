@@ -158,7 +158,8 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         raised = exc.errors(include_url=False)[0].get("ctx", {}).get("error")
         if isinstance(raised, ValueError) and not isinstance(raised, ConfigError):
             raise ConfigError(f"{source}: {raised}") from exc
-        raise ConfigError(first_error_line(exc, cls, _flag_at, sentence=True)) from None
+        line = first_error_line(exc, cls, _flag_at, sentence=True)
+        raise ConfigError(line + _default_hint(cls, exc)) from None
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
 
@@ -179,6 +180,23 @@ def settings_json_schema(cls: type) -> dict[str, Any]:
         if prop is not None and f.metadata.get("help"):
             prop["description"] = f.metadata["help"]
     return schema
+
+
+_BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+
+
+def _default_hint(cls: type, exc: ValidationError) -> str:
+    """`` (default: --interval 15)`` after a bound's error: a value that is accepted."""
+    error = exc.errors(include_url=False)[0]
+    if error["type"] not in _BOUND_ERRORS or len(error["loc"]) != 1:
+        return ""
+    name = str(error["loc"][0])
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
+    default = _default_of(field)
+    if default in (None, "", [], {}, ()):
+        return ""
+    shown = f"{default:g}" if isinstance(default, float) else str(default)
+    return f" (default: {_flag_at((name,))} {shown})"
 
 
 def _flag_at(loc: Location) -> str:

@@ -77,7 +77,12 @@ def problem(error: ErrorDetails, model: type) -> str:
     }
     if kind in bounds:
         op, key = bounds[kind]
-        return f"must be {op} {ctx[key]}, got {raw}"
+        bound = ctx[key]
+        return (
+            f"must be {op} {bound:g}, got {raw}"
+            if isinstance(bound, float)
+            else (f"must be {op} {bound}, got {raw}")
+        )
     if kind == "string_too_short":
         return f"expected a non-empty string, got {raw!r}"
     if kind == "string_type":

@@ -1,9 +1,15 @@
-"""Settings of ``autoglm-autoscaler run``: flags that mirror a YAML file (see autoglm.config)."""
+"""Settings of ``autoglm-autoscaler run``: flags that mirror a YAML file (see autoglm.config).
+
+Bounds are pydantic ``Field`` constraints, checked when the settings are loaded and shared with
+the Helm chart's values schema; the checks that join fields are in ``__post_init__``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from autoglm.config import ConfigError, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
@@ -13,6 +19,9 @@ from autoscaler.core.replica_calculator import (
     INITIAL_READINESS_DELAY_SECONDS,
     INITIALIZATION_PERIOD_SECONDS,
 )
+
+Seconds = Annotated[float, Field(ge=0)]
+PositiveSeconds = Annotated[float, Field(gt=0)]
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,9 @@ class AutoscalerConfig(PrometheusAccessConfig):
         default="http://{host}:{port}/v2/health/ready",
         metadata={"help": "local mode: readiness URL template of a worker ('' = always ready)"},
     )
-    prometheus_timeout: float = field(default=10.0, metadata={"help": "seconds per query"})
+    prometheus_timeout: PositiveSeconds = field(
+        default=10.0, metadata={"help": "seconds per query"}
+    )
     pod_label: str = field(
         default="pod",
         metadata={"help": "label naming the pod in Pods metrics (local mode: instance)"},
@@ -61,8 +72,8 @@ class AutoscalerConfig(PrometheusAccessConfig):
             "help": "PromQL template of the forecast upper bound ({target} {horizon} {quantile})"
         },
     )
-    interval: float = field(default=15.0, metadata={"help": "seconds between reconciles"})
-    initialization_period: float = field(
+    interval: PositiveSeconds = field(default=15.0, metadata={"help": "seconds between reconciles"})
+    initialization_period: Seconds = field(
         default=INITIALIZATION_PERIOD_SECONDS,
         metadata={
             "help": "seconds after a pod starts during which a Utilization sample counts only once "
@@ -70,14 +81,14 @@ class AutoscalerConfig(PrometheusAccessConfig):
             "--horizontal-pod-autoscaler-cpu-initialization-period)"
         },
     )
-    initial_readiness_delay: float = field(
+    initial_readiness_delay: Seconds = field(
         default=INITIAL_READINESS_DELAY_SECONDS,
         metadata={
             "help": "seconds after a pod starts within which a readiness change means it was never "
             "ready (the HPA's --horizontal-pod-autoscaler-initial-readiness-delay)"
         },
     )
-    downscale_stabilization: float = field(
+    downscale_stabilization: Seconds = field(
         default=DOWNSCALE_STABILIZATION_SECONDS,
         metadata={
             "help": "scale-down stabilization window in seconds where the spec sets none (the "
@@ -94,10 +105,10 @@ class AutoscalerConfig(PrometheusAccessConfig):
     lease_namespace: str = field(
         default="", metadata={"help": "Lease namespace (empty: --namespace)"}
     )
-    lease_duration: float = field(
+    lease_duration: PositiveSeconds = field(
         default=15.0, metadata={"help": "seconds a lease lasts without renewal"}
     )
-    renew_deadline: float = field(
+    renew_deadline: PositiveSeconds = field(
         default=10.0, metadata={"help": "seconds a leader keeps acting without a renewal"}
     )
     identity: str = field(
@@ -115,17 +126,9 @@ class AutoscalerConfig(PrometheusAccessConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         parse_listen(self.listen)
-        if self.interval <= 0:
-            raise ConfigError("interval must be > 0 seconds (e.g. --interval 15)")
-        for name in ("initialization_period", "initial_readiness_delay", "downscale_stabilization"):
-            if getattr(self, name) < 0:
-                flag, default = name.replace("_", "-"), self.__dataclass_fields__[name].default
-                raise ConfigError(f"{name} must be >= 0 seconds (default: --{flag} {default:g})")
-        if self.prometheus_timeout <= 0:
-            raise ConfigError("prometheus_timeout must be > 0 seconds")
-        if not 0 < self.renew_deadline < self.lease_duration:
+        if not self.renew_deadline < self.lease_duration:
             raise ConfigError(
-                "renew_deadline must be > 0 and below lease_duration "
+                "renew_deadline must be below lease_duration "
                 "(e.g. --lease-duration 15 --renew-deadline 10)"
             )
         if self.mode == "local":

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import socket
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
+from pydantic import Field
 
 from autoglm.config import (
     ConfigError,
@@ -32,6 +33,7 @@ class DemoConfig:
     labels: list[str] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     name: str = field(default="", metadata={"help": "a name"})
+    workers: Annotated[int, Field(ge=1, le=64)] = 4
 
     def __post_init__(self) -> None:
         if self.interval <= 0:
@@ -75,6 +77,27 @@ def test_bad_values_name_the_problem(tmp_path, content, message):
     cfg_file.write_text(content)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         parse(["--config", str(cfg_file)])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workers", "0"], "--workers must be >= 1, got 0 (default: --workers 4)"),
+        (["--workers", "65"], "--workers must be <= 64, got 65 (default: --workers 4)"),
+        (["--workers", "2.5"], "--workers: '2.5' is not a valid int"),
+    ],
+)
+def test_a_bound_names_the_flag_the_limit_and_the_default(argv, message):
+    with pytest.raises(ConfigError) as err:
+        parse(argv)
+    assert str(err.value) == message
+
+
+def test_a_number_in_the_file_where_text_goes_is_that_text(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("name: 7\nlabels: solo\n")
+    cfg = parse(["--config", str(cfg_file)])
+    assert (cfg.name, cfg.labels) == ("7", ["solo"])
 
 
 def test_load_config_exits_2_with_one_line(capsys, tmp_path):
