@@ -282,6 +282,7 @@ def _slo_from_json(raw: Any) -> SloInput:
             float(model.get("fixedSeconds", 0.0)),
             float(model.get("perItemSeconds", 0.0)),
             int(model.get("maxBatch", 1)),
+            float(model.get("serviceScv", 0.0)),
         )
     forecast = raw.get("forecast")
     return SloInput(

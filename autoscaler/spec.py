@@ -60,6 +60,7 @@ from autoscaler.core.spec import (
     BATCHER_COST_PER_ITEM,
     BATCHER_MAX_BATCH,
     BATCHER_REQUESTS,
+    BATCHER_SERVICE_SCV,
     DEFAULT_POLICY_PERIOD_SECONDS,
     DEFAULT_RESOURCE,
     DEFAULT_SCALE_UP_STABILIZATION_SECONDS,
@@ -95,6 +96,7 @@ __all__ = [
     "BATCHER_COST_PER_ITEM",
     "BATCHER_MAX_BATCH",
     "BATCHER_REQUESTS",
+    "BATCHER_SERVICE_SCV",
     "DEFAULT_POLICY_PERIOD_SECONDS",
     "DEFAULT_RESOURCE",
     "DEFAULT_SCALE_UP_STABILIZATION_SECONDS",
@@ -272,6 +274,11 @@ class ServiceModelQueries(_Written):
     fixed_seconds_query: NonEmpty | None = None
     per_item_seconds_query: NonEmpty | None = None
     max_batch_query: NonEmpty | None = None
+    service_scv_query: NonEmpty | None = Field(
+        default=None,
+        description="Spread of one request's service time, a squared coefficient of variation "
+        f"(default: max({BATCHER_SERVICE_SCV})); no series: taken as 0.",
+    )
 
 
 class SloModel(_Written):
@@ -497,6 +504,7 @@ def _slo(slo: SloModel, path: str) -> SloSpec:
         per_item_seconds_query=model.per_item_seconds_query
         or f"avg({BATCHER_COST_PER_ITEM}{selector})",
         max_batch_query=model.max_batch_query or f"min({BATCHER_MAX_BATCH}{selector})",
+        service_scv_query=model.service_scv_query or f"max({BATCHER_SERVICE_SCV}{selector})",
         rate_name=slo.rate_name,
         prediction=_prediction(slo.prediction),
     )

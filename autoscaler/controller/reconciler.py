@@ -461,6 +461,7 @@ def _slo_status(slo: SloOutcome) -> dict[str, Any]:
                 "fixedSeconds": model.fixed_seconds,
                 "perItemSeconds": model.per_item_seconds,
                 "maxBatch": model.max_batch,
+                "serviceScv": model.service_scv,
             }
             if model is not None
             else None

@@ -2,9 +2,12 @@
 
 The batcher fits its batch cost ``t(b) = c + a*b`` online and exports both terms with its
 largest batch (``autoglm_batcher_cost_fixed_seconds``, ``..._cost_per_item_seconds``,
-``..._max_batch_size_items``, one series per batcher). The spec's queries reduce them to one
-model for the fleet; if a query still returns several series, the slowest cost terms and the
-smallest batch are kept, because a model that is too fast would size the fleet too small.
+``..._max_batch_size_items``, one series per batcher), and the spread of one request's service
+time (``autoglm_batcher_service_time_scv``). The spec's queries reduce them to one model for the
+fleet; if a query still returns several series, the slowest cost terms, the widest spread and
+the smallest batch are kept, because a model that is too fast would size the fleet too small.
+A batcher from before the spread was exported answers no spread series: the model is then taken
+as deterministic (spread 0), as it was before, rather than not sized at all.
 
 No model yet is an expected state, not a failure: a fresh batcher exports zero costs until it
 has timed batches of two sizes. That, and any unreadable answer, raises
@@ -45,6 +48,7 @@ class PrometheusServiceModels:
         fixed = max(self._values(slo.fixed_seconds_query))
         per_item = max(self._values(slo.per_item_seconds_query))
         max_batch = min(self._values(slo.max_batch_query))
+        spread = max(self._values(slo.service_scv_query, required=False), default=0.0)
         if fixed + per_item <= 0:
             raise ServiceModelUnavailable(
                 "service_model_unfitted",
@@ -55,17 +59,20 @@ class PrometheusServiceModels:
                 "service_model_invalid", f"the largest batch is {max_batch:g}, below 1"
             )
         try:
-            return ServiceModel(fixed, per_item, math.floor(max_batch))
+            return ServiceModel(fixed, per_item, math.floor(max_batch), spread)
         except ValueError as exc:
             raise ServiceModelUnavailable("service_model_invalid", str(exc)) from exc
 
-    def _values(self, query: str) -> list[float]:
+    def _values(self, query: str, *, required: bool = True) -> list[float]:
+        """The query's sample values; none is an error only for a ``required`` term."""
         try:
             result = self.client.query(query)
         except PrometheusError as exc:
             raise ServiceModelUnavailable(
                 f"prometheus_{exc.kind}", f"prometheus {exc.kind}: {exc}"
             ) from exc
+        if not result.samples and not required:
+            return []
         if not result.samples:
             raise ServiceModelUnavailable(
                 "service_model_empty",

@@ -174,6 +174,8 @@ BATCHER_REQUESTS = "autoglm_batcher_requests_total"
 BATCHER_COST_FIXED = "autoglm_batcher_cost_fixed_seconds"
 BATCHER_COST_PER_ITEM = "autoglm_batcher_cost_per_item_seconds"
 BATCHER_MAX_BATCH = "autoglm_batcher_max_batch_size_items"
+# ... and the spread of one request's service time (squared coefficient of variation)
+BATCHER_SERVICE_SCV = "autoglm_batcher_service_time_scv"
 DEFAULT_SLO_QUANTILE = 0.99
 DEFAULT_SLO_RATE_NAME = "request_rate"
 
@@ -184,7 +186,8 @@ class SloSpec:
 
     The fewest replicas whose modelled ``quantile`` latency, at the larger of the observed online
     request rate and its forecast's upper bound, stays within ``latency_seconds``. The service
-    model (the batcher's fitted batch cost and its largest batch) and the rate are PromQL
+    model (the batcher's fitted batch cost, its largest batch and the spread of its requests'
+    service times) and the rate are PromQL
     queries; by default they read the batcher's own series, narrowed by ``selector``.
     ``rate_name`` is the rate's name as the predictor's forecast target.
     """
@@ -195,6 +198,7 @@ class SloSpec:
     fixed_seconds_query: str = f"avg({BATCHER_COST_FIXED})"
     per_item_seconds_query: str = f"avg({BATCHER_COST_PER_ITEM})"
     max_batch_query: str = f"min({BATCHER_MAX_BATCH})"
+    service_scv_query: str = f"max({BATCHER_SERVICE_SCV})"
     rate_name: str = DEFAULT_SLO_RATE_NAME
     prediction: Prediction | None = None
 

@@ -3,6 +3,8 @@ the batcher's service model and request rate, the real decision core and SLO mod
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autoscaler.controller.forecasts import ProviderForecasts
@@ -24,6 +26,7 @@ RATE = f"sum(rate(autoglm_batcher_requests_total{SELECTOR}[1m]))"
 FIXED = f"avg(autoglm_batcher_cost_fixed_seconds{SELECTOR})"
 PER_ITEM = f"avg(autoglm_batcher_cost_per_item_seconds{SELECTOR})"
 MAX_BATCH = f"min(autoglm_batcher_max_batch_size_items{SELECTOR})"
+SPREAD = f"max(autoglm_batcher_service_time_scv{SELECTOR})"
 MODEL = ServiceModel(fixed_seconds=0.05, per_item_seconds=0.01, max_batch=8)
 FALLBACK = [
     {
@@ -93,7 +96,12 @@ def test_the_fleet_is_sized_for_the_slo_and_says_why(h):
     slo = status["slo"]
     assert slo["mode"] == "slo"
     assert slo["modelledP99Seconds"] == pytest.approx(sizing.modelled_p99_seconds)
-    assert slo["serviceModel"] == {"fixedSeconds": 0.05, "perItemSeconds": 0.01, "maxBatch": 8}
+    assert slo["serviceModel"] == {
+        "fixedSeconds": 0.05,
+        "perItemSeconds": 0.01,
+        "maxBatch": 8,
+        "serviceScv": 0.0,  # no batcher exports a spread here: taken as deterministic
+    }
     assert (slo["rate"], slo["sizingRate"], slo["sizedReplicas"]) == (rate, rate, 5)
     assert slo["feasible"] is True and "5 replicas" in slo["reason"]
     assert h.condition("SizedForSLO")["status"] == "True"
@@ -107,6 +115,43 @@ def test_the_fleet_is_sized_for_the_slo_and_says_why(h):
     assert h.sample("autoglm_autoscaler_slo_sizing_rate_requests_per_second", **labels) == rate
     assert mode(h) == "slo"
     assert h.sample("autoglm_autoscaler_condition", condition="SizedForSLO", **labels) == 1
+
+
+def test_the_batchers_measured_spread_sizes_for_the_slowest_requests(h):
+    """Requests whose service varies (the batchers export scv 0.5: mixed sizes, jitter) need
+    more replicas than the mean alone says; the widest spread of several batchers is used."""
+    h.deployment("llm", 2, [70.0, 70.0])
+    serve_model(h, MODEL)
+    h.prom.answers[SPREAD] = [({"pod": "a"}, 0.1), ({"pod": "b"}, 0.5)]
+    rate = 100.0
+    h.prom.answers[RATE] = [({}, rate)]
+    h.fake.add_custom("gpuautoscalers", slo_object(latency=0.4))
+
+    h.controller.reconcile_all()
+
+    spread = replace(MODEL, service_scv=0.5)
+    sizing = replicas_for_slo(rate, 0.4, spread, min_replicas=1, max_replicas=10)
+    plain = replicas_for_slo(rate, 0.4, MODEL, min_replicas=1, max_replicas=10)
+    assert sizing.replicas > plain.replicas and sizing.feasible
+    assert h.fake.replicas(NS, "llm") == sizing.replicas
+    slo = h.status()["slo"]
+    assert slo["serviceModel"]["serviceScv"] == 0.5
+    assert slo["modelledP99Seconds"] == pytest.approx(sizing.modelled_p99_seconds)
+
+
+def test_a_spread_that_is_not_a_number_falls_back_to_the_hpa_rule(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    serve_model(h, MODEL)
+    h.prom.answers[SPREAD] = [({}, "NaN")]
+    h.prom.answers[RATE] = [({}, rate_needing(3))]
+    h.fake.add_custom("gpuautoscalers", slo_object())
+
+    h.controller.reconcile_all()
+
+    cond = h.condition("SizedForSLO")
+    assert (cond["status"], cond["reason"]) == ("False", "FallbackToHPARule")
+    assert "autoglm_batcher_service_time_scv" in cond["message"]
+    assert h.fake.replicas(NS, "llm") == 4  # the utilization rule: ceil(2 * 140/70)
 
 
 def test_the_forecast_sizes_the_fleet_before_the_load_arrives(h):
