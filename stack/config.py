@@ -25,6 +25,8 @@ JOB_OFFSET = 5
 PROMETHEUS_OFFSET = 90
 WORKERS_OFFSET = 100
 
+DEMO_MODEL = "stack.model:factory"  # the demo MLP with a simulated kernel time (stack.kernel)
+
 
 @dataclass(frozen=True)
 class UpConfig:
@@ -115,7 +117,7 @@ class UpConfig:
         metadata={"help": "auto: real GPUs through NVML when present, else simulated; simulated"},
     )
     worker_model: str = field(
-        default="stack.model:factory",
+        default=DEMO_MODEL,
         metadata={"help": "package.module:factory the batcher workers serve"},
     )
     prometheus: bool = field(

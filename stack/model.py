@@ -2,7 +2,7 @@
 
 On a laptop without a GPU the demo MLP answers a batch in tens of microseconds, so no load a
 loopback load generator can send would keep a worker busy, and nothing would ever need scaling.
-Each batch therefore also holds the worker for ``FIXED_SECONDS + PER_ITEM_SECONDS x items`` of
+Each batch therefore also holds the worker for ``kernel_seconds(items)`` (:mod:`stack.kernel`) of
 wall time, as a GPU kernel would (the cost model ``t(b) = c + a·b`` the batcher fits online). The
 cost is mostly per item, so a worker's busy time grows with the requests it serves (as a large
 model's does) and a few dozen requests a second are enough to fill a GPU: the load generator and
@@ -23,9 +23,7 @@ import torch
 
 from batcher.model import TensorSpec
 from batcher.models.demo import DemoMLP
-
-FIXED_SECONDS = 0.004
-PER_ITEM_SECONDS = 0.02
+from stack.kernel import kernel_seconds
 
 
 class SimulatedKernelModel:
@@ -42,7 +40,7 @@ class SimulatedKernelModel:
         batch = torch.from_numpy(np.concatenate([p["input"] for p in payloads], axis=0))
         with torch.inference_mode():
             logits = self.module(batch).numpy()
-        kernel = FIXED_SECONDS + PER_ITEM_SECONDS * sum(counts)
+        kernel = kernel_seconds(sum(counts))
         time.sleep(max(0.0, kernel - (time.perf_counter() - started)))
         bounds = np.cumsum([0, *counts])
         return [logits[a:b] for a, b in itertools.pairwise(bounds)]

@@ -94,6 +94,10 @@ class Summary:
     scale_downs: int
     peak_workers: int
     load_average: tuple[float, float, float] | None = None  # the machine's, at the end
+    # of the paid GPU-seconds, the share spent on workers not ready yet (starting: no work fits)
+    starting_share: float | None = None
+    # the stack's processes: seconds runnable but waiting for a CPU core, per second on one
+    cpu_wait_per_run: float | None = None
     scale_events: list[dict] = field(default_factory=list)
 
 
@@ -106,13 +110,15 @@ def summarize(
     p99_seconds: float | None,
     load_average: tuple[float, float, float] | None = None,
     sizing: str = "utilization",
+    cpu_wait_per_run: float | None = None,
 ) -> Summary:
     """The run's figures; GPU-seconds, busy time and utilization integrate the samples."""
-    gpu_seconds = online_seconds = best_effort_seconds = 0.0
+    gpu_seconds = online_seconds = best_effort_seconds = starting_seconds = 0.0
     ready_busy = ready_seconds = 0.0
     for before, after in itertools.pairwise(samples):
         dt = after.elapsed - before.elapsed
         gpu_seconds += before.workers * dt
+        starting_seconds += max(0, before.workers - before.ready_workers) * dt
         online_seconds += (before.online_work or 0.0) / 100.0 * dt
         best_effort_seconds += (before.best_effort_work or 0.0) / 100.0 * dt
         if before.online_utilization is not None and before.ready_workers:
@@ -142,6 +148,8 @@ def summarize(
         scale_downs=sum(1 for e in events if e.direction == "down"),
         peak_workers=max((s.workers for s in samples), default=0),
         load_average=load_average,
+        starting_share=share(starting_seconds),
+        cpu_wait_per_run=cpu_wait_per_run,
         scale_events=[{**asdict(e), "direction": e.direction} for e in events],
     )
 
@@ -165,7 +173,8 @@ def summary_lines(summary: Summary) -> list[str]:
         f"peak {summary.peak_workers})",
         f"busy              {pct(summary.busy_share)} of paid GPU-time "
         f"(online {pct(summary.online_busy_share)}, "
-        f"best-effort {pct(summary.best_effort_busy_share)})",
+        f"best-effort {pct(summary.best_effort_busy_share)}; "
+        f"{pct(summary.starting_share)} was workers starting)",
         f"best-effort work  {summary.best_effort_done} job requests answered",
         f"utilization       {pct(summary.online_utilization, 1.0)} online, mean over ready "
         + (
@@ -180,6 +189,11 @@ def summary_lines(summary: Summary) -> list[str]:
             "machine load      "
             + ", ".join(f"{x:.2f}" for x in summary.load_average)
             + " (1, 5, 15 min)"
+        )
+    if summary.cpu_wait_per_run is not None:
+        lines.append(
+            f"CPU wait          {summary.cpu_wait_per_run:.2f} s waiting for a core per second "
+            "on one (the stack's processes; near 0 on an idle machine)"
         )
     return lines
 

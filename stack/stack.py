@@ -60,9 +60,11 @@ from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
 from predictor.service import PredictorService
 from stack import config as ports
-from stack.config import UpConfig
+from stack.config import DEMO_MODEL, UpConfig
+from stack.cpu_wait import CpuWaitLedger
 from stack.gpu_link import BEST_EFFORT, CLASS_BUSY_COUNTER, ONLINE, GPULink
 from stack.job import BestEffortJob
+from stack.kernel import largest_batch_within
 from stack.loadgen import LoadGenerator, LoadGenMetrics, RequestLog
 from stack.profiles import profile_from_config
 from stack.prometheus import WORKERS_JOB, PrometheusServer, grafana_hint
@@ -312,6 +314,7 @@ class Stack:
         self.window = MetricsWindow(keep_seconds=120.0)
         self.scraper = Scraper(self.window)
         self.request_log = RequestLog(cfg.slo_seconds)
+        self.cpu = CpuWaitLedger()
         self._lock = threading.Lock()
         self._doomed: set[str] = set()
         self._known_workers: list[str] = []
@@ -543,6 +546,7 @@ class Stack:
             f"{HOST}:{{port}}",
             "--slo-seconds",
             f"{cfg.slo_seconds:g}",
+            *self._batch_limit(),
             # The job halves its concurrency on every burst of refusals (AIMD); a deeper queue
             # of waiting best-effort items keeps each worker supplied through the halvings,
             # while online requests still go first and wait at most one quantum for them.
@@ -558,6 +562,14 @@ class Stack:
             "--log-format",
             cfg.log_format,
         ]
+
+    def _batch_limit(self) -> list[str]:
+        """The demo model's largest batch: the largest whose kernel fits inside the SLO (a
+        longer one only makes its requests late, and timing it at start-up delays every new
+        worker). Another model keeps the batcher's default."""
+        if self.cfg.worker_model != DEMO_MODEL:
+            return []
+        return ["--max-batch-size", str(largest_batch_within(self.cfg.slo_seconds))]
 
     def _serve(
         self,
@@ -631,6 +643,7 @@ class Stack:
         if self._stop.is_set():
             return  # shutting down: workers are being stopped, nothing left to drive
         self._update_targets()
+        self.cpu.observe([os.getpid(), *self.routed.group.pids()])
         if self.gpu_link is not None:
             self.gpu_link.update(now)
         ready = self._ready_workers()
@@ -750,6 +763,7 @@ class Stack:
             recent.p99_seconds,
             os.getloadavg(),
             self.cfg.sizing,
+            cpu.wait_per_run if (cpu := self.cpu.totals()) is not None else None,
         )
 
     # -- stop ----------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def totals() -> Totals:
 
 
 def test_summary_integrates_over_time() -> None:
-    s = summarize(SAMPLES, EVENTS, totals(), 0.25, 0.7, 0.2, (1.5, 2.0, 2.5))
+    s = summarize(SAMPLES, EVENTS, totals(), 0.25, 0.7, 0.2, (1.5, 2.0, 2.5), "utilization", 3.2)
     assert s.gpu_seconds == pytest.approx(10 * 1 + 10 * 2 + 10 * 2)
     # online busy GPU-seconds 5 + 9 + 12 = 26, best-effort 4 + 0 + 5 = 9, of 50 paid
     assert s.online_busy_share == pytest.approx(26 / 50)
@@ -74,7 +74,13 @@ def test_summary_integrates_over_time() -> None:
     assert s.duration_seconds == 30
     lines = "\n".join(summary_lines(s))
     assert "95.0 %" in lines and "5 shed" in lines and "1 up, 1 down" in lines
-    assert "70.0 % of paid GPU-time (online 52.0 %, best-effort 18.0 %)" in lines
+    # one worker of two was starting for 10 s: 10 of the 50 paid GPU-seconds
+    assert s.starting_share == pytest.approx(10 / 50)
+    assert (
+        "70.0 % of paid GPU-time (online 52.0 %, best-effort 18.0 %; 20.0 % was workers starting)"
+        in lines
+    )
+    assert s.cpu_wait_per_run == 3.2 and "3.20 s waiting for a core per second" in lines
     assert "500 job requests" in lines and "(target 70.0 %)" in lines
     assert "1.50, 2.00, 2.50" in lines
 
