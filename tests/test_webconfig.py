@@ -10,9 +10,8 @@ import bcrypt
 import pytest
 import yaml
 
-from autoglm import webconfig
 from autoglm.config import ConfigError
-from autoglm.webconfig import WebConfig
+from autoglm.webconfig import WebConfig, basic_auth, loaded, reload
 from tests.selfsigned import ScratchCA
 
 
@@ -182,7 +181,7 @@ def test_successful_checks_are_cached_failures_are_not(
         calls.append(password)
         return real_checkpw(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting_checkpw)
+    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", counting_checkpw)
     for _ in range(5):
         assert config.authorized(basic("alice", "wonderland"))
     assert len(calls) == 1
@@ -200,18 +199,18 @@ def test_unknown_user_still_costs_a_bcrypt(tmp_path: Path, monkeypatch: pytest.M
         hashes_checked.append(hashed)
         return real_checkpw(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", recording_checkpw)
+    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", recording_checkpw)
     assert not config.authorized(basic("mallory", "wonderland"))
     assert len(hashes_checked) == 1
 
 
 def test_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webconfig, "_AUTH_CACHE_SIZE", 3)
+    monkeypatch.setattr(basic_auth, "_AUTH_CACHE_SIZE", 3)
     users = {f"user{i}": htpasswd_style_hash(f"pw{i}") for i in range(5)}
     config = load(tmp_path, {"basic_auth_users": users})
     for i in range(5):
         assert config.authorized(basic(f"user{i}", f"pw{i}"))
-        assert len(config._authorized_cache) <= 3
+        assert len(config._auth._accepted) <= 3
 
 
 def test_client_allowed_sans(tmp_path: Path, pki: dict[str, Path]) -> None:
@@ -372,7 +371,7 @@ class Clock:
         return self.now
 
     def tick(self) -> None:
-        self.now += webconfig.RELOAD_CHECK_SECONDS
+        self.now += reload.RELOAD_CHECK_SECONDS
 
 
 def watched(path: Path) -> tuple[WebConfig, Clock]:
@@ -406,7 +405,7 @@ def test_changed_users_apply_after_the_next_check_and_old_passwords_stop_working
 def test_unchanged_files_are_not_re_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
     config, clock = watched(path)
-    monkeypatch.setattr(WebConfig, "_read", None)  # any re-read would fail
+    monkeypatch.setattr(loaded, "read_settings", None)  # any re-read would fail
     clock.tick()
     assert not config.reload_if_changed()
     assert config.reloads == 0

@@ -436,7 +436,7 @@ class Rotation:
 
 @pytest.fixture
 def rotation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rotation:
-    monkeypatch.setattr("autoglm.webconfig.RELOAD_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr("autoglm.webconfig.reload.RELOAD_CHECK_SECONDS", 0.0)
     ca = ScratchCA(tmp_path)
     first, renewed = ca.server("first"), ca.server("renewed")
     (tmp_path / "tls.crt").write_bytes(first.cert.read_bytes())
