@@ -1,7 +1,9 @@
 """Settings of a batch inference job, as flags and YAML keys (see :mod:`autoglm.config`).
 
 ``autoglm job run --input requests.jsonl`` and ``input: requests.jsonl`` in a ``--config``
-file mean the same. Values are checked here, before any line is read; checks that need the file
+file mean the same. Values are checked here, before any line is read (bounds as pydantic
+``Field`` constraints, shared with the Helm chart's values schema; the checks that join fields
+in ``__post_init__``); checks that need the file
 system (the input exists, the output directory is writable) are made by the runner's
 :func:`jobs.plan.prepare`, also before any work.
 """
@@ -12,13 +14,18 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
+
+from pydantic import Field
 
 from autoglm.config import ConfigError, parse_listen
 
 SHARD_INDEX_ENV = "JOB_COMPLETION_INDEX"
 BEST_EFFORT = "best-effort"
+
+AtLeastOne = Annotated[int, Field(ge=1)]
+PositiveSeconds = Annotated[float, Field(gt=0)]
 
 
 @dataclass(frozen=True)
@@ -65,33 +72,33 @@ class JobConfig:
             "empty sends none"
         },
     )
-    initial_concurrency: int = field(
+    initial_concurrency: AtLeastOne = field(
         default=4,
         metadata={"help": "requests in flight at the start (kept within min..max concurrency)"},
     )
-    min_concurrency: int = field(default=1, metadata={"help": "fewest requests in flight"})
-    max_concurrency: int = field(default=64, metadata={"help": "most requests in flight"})
-    request_timeout_seconds: float = field(
+    min_concurrency: AtLeastOne = field(default=1, metadata={"help": "fewest requests in flight"})
+    max_concurrency: AtLeastOne = field(default=64, metadata={"help": "most requests in flight"})
+    request_timeout_seconds: PositiveSeconds = field(
         default=60.0, metadata={"help": "longest wait for one answer before trying again"}
     )
-    max_server_errors: int = field(
+    max_server_errors: AtLeastOne = field(
         default=5,
         metadata={
             "help": "a line the server fails (5xx other than 503) this many times is "
             "recorded as an error instead of tried again"
         },
     )
-    patience_seconds: float = field(
+    patience_seconds: PositiveSeconds = field(
         default=300.0,
         metadata={
             "help": "stop (exit 3, resumable) when requests keep failing and no line was "
             "answered for this long; refusals (429/503) never count"
         },
     )
-    commit_every: int = field(
+    commit_every: AtLeastOne = field(
         default=256, metadata={"help": "make answers durable after this many"}
     )
-    commit_interval_seconds: float = field(
+    commit_interval_seconds: PositiveSeconds = field(
         default=1.0, metadata={"help": "and at least this often"}
     )
     fail_on_invalid: bool = field(
@@ -101,18 +108,18 @@ class JobConfig:
             "exit 0, as a Kubernetes Job index must to count as complete)"
         },
     )
-    drain_seconds: float = field(
+    drain_seconds: PositiveSeconds = field(
         default=10.0,
         metadata={"help": "on SIGTERM/SIGINT, longest wait for requests in flight"},
     )
-    shard_index: int = field(
+    shard_index: Annotated[int, Field(ge=-1)] = field(
         default=-1,
         metadata={
             "help": f"this pod's shard: line i (from 0) is its own when i %% shard_count "
             f"== shard_index (default: ${SHARD_INDEX_ENV}, else 0)"
         },
     )
-    shard_count: int = field(
+    shard_count: AtLeastOne = field(
         default=1, metadata={"help": "number of shards the input is split into"}
     )
     job_name: str = field(
@@ -143,7 +150,7 @@ class JobConfig:
             "--progress-interval-seconds"
         },
     )
-    progress_interval_seconds: float = field(
+    progress_interval_seconds: PositiveSeconds = field(
         default=10.0, metadata={"help": "seconds between progress log lines"}
     )
     log_level: Literal["debug", "info", "warning", "error"] = field(
@@ -170,29 +177,12 @@ class JobConfig:
             raise ConfigError(f"--endpoint {self.endpoint!r} has an invalid port") from None
         if self.priority.lstrip("-").isdigit() and int(self.priority) < 0:
             raise ConfigError("--priority must be best-effort, an integer >= 0, or empty")
-        if not 1 <= self.min_concurrency <= self.max_concurrency:
+        if self.min_concurrency > self.max_concurrency:
             raise ConfigError(
-                "--min-concurrency must be >= 1 and <= --max-concurrency "
+                "--min-concurrency must be <= --max-concurrency "
                 f"(got {self.min_concurrency} and {self.max_concurrency})"
             )
-        if self.initial_concurrency < 1:
-            raise ConfigError("--initial-concurrency must be >= 1")
-        for name in (
-            "request_timeout_seconds",
-            "patience_seconds",
-            "commit_interval_seconds",
-            "drain_seconds",
-            "progress_interval_seconds",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be > 0")
-        if self.max_server_errors < 1:
-            raise ConfigError("--max-server-errors must be >= 1")
-        if self.commit_every < 1:
-            raise ConfigError("--commit-every must be >= 1")
-        if self.shard_count < 1:
-            raise ConfigError("--shard-count must be >= 1")
-        if self.shard_index >= self.shard_count or self.shard_index < -1:
+        if self.shard_index >= self.shard_count:
             raise ConfigError(
                 f"--shard-index {self.shard_index} must lie within 0..{self.shard_count - 1} "
                 "(--shard-count)"
