@@ -10,13 +10,16 @@ Each response, refusals included, carries ``http_server_config.headers``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from autoglm.webconfig import WebConfig
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler, Middleware
+
 Refusal = Callable[[str, int], web.StreamResponse]
 
 
@@ -34,7 +37,7 @@ def guard(
     realm: str,
     refusal: Refusal,
     open_paths: Collection[str] = (),
-) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+) -> Middleware:
     """Middleware answering ``refusal("unauthorized", 401)`` (with a ``WWW-Authenticate``
     naming ``realm``) to a request without valid credentials, and adding the configured
     headers to every response."""

@@ -24,6 +24,7 @@ import time
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from aiohttp import web
@@ -32,12 +33,14 @@ from prometheus_client import CollectorRegistry
 from autoglm.config import parse_listen
 from autoglm.web.binding import bind_socket, local_url
 from autoglm.web.exchange import Handler, Request, Response
-from autoglm.web.guard import Handler as AsyncHandler
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.web.request_metrics import RequestMetrics
 from autoglm.web.routes import RouteTable
 from autoglm.webconfig import WebConfig
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler as AsyncHandler
 
 log = logging.getLogger(__name__)
 
