@@ -1,6 +1,7 @@
 """``autoglm-batcher``: serve a torch model with adaptive batching over KServe v2 HTTP.
 
     autoglm-batcher --model package.module:factory --listen HOST:PORT
+    autoglm-batcher --model-repository FOLDER --listen HOST:PORT   # several models, one device
 
 Start-up order matters. Settings that can be checked cheaply (the checkpoint file, the device,
 the listen port, the web config) are checked before torch and the model are imported, so a
@@ -17,7 +18,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,10 @@ from autoglm.webconfig import WebConfig
 from batcher.config import BatcherConfig
 
 if TYPE_CHECKING:  # torch and the model's modules are imported once the settings are known good
+    from prometheus_client import CollectorRegistry
+
     from batcher.model import ServedModel
+    from batcher.repository import ModelRepository
 
 PROG = "autoglm-batcher"
 log = logging.getLogger(__name__)
@@ -42,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     setup_logging("batcher", config.log_level, config.log_format)
     try:
+        if config.model_repository:
+            check_repository(config)
         check_checkpoint_file(config.checkpoint)
         check_can_listen(config.listen)
         if config.grpc_listen:
@@ -51,10 +57,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if config.model_repository:
+        _configure_torch(config)
+        return asyncio.run(serve_repository(config, device, web_config))
     model = _load(config, device)
     if model is None:
         return EXIT_USAGE
     return asyncio.run(serve(config, model, web_config))
+
+
+def check_repository(config: BatcherConfig) -> None:
+    """:class:`ConfigError` when the repository folder or ``--startup-models`` is unusable
+    (each model's own settings are checked as it loads)."""
+    from batcher.repository_folder import check_folder, model_names
+
+    check_folder(config.model_repository)
+    names = model_names(config.model_repository)
+    if not names:
+        raise ConfigError(
+            f"--model-repository {config.model_repository!r} holds no model: add a subfolder "
+            "per model with its config.yaml"
+        )
+    missing = [n for n in config.startup_models if n not in names]
+    if missing:
+        raise ConfigError(
+            f"--startup-models {missing[0]!r} is not in {config.model_repository} (it holds: "
+            f"{', '.join(names)})"
+        )
+
+
+def _configure_torch(config: BatcherConfig) -> str:
+    """Process-wide torch settings, before any model is built; returns the allocator's line."""
+    import torch
+
+    from batcher.memory import configure_allocator
+
+    allocator = configure_allocator(config.expandable_segments, os.environ)
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    return allocator
 
 
 def check_checkpoint_file(path: str) -> None:
@@ -93,14 +134,9 @@ def usable_device(setting: str) -> str:
 
 def _load(config: BatcherConfig, device: str) -> ServedModel | None:
     """Import torch and the model, and load it; None (after one line on stderr) on a problem."""
-    import torch
-
-    from batcher.memory import configure_allocator
     from batcher.model import load_model
 
-    allocator = configure_allocator(config.expandable_segments, os.environ)
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
+    allocator = _configure_torch(config)
     try:
         model = load_model(
             config.model, name=config.model_name, checkpoint=config.checkpoint, device=device
@@ -128,26 +164,82 @@ def _load(config: BatcherConfig, device: str) -> ServedModel | None:
 
 
 async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig) -> int:
-    """Run until SIGTERM or SIGINT, then drain; the exit code says whether the drain finished."""
+    """Serve one model until SIGTERM or SIGINT, then drain; the exit code says whether the drain
+    finished."""
     from prometheus_client import CollectorRegistry
 
     from batcher.engine import from_config
     from batcher.execution import ThreadExecutor
     from batcher.memory import MemoryMonitor
     from batcher.metrics import BatcherMetrics
-    from batcher.server import BatcherServer
+    from batcher.model import ModuleRunner
+    from batcher.repository import LoadedModel, ModelRepository
+    from batcher.repository_loader import module_bytes
+    from batcher.repository_metrics import RepositoryMetrics
     from batcher.warmup import warm_up
 
-    registry = CollectorRegistry()
-    metrics = BatcherMetrics(registry, model.name, config.slo_seconds, config.max_batch_size)
+    model_registry = CollectorRegistry()
+    metrics = BatcherMetrics(model_registry, model.name, config.slo_seconds, config.max_batch_size)
     memory = MemoryMonitor(model.device, config.idle_release_seconds)
     metrics.watch_memory(memory.stats)
     executor = ThreadExecutor(model.run, model.batch_size_for, memory)
     batcher = from_config(executor, config, memory=memory, metrics=metrics)
     await warm_up(batcher, model, config)
+    registry = CollectorRegistry()
+    repository_metrics = RepositoryMetrics()
+    registry.register(repository_metrics)
+    models = ModelRepository(metrics=repository_metrics, device=batcher.device)
+    parameter_bytes = module_bytes(model.run.module) if isinstance(model.run, ModuleRunner) else 0
+    models.add(LoadedModel(model, batcher, model_registry, parameter_bytes))
+    return await _serve_until_stopped(config, models, registry, web_config, executor.close)
+
+
+async def serve_repository(config: BatcherConfig, device: str, web_config: WebConfig) -> int:
+    """Serve the models of ``--model-repository`` on one device until SIGTERM or SIGINT."""
+    from prometheus_client import CollectorRegistry
+
+    from batcher.errors import RepositoryError
+    from batcher.memory import MemoryMonitor
+    from batcher.metrics import allocator_collector
+    from batcher.repository import ModelRepository
+    from batcher.repository_loader import FolderSource
+    from batcher.repository_metrics import RepositoryMetrics
+
+    registry = CollectorRegistry()
+    memory = MemoryMonitor(device, config.idle_release_seconds)
+    registry.register(allocator_collector("", memory.stats))
+    repository_metrics = RepositoryMetrics()
+    registry.register(repository_metrics)
+    source = FolderSource(config.model_repository, config, device, memory)
+    models = ModelRepository(
+        source,
+        metrics=repository_metrics,
+        memory_budget_bytes=config.repository_memory_bytes,
+        drain_timeout_seconds=config.drain_timeout_seconds,
+    )
+    for name in config.startup_models or source.names():
+        try:
+            await models.load(name)
+        except RepositoryError as exc:
+            await models.drain(config.drain_timeout_seconds)
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return await _serve_until_stopped(config, models, registry, web_config, lambda: None)
+
+
+async def _serve_until_stopped(
+    config: BatcherConfig,
+    models: ModelRepository,
+    registry: CollectorRegistry,
+    web_config: WebConfig,
+    on_failed_start: Callable[[], None],
+) -> int:
+    """Listen, wait for SIGTERM or SIGINT (or an orphaning), then drain; exit code 0 when the
+    drain finished, 1 when it timed out, 2 when the server could not listen."""
+    from batcher.server import BatcherServer
+
     server = BatcherServer(
-        model,
-        batcher,
+        models,
         registry,
         listen=config.listen,
         web_config=web_config,
@@ -157,7 +249,7 @@ async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig
     try:
         await server.start()
     except ConfigError as exc:
-        executor.close()
+        on_failed_start()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     stop = asyncio.Event()

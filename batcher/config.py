@@ -38,6 +38,29 @@ class BatcherConfig:
             "same model, batches and admission), e.g. :8001; empty: no gRPC"
         },
     )
+    model_repository: str = field(
+        default="",
+        metadata={
+            "help": "folder with one subfolder per model, each holding config.yaml (that model's "
+            "settings: model, max_batch_size, slo_seconds, ...); serves them all on one device "
+            "instead of --model; empty: serve --model alone"
+        },
+    )
+    startup_models: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "models of --model-repository loaded at start (default: all of them); the "
+            "others load through the repository API"
+        },
+    )
+    repository_memory_bytes: int = field(
+        default=0,
+        metadata={
+            "help": "device memory the loaded models may take together (parameters plus the "
+            "learned batch footprint); a load past it is refused (0: what the device has free "
+            "on CUDA, no limit on CPU)"
+        },
+    )
     max_batch_size: int = field(
         default=32, metadata={"help": "largest batch (in items) the model is ever given"}
     )
@@ -187,6 +210,14 @@ class BatcherConfig:
                     f"--grpc-listen {self.grpc_listen} is the HTTP --listen address; give gRPC "
                     "its own port, e.g. :8001"
                 )
+        if self.startup_models and not self.model_repository:
+            raise ConfigError(
+                "--startup-models names models of a repository; give --model-repository too"
+            )
+        if self.repository_memory_bytes < 0:
+            raise ConfigError(
+                "--repository-memory-bytes must be >= 0 (0: the device's free memory)"
+            )
         if not 1 <= self.max_batch_size <= MAX_SUPPORTED_BATCH:
             raise ConfigError(
                 f"--max-batch-size {self.max_batch_size} must be within 1..{MAX_SUPPORTED_BATCH}"

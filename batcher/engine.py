@@ -150,6 +150,7 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self._accepting = False
         self._closing = False
+        self._closing_why = "the runtime is shutting down"
         self.device = device or SharedDevice()
         if self.name not in self.device.models:
             self.device.join(self.name)
@@ -182,7 +183,8 @@ class Batcher:
         ``batch_for(n)`` gives a batch of ``n`` items. Each size runs once untimed (first calls
         allocate and warm caches), then ``repeats`` times. Call before :meth:`start`. A failure
         ends the warm-up with what was measured (the model then learns online); running out of
-        memory also lowers the cap's ceiling below that size.
+        memory also lowers the cap's ceiling below that size. On a shared device each batch waits
+        behind the other models' online batches.
         """
         medians: dict[int, float] = {}
         for size in sorted(set(sizes)):
@@ -191,10 +193,15 @@ class Batcher:
                 continue
             samples = []
             for attempt in range(repeats + 1):
+                # Other models may be serving already: a warm-up batch waits its turn as
+                # best-effort work does, after every online batch ready.
+                await self.device.take(self.name, best_effort=True, deadline=math.inf)
                 try:
                     outcome = await self.executor.execute(batch_for(size))
                 except Exception as exc:  # the executor broke: serve anyway, learn online
                     outcome = Outcome(error=f"runtime error: {describe(exc)}")
+                finally:
+                    self.device.release(self.name)
                 if not outcome.ok:
                     if outcome.out_of_memory:
                         self.cap_state.on_oom(size)
@@ -229,12 +236,16 @@ class Batcher:
     def accepting(self) -> bool:
         return self._accepting
 
-    async def drain(self, timeout: float | None = None) -> bool:
+    async def drain(
+        self, timeout: float | None = None, why: str = "the runtime is shutting down"
+    ) -> bool:
         """Stop admission and finish everything queued and in flight; True when all finished.
 
         After ``timeout`` seconds what is still queued is answered with :class:`DrainTimedOut`
-        (an answer, not a drop) and False is returned.
+        (an answer, not a drop) and False is returned. ``why`` goes into the refusals of the
+        requests that arrive meanwhile.
         """
+        self._closing_why = why
         self._accepting = False
         self.metrics.ready.set(0)
         self._closing = True
@@ -282,7 +293,7 @@ class Batcher:
         if not self._accepting:
             self.metrics.rejected("shutting_down", self.slo_seconds)
             raise ShuttingDown(
-                "not accepting requests: the runtime is shutting down; send it to another replica"
+                f"not accepting requests: {self._closing_why}; send it to another replica"
             )
         level = request_class.level
         wait_limit = self.default_timeout if timeout is None else timeout
@@ -346,7 +357,7 @@ class Batcher:
         if not self._accepting:
             self.metrics.refused_best_effort("shutting_down")
             raise ShuttingDown(
-                "not accepting requests: the runtime is shutting down; send it to another replica"
+                f"not accepting requests: {self._closing_why}; send it to another replica"
             )
         wait_limit = self.default_timeout if timeout is None else timeout
         if wait_limit <= 0 or not 1 <= size <= self.max_batch_size:
@@ -840,8 +851,10 @@ def from_config(
     policy: DispatchPolicy | None = None,
     memory: MemoryMonitor | None = None,
     metrics: BatcherMetrics | None = None,
+    device: SharedDevice | None = None,
 ) -> Batcher:
-    """A :class:`Batcher` set up from a :class:`~batcher.config.BatcherConfig`."""
+    """A :class:`Batcher` set up from a :class:`~batcher.config.BatcherConfig` (on ``device``
+    shared with other models' engines, or a device of its own)."""
     fixed = config.policy == "fixed-delay"
     if fixed and policy is None:
         policy = FixedDelayPolicy(
@@ -867,4 +880,5 @@ def from_config(
         best_effort_window_seconds=config.best_effort_window_seconds,
         memory=memory,
         metrics=metrics,
+        device=device,
     )

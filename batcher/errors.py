@@ -2,7 +2,8 @@
 
 Each carries ``outcome``, the label it is counted under in the request metrics; the HTTP status
 and the gRPC code a client sees are the servers' choice (:mod:`batcher.server`,
-:mod:`batcher.grpc_server`), so the engine stays usable in-process and behind either face.
+:mod:`batcher.grpc_server`), so the engine stays usable in-process and behind either face. The
+same holds for the model repository's refusals (:class:`RepositoryError` and its kinds).
 """
 
 from __future__ import annotations
@@ -70,3 +71,27 @@ class UnknownModel(BatcherError):
     """The request names a model this process does not serve (or no longer serves)."""
 
     outcome = "invalid"
+
+
+class RepositoryError(Exception):
+    """A model repository request (index, load, unload) that could not be done as asked."""
+
+
+class NotInRepository(RepositoryError):
+    """The repository holds no model of that name."""
+
+
+class ModelConfigInvalid(RepositoryError):
+    """The model's folder or its configuration is not usable; the message names the fix."""
+
+
+class RepositoryBusy(RepositoryError):
+    """The model is being loaded or unloaded by an earlier request."""
+
+
+class LoadRefused(RepositoryError):
+    """The model would not fit in the device memory left to the repository."""
+
+
+class LoadFailed(RepositoryError):
+    """Building or warming up the model failed (its factory raised)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -32,12 +32,17 @@ from prometheus_client import CollectorRegistry, Counter
 from autoglm.config import ConfigError, parse_listen
 from autoglm.webconfig import TLSMaterial, WebConfig
 from batcher import oip
-from batcher.engine import Batcher
 from batcher.errors import (
     BatcherError,
     DrainTimedOut,
     InvalidRequest,
+    LoadFailed,
+    LoadRefused,
+    ModelConfigInvalid,
+    NotInRepository,
     Rejected,
+    RepositoryBusy,
+    RepositoryError,
     RequestTimedOut,
     ShuttingDown,
     UnknownModel,
@@ -45,6 +50,7 @@ from batcher.errors import (
 from batcher.model import ServedModel, TensorSpec
 from batcher.open_inference import predict_v2_pb2 as pb
 from batcher.open_inference import predict_v2_pb2_grpc as pb_grpc
+from batcher.repository import LoadedModel, ModelRepository
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,6 +64,14 @@ _CODES: tuple[tuple[type[BatcherError], grpc.StatusCode], ...] = (
     (Rejected, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (RequestTimedOut, grpc.StatusCode.DEADLINE_EXCEEDED),
     (DrainTimedOut, grpc.StatusCode.UNAVAILABLE),
+)
+# A repository refusal -> its gRPC code (the first type that matches; FAILED_PRECONDITION else).
+_REPOSITORY_CODES: tuple[tuple[type[RepositoryError], grpc.StatusCode], ...] = (
+    (NotInRepository, grpc.StatusCode.NOT_FOUND),
+    (ModelConfigInvalid, grpc.StatusCode.INVALID_ARGUMENT),
+    (RepositoryBusy, grpc.StatusCode.FAILED_PRECONDITION),
+    (LoadRefused, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (LoadFailed, grpc.StatusCode.INTERNAL),
 )
 # Which typed-contents field carries each datatype (FP16 and BF16 have none: raw only).
 _CONTENTS_FIELD = {
@@ -256,14 +270,14 @@ class _Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
         await self.owner.admit(context, "ServerReady")
-        ready = pb.ServerReadyResponse(ready=self.owner.batcher.accepting)
+        ready = pb.ServerReadyResponse(ready=self.owner.models.accepting)
         return self.owner.answered("ServerReady", ready)
 
     async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
         await self.owner.admit(context, "ModelReady")
-        await self.owner.check_model(context, "ModelReady", request.name, request.version)
-        ready = pb.ModelReadyResponse(ready=self.owner.batcher.accepting)
-        return self.owner.answered("ModelReady", ready)
+        serving = await self.owner.serving(context, "ModelReady", request.name, request.version)
+        ready = pb.ModelReadyResponse(ready=self.owner.models.ready(serving.model.name))
+        return self.owner.answered("ModelReady", ready, serving.model.name)
 
     async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
         await self.owner.admit(context, "ServerMetadata")
@@ -272,30 +286,66 @@ class _Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:
         await self.owner.admit(context, "ModelMetadata")
-        await self.owner.check_model(context, "ModelMetadata", request.name, request.version)
-        model = self.owner.model
+        serving = await self.owner.serving(context, "ModelMetadata", request.name, request.version)
+        model = serving.model
         metadata = pb.ModelMetadataResponse(
             **oip.model_metadata(model.name, model.inputs, model.outputs)
         )
-        return self.owner.answered("ModelMetadata", metadata)
+        return self.owner.answered("ModelMetadata", metadata, model.name)
 
     async def ModelConfig(self, request: Any, context: Any) -> pb.ModelConfigResponse:
         await self.owner.admit(context, "ModelConfig")
-        await self.owner.check_model(context, "ModelConfig", request.name, request.version)
-        config = model_config(self.owner.model, self.owner.batcher.max_batch_size)
-        return self.owner.answered("ModelConfig", pb.ModelConfigResponse(config=config))
+        serving = await self.owner.serving(context, "ModelConfig", request.name, request.version)
+        config = model_config(serving.model, serving.batcher.max_batch_size)
+        return self.owner.answered(
+            "ModelConfig", pb.ModelConfigResponse(config=config), serving.model.name
+        )
 
     async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
         return await self.owner.infer(request, context)
 
+    async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
+        await self.owner.admit(context, "RepositoryIndex")
+        response = pb.RepositoryIndexResponse()
+        for entry in self.owner.models.index(ready_only=request.ready):
+            response.models.add(
+                name=entry.name, version=entry.version, state=entry.state, reason=entry.reason
+            )
+        return self.owner.answered("RepositoryIndex", response)
+
+    async def RepositoryModelLoad(
+        self, request: Any, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        method = "RepositoryModelLoad"
+        await self.owner.admit(context, method)
+        overrides = sorted(k for k in request.parameters if k == "config" or k.startswith("file:"))
+        if overrides:
+            await self.owner.fail(
+                context,
+                method,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"load parameter {overrides[0]!r} is not supported: models are loaded from the "
+                "repository folder; put the model's files and config.yaml there",
+            )
+        await self.owner.repository_call(context, method, self.owner.models.load, request)
+        return self.owner.answered(method, pb.RepositoryModelLoadResponse(), request.model_name)
+
+    async def RepositoryModelUnload(
+        self, request: Any, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        method = "RepositoryModelUnload"
+        await self.owner.admit(context, method)
+        await self.owner.repository_call(context, method, self.owner.models.unload, request)
+        return self.owner.answered(method, pb.RepositoryModelUnloadResponse(), request.model_name)
+
 
 class GrpcInferenceServer:
-    """Serves one model's :class:`~batcher.engine.Batcher` over gRPC, on the running loop."""
+    """Serves a :class:`~batcher.repository.ModelRepository`'s models over gRPC, on the
+    running loop."""
 
     def __init__(
         self,
-        model: ServedModel,
-        batcher: Batcher,
+        models: ModelRepository,
         registry: CollectorRegistry,
         *,
         listen: str,
@@ -303,8 +353,7 @@ class GrpcInferenceServer:
         max_message_bytes: int = 16 << 20,
         version: str = "0.0.0",
     ) -> None:
-        self.model = model
-        self.batcher = batcher
+        self.models = models
         self.listen = listen
         self.web_config = web_config or WebConfig()
         self.max_message_bytes = max_message_bytes
@@ -317,7 +366,7 @@ class GrpcInferenceServer:
             ["model", "method", "code"],
             registry=registry,
         )
-        self._counted: dict[tuple[str, grpc.StatusCode], Any] = {}
+        self._counted: dict[tuple[str, str, grpc.StatusCode], Any] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -379,17 +428,24 @@ class GrpcInferenceServer:
 
     # --- per call --------------------------------------------------------------------------
 
-    def count(self, method: str, code: grpc.StatusCode) -> None:
-        """Count one answered call (children cached: labels() costs more than inc())."""
-        child = self._counted.get((method, code))
+    def count(self, method: str, code: grpc.StatusCode, model: str | None = None) -> None:
+        """Count one answered call (children cached: labels() costs more than inc()).
+
+        ``model``: the model the call named; calls to the server as a whole count under the
+        model served when there is one, else under "".
+        """
+        if model is None:
+            names = self.models.names
+            model = names[0] if len(names) == 1 else ""
+        child = self._counted.get((model, method, code))
         if child is None:
-            child = self._requests.labels(self.model.name, method, code.name)
-            self._counted[(method, code)] = child
+            child = self._requests.labels(model, method, code.name)
+            self._counted[(model, method, code)] = child
         child.inc()
 
-    def answered(self, method: str, response: T) -> T:
+    def answered(self, method: str, response: T, model: str | None = None) -> T:
         """Count one call answered with OK, and pass its response on."""
-        self.count(method, grpc.StatusCode.OK)
+        self.count(method, grpc.StatusCode.OK, model)
         return response
 
     async def fail(
@@ -398,9 +454,10 @@ class GrpcInferenceServer:
         method: str,
         code: grpc.StatusCode,
         message: str,
+        model: str | None = None,
     ) -> NoReturn:
         """Count the call and end it with ``code`` (raises, as ``context.abort`` does)."""
-        self.count(method, code)
+        self.count(method, code, model)
         await context.abort(code, message)
         raise AssertionError("grpc.aio's abort returned instead of raising")
 
@@ -425,30 +482,44 @@ class GrpcInferenceServer:
                     "'authorization' metadata",
                 )
 
-    async def check_model(
+    async def serving(
         self, context: grpc.aio.ServicerContext, method: str, name: str, version: str
+    ) -> LoadedModel:
+        """The model a call names; NOT_FOUND when it is not served."""
+        try:
+            return self.models.serving(name, version)
+        except UnknownModel as exc:
+            await self.fail(context, method, grpc.StatusCode.NOT_FOUND, str(exc), name)
+
+    async def repository_call(
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        action: Callable[[str], Awaitable[None]],
+        request: Any,
     ) -> None:
-        if name != self.model.name or version not in ("", "1"):
-            await self.fail(
-                context,
-                method,
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown model {name!r} version {version!r}; this server serves "
-                f"{self.model.name!r} version '1'",
+        """Load or unload the model ``request`` names; a refusal ends the call with its code."""
+        try:
+            await action(request.model_name)
+        except RepositoryError as exc:
+            code = next(
+                (c for kind, c in _REPOSITORY_CODES if isinstance(exc, kind)),
+                grpc.StatusCode.FAILED_PRECONDITION,
             )
+            await self.fail(context, method, code, str(exc), request.model_name)
 
     async def infer(
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse:
         method = "ModelInfer"
         await self.admit(context, method)
-        await self.check_model(context, method, request.model_name, request.model_version)
-        batcher = self.batcher
+        serving = await self.serving(context, method, request.model_name, request.model_version)
+        model, batcher = serving.model, serving.batcher
         try:
-            parsed = decode_infer_request(request, self.model.inputs, self.model.outputs)
+            parsed = decode_infer_request(request, model.inputs, model.outputs)
         except oip.ProtocolError as exc:
             batcher.metrics.answered("invalid", None, batcher.slo_seconds)
-            await self.fail(context, method, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await self.fail(context, method, grpc.StatusCode.INVALID_ARGUMENT, str(exc), model.name)
         try:
             result = await batcher.submit(
                 parsed.inputs,
@@ -460,10 +531,10 @@ class GrpcInferenceServer:
             if isinstance(exc, Rejected) and exc.retry_after is not None:
                 seconds = str(max(1, math.ceil(exc.retry_after)))
                 context.set_trailing_metadata((("retry-after", seconds),))
-            await self.fail(context, method, code_for(exc), str(exc))
+            await self.fail(context, method, code_for(exc), str(exc), model.name)
         try:
-            response = encode_infer_response(self.model.name, parsed, result)
+            response = encode_infer_response(model.name, parsed, result)
         except oip.ProtocolError as exc:
             log.error("model output cannot be encoded", extra={"error": str(exc)})
-            await self.fail(context, method, grpc.StatusCode.INTERNAL, str(exc))
-        return self.answered(method, response)
+            await self.fail(context, method, grpc.StatusCode.INTERNAL, str(exc), model.name)
+        return self.answered(method, response, model.name)

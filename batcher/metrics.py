@@ -75,6 +75,12 @@ class _MemoryCollector(Collector):
             yield family
 
 
+def allocator_collector(model: str, read: Callable[[], dict[str, float]]) -> Collector:
+    """The allocator statistics ``read`` returns, as series labelled ``model``: for a process
+    serving several models, whose device statistics belong to none of them (``model=""``)."""
+    return _MemoryCollector(model, read)
+
+
 def _counter_by(
     registry: CollectorRegistry,
     model: str,

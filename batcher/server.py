@@ -7,7 +7,10 @@ One asyncio loop serves HTTP and runs the engine's dispatch; the model runs on i
 parsing and answering requests overlap with the device's work. TLS and basic auth come from the
 shared web config file (:mod:`autoglm.webconfig`), as for every component. On shutdown the server
 reports not-ready at once (so load balancers stop sending), the engine drains what it accepted,
-and only then does the listener close.
+and only then does the listener close. Requests go to the engine of the model their path names,
+as the :class:`~batcher.repository.ModelRepository` resolves it (one model with ``--model``,
+several with ``--model-repository``, whose load and unload routes are
+:mod:`batcher.repository_http`'s).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from prometheus_client.exposition import choose_encoder
 from autoglm.config import ConfigError, parse_listen
 from autoglm.webconfig import WebConfig
 from batcher import oip
-from batcher.engine import Batcher
 from batcher.errors import (
     BatcherError,
     DrainTimedOut,
@@ -39,6 +41,8 @@ from batcher.errors import (
 )
 from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
+from batcher.repository import LoadedModel, ModelRepository
+from batcher.repository_http import RepositoryRoutes
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +96,12 @@ def _refusal_headers(error: BatcherError) -> dict[str, str] | None:
 
 
 class BatcherServer:
-    """Serves one model through one :class:`~batcher.engine.Batcher`."""
+    """Serves the models of a :class:`~batcher.repository.ModelRepository`, each through its
+    own :class:`~batcher.engine.Batcher`."""
 
     def __init__(
         self,
-        model: ServedModel,
-        batcher: Batcher,
+        models: ModelRepository,
         registry: CollectorRegistry,
         *,
         listen: str = ":8000",
@@ -105,8 +109,7 @@ class BatcherServer:
         max_body_bytes: int = 16 << 20,
         grpc_listen: str = "",
     ) -> None:
-        self.model = model
-        self.batcher = batcher
+        self.models = models
         self.registry = registry
         self.listen = listen
         self.web_config = web_config or WebConfig()
@@ -118,8 +121,7 @@ class BatcherServer:
         self._version = _version()
         self.grpc = (
             GrpcInferenceServer(
-                model,
-                batcher,
+                models,
                 registry,
                 listen=grpc_listen,
                 web_config=self.web_config,
@@ -143,12 +145,13 @@ class BatcherServer:
             app.router.add_get(base, self._model_metadata)
             app.router.add_get(base + "/ready", self._model_ready)
             app.router.add_post(base + "/infer", self._infer)
+        RepositoryRoutes(self.models).register(app)
         return app
 
     async def start(self) -> None:
         """Start the engine and listen; raises :class:`ConfigError` if the port is taken."""
         host, port = parse_listen(self.listen)
-        await self.batcher.start()
+        await self.models.start()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=self.web_config.ssl_context())
@@ -171,21 +174,20 @@ class BatcherServer:
             extra={
                 "listen": self.listen,
                 "port": self.port,
-                "model": self.model.name,
-                "device": self.model.device,
+                "models": self.models.names,
                 "tls": self.web_config.ssl_context() is not None,
             },
         )
 
     async def shutdown(self, drain_timeout: float) -> bool:
         """Refuse new work, answer everything accepted, then close; True if all finished."""
-        log.info("draining", extra={"queued_items": self.batcher.queued_items})
-        finished = await self.batcher.drain(drain_timeout)
+        log.info("draining", extra={"queued_items": self.models.queued_items})
+        finished = await self.models.drain(drain_timeout)
         if self.grpc is not None:
             await self.grpc.stop()
         if self._runner is not None:
             await self._runner.cleanup()
-        log.info("stopped", extra={"drained": finished, "batches": self.batcher.batches})
+        log.info("stopped", extra={"drained": finished, "batches": self.models.batches})
         return finished
 
     # --- middleware ----------------------------------------------------------------------
@@ -209,16 +211,11 @@ class BatcherServer:
 
     # --- handlers --------------------------------------------------------------------------
 
-    def _check_model(self, request: web.Request) -> web.Response | None:
-        name = request.match_info["name"]
-        version = request.match_info.get("version", "1")
-        if name != self.model.name or version != "1":
-            return _error(
-                f"unknown model {name!r} version {version!r}; this server serves "
-                f"{self.model.name!r} version '1'",
-                404,
-            )
-        return None
+    def _serving(self, request: web.Request) -> LoadedModel:
+        """The model the path names; :class:`UnknownModel` (404) when it is not served."""
+        return self.models.serving(
+            request.match_info["name"], request.match_info.get("version", "1")
+        )
 
     async def _server_metadata(self, request: web.Request) -> web.Response:
         return _json(oip.server_metadata(self._version))
@@ -227,39 +224,43 @@ class BatcherServer:
         return _json({"live": True})
 
     async def _ready(self, request: web.Request) -> web.Response:
-        ready = self.batcher.accepting
+        ready = self.models.accepting
         return _json({"ready": ready}, 200 if ready else 503)
 
     async def _model_ready(self, request: web.Request) -> web.Response:
-        problem = self._check_model(request)
-        if problem is not None:
-            return problem
-        ready = self.batcher.accepting
-        return _json({"name": self.model.name, "ready": ready}, 200 if ready else 503)
+        try:
+            model = self._serving(request).model
+        except UnknownModel as exc:
+            return _error(str(exc), 404)
+        ready = self.models.ready(model.name)
+        return _json({"name": model.name, "ready": ready}, 200 if ready else 503)
 
     async def _model_metadata(self, request: web.Request) -> web.Response:
-        problem = self._check_model(request)
-        if problem is not None:
-            return problem
-        return _json(oip.model_metadata(self.model.name, self.model.inputs, self.model.outputs))
+        try:
+            model = self._serving(request).model
+        except UnknownModel as exc:
+            return _error(str(exc), 404)
+        return _json(oip.model_metadata(model.name, model.inputs, model.outputs))
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept"))
         return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
 
     async def _infer(self, request: web.Request) -> web.Response:
-        problem = self._check_model(request)
-        if problem is not None:
-            return problem
-        metrics = self.batcher.metrics
-        slo = self.batcher.slo_seconds
         try:
-            parsed = await self._parse(request)
+            serving = self._serving(request)
+        except UnknownModel as exc:
+            return _error(str(exc), 404)
+        model, batcher = serving.model, serving.batcher
+        metrics = batcher.metrics
+        slo = batcher.slo_seconds
+        try:
+            parsed = await self._parse(request, model)
         except oip.ProtocolError as exc:
             metrics.answered("invalid", None, slo)
             return _error(str(exc), 400)
         try:
-            result = await self.batcher.submit(
+            result = await batcher.submit(
                 parsed.inputs,
                 size=parsed.size,
                 priority=parsed.priority,
@@ -268,7 +269,7 @@ class BatcherServer:
         except BatcherError as exc:
             return _error(str(exc), http_status(exc), _refusal_headers(exc))
         try:
-            body, header_length = oip.encode_infer_response(self.model.name, parsed, result)
+            body, header_length = oip.encode_infer_response(model.name, parsed, result)
         except oip.ProtocolError as exc:
             log.error("model output cannot be encoded", extra={"error": str(exc)})
             return _error(str(exc), 500)
@@ -280,7 +281,7 @@ class BatcherServer:
             headers={oip.HEADER_LENGTH: str(header_length)},
         )
 
-    async def _parse(self, request: web.Request) -> oip.InferRequest:
+    async def _parse(self, request: web.Request, model: ServedModel) -> oip.InferRequest:
         length = request.content_length
         if length is not None and length > self.max_body_bytes:
             raise oip.ProtocolError(
@@ -295,5 +296,5 @@ class BatcherServer:
                 "send fewer items per request"
             ) from None
         return oip.parse_infer_request(
-            body, request.headers.get(oip.HEADER_LENGTH), self.model.inputs, self.model.outputs
+            body, request.headers.get(oip.HEADER_LENGTH), model.inputs, model.outputs
         )

@@ -46,6 +46,7 @@ class ServerThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="batcher-test-server")
         self.server = None
+        self.batcher = None
 
     def start(self) -> ServerThread:
         from prometheus_client import CollectorRegistry
@@ -54,25 +55,32 @@ class ServerThread:
         from batcher.execution import ThreadExecutor
         from batcher.memory import MemoryMonitor
         from batcher.metrics import BatcherMetrics
+        from batcher.repository import LoadedModel, ModelRepository
+        from batcher.repository_metrics import RepositoryMetrics
         from batcher.server import BatcherServer
         from batcher.warmup import warm_up
 
         self.thread.start()
         config = self.config
-        registry = CollectorRegistry()
+        model_registry = CollectorRegistry()
         metrics = BatcherMetrics(
-            registry, self.model.name, config.slo_seconds, config.max_batch_size
+            model_registry, self.model.name, config.slo_seconds, config.max_batch_size
         )
         memory = MemoryMonitor(self.model.device, config.idle_release_seconds)
         metrics.watch_memory(memory.stats)
+        registry = CollectorRegistry()
+        repository_metrics = RepositoryMetrics()
+        registry.register(repository_metrics)
 
         async def build() -> BatcherServer:
             executor = ThreadExecutor(self.model.run, self.model.batch_size_for, memory)
             batcher = from_config(executor, config, memory=memory, metrics=metrics)
             await warm_up(batcher, self.model, config)
+            models = ModelRepository(metrics=repository_metrics, device=batcher.device)
+            models.add(LoadedModel(self.model, batcher, model_registry))
+            self.batcher = batcher
             server = BatcherServer(
-                self.model,
-                batcher,
+                models,
                 registry,
                 listen=config.listen,
                 web_config=self.web_config,

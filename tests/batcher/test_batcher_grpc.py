@@ -212,7 +212,7 @@ def test_grpc_and_http_requests_share_batches(serve) -> None:
     for thread in queued:
         thread.start()
     deadline = time.monotonic() + 10
-    while server.server.batcher.queued_items < 3 and time.monotonic() < deadline:
+    while server.batcher.queued_items < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
     model.release.set()
     for thread in [first, *queued]:
@@ -262,9 +262,9 @@ def test_draining_server_answers_unavailable_and_not_ready(serve) -> None:
     assert model.entered.wait(10)
     import asyncio
 
-    drained = asyncio.run_coroutine_threadsafe(server.server.batcher.drain(10), server.loop)
+    drained = asyncio.run_coroutine_threadsafe(server.batcher.drain(10), server.loop)
     deadline = time.monotonic() + 5
-    while server.server.batcher.accepting and time.monotonic() < deadline:
+    while server.batcher.accepting and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not client.is_server_ready()
     with pytest.raises(InferenceServerException) as refused:

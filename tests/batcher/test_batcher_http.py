@@ -296,7 +296,7 @@ def test_full_queue_is_refused_with_429_and_accepted_work_completes(serve) -> No
     second = threading.Thread(target=post, args=("queued",))
     second.start()
     deadline = time.monotonic() + 10
-    while server.server.batcher.queued_items < 1 and time.monotonic() < deadline:
+    while server.batcher.queued_items < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     refused = requests.post(url, json=json_request([[1, 2, 3]], [[1]]), timeout=10)
     model.release.set()

@@ -419,7 +419,7 @@ def test_concurrent_text_requests_are_batched_and_each_gets_its_own_answer(serve
         rest = [pool.submit(ask, words) for words in requests_words[1:]]
         queued = sum(len(words) for words in requests_words[1:])
         deadline = time.monotonic() + 20
-        while server.server.batcher.queued_items < queued and time.monotonic() < deadline:
+        while server.batcher.queued_items < queued and time.monotonic() < deadline:
             time.sleep(0.01)
         model.release.set()
         answers = [first.result(timeout=30), *(f.result(timeout=30) for f in rest)]
