@@ -69,6 +69,7 @@ class InProcessPredictor:
         )
         self.target = target
         self.quantile = quantile
+        self.lookback_seconds = config.lookback
         self.minimum_history = minimum_history(config.max_horizon)
         """Closed steps model selection needs before a :meth:`refit` can succeed."""
         self._service: PredictorService = PredictorService([config], clock=clock)

@@ -266,7 +266,7 @@ def test_the_configured_quantile_sets_the_bound_the_policy_sees():
 def test_forecast_lookback_reaches_the_predictor_and_must_be_positive():
     """The bench calibrates on the last 6 hours: the predictor must be given that history."""
     cfg = small_forecast_config(forecast_lookback_seconds=6 * 3600.0)
-    assert predictor_forecaster(cfg).config.lookback == 6 * 3600.0
+    assert predictor_forecaster(cfg).predictor.lookback_seconds == 6 * 3600.0
     with pytest.raises(ValueError, match="forecast_lookback_seconds"):
         small_forecast_config(forecast_lookback_seconds=0.0)
 
