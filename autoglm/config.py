@@ -155,9 +155,10 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
     try:
         return _adapter(cls).validate_python(prepared)
     except ValidationError as exc:
-        raised = exc.errors(include_url=False)[0].get("ctx", {}).get("error")
-        if isinstance(raised, ValueError) and not isinstance(raised, ConfigError):
-            raise ConfigError(f"{source}: {raised}") from exc
+        first = exc.errors(include_url=False)[0]
+        raised = first.get("ctx", {}).get("error")
+        if not first["loc"] and isinstance(raised, ValueError) and type(raised) is ValueError:
+            raise ConfigError(f"{source}: {raised}") from exc  # from a plain __post_init__
         line = first_error_line(exc, cls, _flag_at, sentence=True)
         raise ConfigError(line + _default_hint(cls, exc)) from None
     except TypeError as exc:
@@ -200,8 +201,19 @@ def _default_hint(cls: type, exc: ValidationError) -> str:
 
 
 def _flag_at(loc: Location) -> str:
-    """``--weights`` for ``("weights", 1)``: the flag that holds the bad value."""
-    return "--" + str(loc[0]).replace("_", "-") if loc else ""
+    """``--interval`` for ``("interval",)`` and ``--weights`` for ``("weights", 1)``; inside a
+    mapping (a file-only list of them), the path a YAML file spells: ``targets[0].horizons``."""
+    if all(isinstance(step, int) for step in loc[1:]):
+        return "--" + str(loc[0]).replace("_", "-")
+    return yaml_path(loc)
+
+
+def yaml_path(loc: Location) -> str:
+    """``targets[0].horizons`` for ``("targets", 0, "horizons")``."""
+    path = ""
+    for step in loc:
+        path += f"[{step}]" if isinstance(step, int) else f".{step}" if path else str(step)
+    return path
 
 
 def read_yaml_file(path: str | Path, what: str) -> Any:

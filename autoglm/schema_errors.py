@@ -38,7 +38,9 @@ def first_error_line(
     error = exc.errors(include_url=False)[0]
     raised = error.get("ctx", {}).get("error")
     if error["type"] == "value_error" and isinstance(raised, ValueError):
-        return str(raised)
+        # A check in ``__post_init__`` names its fields itself; one on a field is placed.
+        where = name(tuple(error["loc"])) if error["loc"] else ""
+        return f"{where}: {raised}" if where else str(raised)
     where, text = name(tuple(error["loc"])), problem(error, model)
     if not where:
         return text

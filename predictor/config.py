@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from autoglm.config import ConfigError, parse_listen
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from autoglm.config import ConfigError, parse_listen, yaml_path
 from autoglm.prometheus_api import PrometheusAccessConfig
+from autoglm.schema_errors import first_error_line
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -34,20 +45,6 @@ def parse_duration(value: Any, what: str) -> float:
     return seconds
 
 
-TARGET_KEYS = {
-    "name",
-    "query",
-    "step",
-    "lookback",
-    "horizons",
-    "quantile",
-    "seasons",
-    "aggregate",
-    "counter",
-    "models",
-}
-
-
 @dataclass(frozen=True)
 class TargetConfig:
     """One forecast series. ``query`` empty means points arrive only through ``observe()``."""
@@ -67,72 +64,111 @@ class TargetConfig:
     def max_horizon(self) -> int:
         return max(self.horizons)
 
+
+def _seconds(value: Any) -> float:
+    try:
+        return parse_duration(value, "duration")
+    except ConfigError as exc:
+        raise ValueError(str(exc).removeprefix("duration: ")) from None
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_:.-]*$")
+
+# Seconds, written as a number or as "15m", "1h", "7d".
+Duration = Annotated[float, BeforeValidator(_seconds)]
+
+
+class TargetSettings(BaseModel):
+    """One entry of the ``targets:`` list as written in the YAML file.
+
+    A pydantic model, so an entry is checked field by field with errors that name it
+    (``targets[0].horizons[0] must be >= 1, got 0``) and the chart's values schema can be tested
+    against it; :meth:`to_config` gives the service's :class:`TargetConfig`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: Annotated[str, Field(pattern=_NAME.pattern)]
+    query: str | None = ""
+    step: Duration = TargetConfig.step
+    seasons: list[Duration] = Field(default_factory=lambda: list(TargetConfig.seasons))
+    # After step and seasons: the checks of horizons, lookback and models read them.
+    horizons: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = Field(
+        default_factory=lambda: list(TargetConfig.horizons)
+    )
+    lookback: Duration = TargetConfig.lookback
+    quantile: Annotated[float, Field(ge=0.5, lt=1)] = TargetConfig.quantile
+    aggregate: Literal["mean", "sum", "last"] = "mean"
+    counter: bool = False
+    models: list[str] = Field(default_factory=list)
+
+    @field_validator("name", mode="before")
     @classmethod
-    def from_mapping(cls, raw: Any, index: int) -> TargetConfig:
-        where = f"targets[{index}]"
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{where} must be a mapping with at least name and query")
-        unknown = sorted(set(raw) - TARGET_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(TARGET_KEYS))}"
-            )
-        name = str(raw.get("name", "")).strip()
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_:.-]*", name):
-            raise ConfigError(f"{where}: name {name!r} must be a word like 'requests'")
-        horizons = raw.get("horizons", cls.horizons)
-        if not isinstance(horizons, (list, tuple)) or not horizons:
-            raise ConfigError(f"{where}.horizons must be a list of steps ahead, e.g. [1, 2, 5]")
-        try:
-            hs = tuple(sorted({int(h) for h in horizons}))
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}.horizons must hold whole numbers of steps") from None
-        if hs[0] < 1:
-            raise ConfigError(f"{where}.horizons must be >= 1 (steps ahead)")
-        quantile = raw.get("quantile", cls.quantile)
-        if not isinstance(quantile, (int, float)) or not 0.5 <= float(quantile) < 1:
-            raise ConfigError(f"{where}.quantile must be in [0.5, 1), e.g. 0.9")
-        aggregate = raw.get("aggregate", cls.aggregate)
-        if aggregate not in ("mean", "sum", "last"):
-            raise ConfigError(f"{where}.aggregate must be mean, sum or last")
-        seasons = raw.get("seasons", list(cls.seasons))
-        if not isinstance(seasons, (list, tuple)):
-            raise ConfigError(f"{where}.seasons must be a list of durations, e.g. [1d, 1w]")
-        models = raw.get("models", [])
-        if not isinstance(models, (list, tuple)):
-            raise ConfigError(f"{where}.models must be a list of model names")
-        # Imported here: the model catalogue loads torch and statsmodels, which --help need not.
-        from predictor.models.catalog import known_models
+    def _a_word(cls, name: Any) -> Any:
+        if isinstance(name, str) and not _NAME.fullmatch(name):
+            raise ValueError(f"{name!r} must be a word like 'requests'")
+        return name
+
+    @field_validator("lookback")
+    @classmethod
+    def _long_enough_to_backtest(cls, lookback: float, info: ValidationInfo) -> float:
         from predictor.selection import minimum_history
 
-        season_seconds = tuple(parse_duration(s, f"{where}.seasons") for s in seasons)
-        known = known_models(season_seconds)
-        unknown = [str(m) for m in models if str(m) not in known]
-        if unknown:
-            raise ConfigError(
-                f"{where}.models: unknown model {unknown[0]!r}; choose from: {', '.join(known)}"
-            )
-        step = parse_duration(raw.get("step", cls.step), f"{where}.step")
-        lookback = parse_duration(raw.get("lookback", cls.lookback), f"{where}.lookback")
-        needed = max(10, minimum_history(max(hs)))
+        step, horizons = info.data.get("step"), info.data.get("horizons")
+        if step is None or not horizons:
+            return lookback  # reported on their own fields
+        needed = max(10, minimum_history(max(horizons)))
         if lookback < needed * step:
-            raise ConfigError(
-                f"{where}.lookback covers {int(lookback // step)} steps; horizons up to {max(hs)} "
-                f"need at least {needed} to be backtested: set lookback to {needed * step:g}s or "
-                "more, or shorten the horizons"
+            raise ValueError(
+                f"covers {int(lookback // step)} steps; horizons up to {max(horizons)} "
+                f"need at least {needed} to be backtested: set lookback to {needed * step:g}s "
+                "or more, or shorten the horizons"
             )
-        return cls(
-            name=name,
-            query=str(raw.get("query", "") or ""),
-            step=step,
-            lookback=lookback,
-            horizons=hs,
-            quantile=float(quantile),
-            seasons=season_seconds,
-            aggregate=aggregate,
-            counter=bool(raw.get("counter", False)),
-            models=tuple(str(m) for m in models),
+        return lookback
+
+    @field_validator("models")
+    @classmethod
+    def _known(cls, models: list[str], info: ValidationInfo) -> list[str]:
+        # Imported here: the model catalogue loads torch and statsmodels, which --help need not.
+        from predictor.models.catalog import known_models
+
+        known = known_models(tuple(info.data.get("seasons", ())))
+        unknown = [m for m in models if m not in known]
+        if unknown:
+            raise ValueError(f"unknown model {unknown[0]!r}; choose from: {', '.join(known)}")
+        return models
+
+    def to_config(self) -> TargetConfig:
+        return TargetConfig(
+            name=self.name,
+            query=self.query or "",
+            step=self.step,
+            lookback=self.lookback,
+            horizons=tuple(sorted(set(self.horizons))),
+            quantile=self.quantile,
+            seasons=tuple(self.seasons),
+            aggregate=self.aggregate,
+            counter=self.counter,
+            models=tuple(self.models),
         )
+
+
+def _target(raw: Any, index: int) -> TargetConfig:
+    """A ``targets:`` entry (already a :class:`TargetSettings` when loaded from flags and YAML,
+    a mapping when the settings are built in code) as the service's type."""
+    if isinstance(raw, TargetSettings):
+        return raw.to_config()
+    try:
+        return TargetSettings.model_validate(raw).to_config()
+    except ValidationError as exc:
+        raise ConfigError(
+            first_error_line(
+                exc,
+                TargetSettings,
+                lambda loc: yaml_path(("targets", index, *loc)),
+                sentence=True,
+            )
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -155,7 +191,7 @@ class PredictorConfig(PrometheusAccessConfig):
     update_interval: str = field(
         default="", metadata={"help": "how often to fetch new points (default: smallest step)"}
     )
-    targets: list[dict] = field(
+    targets: list[TargetSettings] = field(
         default_factory=list,
         metadata={"help": "series to forecast (config file only, see README)", "cli": False},
     )
@@ -176,7 +212,7 @@ class PredictorConfig(PrometheusAccessConfig):
                 "no targets: give --config FILE with a 'targets:' list "
                 "(each with name, query, step, horizons)"
             )
-        parsed = tuple(TargetConfig.from_mapping(t, i) for i, t in enumerate(self.targets))
+        parsed = tuple(_target(t, i) for i, t in enumerate(self.targets))
         names = [t.name for t in parsed]
         duplicate = next((n for n in names if names.count(n) > 1), None)
         if duplicate:

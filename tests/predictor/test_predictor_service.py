@@ -138,9 +138,9 @@ def test_config_reads_targets_and_rejects_bad_ones():
     )  # fmt: skip
     (t,) = config.target_configs
     assert (t.step, t.horizons, t.seasons) == (900.0, (1, 4), (86400.0,))
-    with pytest.raises(ConfigError, match=r"targets\[0\]\.horizons must be >= 1"):
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.horizons\[0\] must be >= 1, got 0"):
         build_config(PredictorConfig, {"targets": [{"name": "a", "horizons": [0]}]})
-    with pytest.raises(ConfigError, match="unknown key 'qurey'"):
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.qurey: unknown field; valid fields"):
         build_config(PredictorConfig, {"targets": [{"name": "a", "qurey": "up"}]})
     with pytest.raises(ConfigError, match="no targets"):
         build_config(PredictorConfig, {})
