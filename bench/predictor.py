@@ -48,7 +48,7 @@ from predictor.backtest import forecast_targets, replay_with_selection, wape  # 
 from predictor.models import BASELINES, candidate_factories, shortest_cycle  # noqa: E402
 from predictor.selection import Selection, candidate_forecasts, select_model  # noqa: E402
 from predictor.series import bin_events  # noqa: E402
-from predictor.service import fit_chosen  # noqa: E402
+from predictor.fitting import fit_chosen  # noqa: E402
 
 SEASONS = (86400.0, 604800.0)
 QUANTILE = 0.9

@@ -9,22 +9,36 @@ errors, updates, rejected samples) are ordinary counters and a histogram. Labels
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from predictor.service import PredictorService
+from predictor.forecast import Forecast
+from predictor.target_state import TargetState
+
+
+class PublishedForecasts(Protocol):
+    """What the collector reads of the running service: the predictor's service implements
+    it, and this module needs no import of it (the service imports this one)."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def targets(self) -> Mapping[str, TargetState]: ...
+
+    def forecasts(self, target: str) -> list[Forecast]: ...
 
 
 class ForecastCollector(Collector):
     """Builds the ``autoglm_forecast_*`` families from a service's state at scrape time."""
 
     def __init__(self) -> None:
-        self.service: PredictorService | None = None
+        self.service: PublishedForecasts | None = None
 
     def collect(self):
         point = GaugeMetricFamily(
@@ -155,5 +169,5 @@ class PredictorMetrics:
             registry=self.registry,
         )
 
-    def attach(self, service: PredictorService) -> None:
+    def attach(self, service: PublishedForecasts) -> None:
         self.forecasts.service = service

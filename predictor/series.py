@@ -88,7 +88,11 @@ def counter_increase(values: np.ndarray) -> np.ndarray:
 
 
 def align_to_grid(
-    timestamps: Sequence[float], values: Sequence[float], step: float, start: float, end: float
+    timestamps: Sequence[float] | np.ndarray,
+    values: Sequence[float] | np.ndarray,
+    step: float,
+    start: float,
+    end: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Place samples on the grid ``start, start+step, ... <= end`` (seconds); missing grid
     points are NaN, a sample lands on the nearest grid point."""

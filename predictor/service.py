@@ -13,51 +13,24 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC
+from collections.abc import Callable
 
 import numpy as np
 
-from autoglm.prometheus_api import PrometheusClient, PrometheusError, RangeSeries
+from autoglm.prometheus_api import PrometheusClient, PrometheusError
 from predictor.config import TargetConfig
+from predictor.fitting import fit_chosen
 from predictor.forecast import Forecast
 from predictor.metrics import PredictorMetrics
-from predictor.models import ForecastModel, candidate_factories, shortest_cycle
-from predictor.selection import Selection, minimum_history, select_model
-from predictor.series import align_to_grid, counter_increase, fill_gaps
+from predictor.models import candidate_factories, shortest_cycle
+from predictor.prometheus_pull import fetch_grid
+from predictor.schedule import Schedule
+from predictor.selection import select_model
+from predictor.series import fill_gaps
+from predictor.target_state import TargetState
 
 log = logging.getLogger(__name__)
-
-MIN_POINTS = 20
-
-
-@dataclass
-class TargetState:
-    """Everything known about one target; guarded by ``lock``."""
-
-    config: TargetConfig
-    values: list[float] = field(default_factory=list)
-    last_time: float | None = None  # timestamp of the last point in ``values``
-    open_bin: int | None = None  # push mode: index of the bin being filled
-    open_samples: list[float] = field(default_factory=list)
-    models: dict[int, ForecastModel] = field(default_factory=dict)  # per configured horizon
-    selection: Selection | None = None
-    issued_at: float | None = None
-    appended: int = 0  # points ever appended, to find those that arrived during a refit
-    refit_running: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def capacity(self) -> int:
-        return max(self.min_points, int(self.config.lookback / self.config.step))
-
-    @property
-    def min_points(self) -> int:
-        """Points a refit needs: enough to backtest the deepest horizon, and MIN_POINTS."""
-        return max(MIN_POINTS, minimum_history(self.config.max_horizon))
 
 
 class PredictorService:
@@ -75,7 +48,7 @@ class PredictorService:
         self.metrics = metrics or PredictorMetrics()
         self.metrics.attach(self)
         self.clock = clock
-        self._scheduler = None
+        self._schedule = Schedule(self.refit_all, self.poll_all)
 
     # -- ForecastProvider --------------------------------------------------------------------
     def forecast(
@@ -96,24 +69,7 @@ class PredictorService:
             step = state.config.step
             ahead = self.clock() + horizon_seconds - state.last_time
             h = max(1, math.ceil(ahead / step - 1e-9))
-            return self._forecast_locked(state, h, quantile)
-
-    def _forecast_locked(self, state: TargetState, h: int, quantile: float) -> Forecast | None:
-        config = state.config
-        if h > config.max_horizon:
-            return None
-        chosen = next(x for x in config.horizons if x >= h)
-        model = state.models[chosen]
-        prediction = model.predict([h], quantile)
-        return Forecast(
-            target=config.name,
-            horizon_seconds=h * config.step,
-            point=float(prediction.point[0]),
-            upper=float(prediction.upper[0]),
-            quantile=quantile,
-            model=model.name,
-            issued_at=float(state.issued_at or 0.0),
-        )
+            return state.forecast_at(h, quantile)
 
     def forecasts(self, target: str) -> list[Forecast]:
         """Forecasts at every configured horizon (what /metrics publishes)."""
@@ -121,10 +77,7 @@ class PredictorService:
         with state.lock:
             if not state.models or state.issued_at is None:
                 return []
-            out = [
-                self._forecast_locked(state, h, state.config.quantile)
-                for h in state.config.horizons
-            ]
+            out = [state.forecast_at(h, state.config.quantile) for h in state.config.horizons]
         return [f for f in out if f is not None]
 
     # -- push mode ---------------------------------------------------------------------------
@@ -147,7 +100,7 @@ class PredictorService:
                 self.metrics.observations_rejected.labels(target, "late").inc()
                 return
             if index > state.open_bin:
-                closed = self._close_bin(state)
+                closed = state.close_bin()
                 gap = index - state.open_bin - 1
                 filler = 0.0 if state.config.aggregate == "sum" else closed
                 new = [closed] + [filler] * gap
@@ -155,15 +108,6 @@ class PredictorService:
                 state.open_bin = index
                 state.open_samples = []
             state.open_samples.append(float(value))
-
-    @staticmethod
-    def _close_bin(state: TargetState) -> float:
-        samples = state.open_samples
-        if state.config.aggregate == "sum":
-            return float(np.sum(samples))
-        if state.config.aggregate == "last":
-            return float(samples[-1])
-        return float(np.mean(samples))
 
     def _append_locked(self, state: TargetState, new: list[float], last_time: float) -> None:
         state.values.extend(new)
@@ -178,16 +122,6 @@ class PredictorService:
             self.metrics.updates.labels(state.config.name).inc(len(new))
 
     # -- pull mode ---------------------------------------------------------------------------
-    def _fetch(self, state: TargetState, start: float, end: float) -> tuple[float, np.ndarray]:
-        """Grid-aligned values of the target's query on start..end (NaN where missing)."""
-        assert self.source is not None
-        config = state.config
-        t, v = _one_series(self.source.query_range(config.query, start, end, config.step))
-        grid, values = align_to_grid(t, v, config.step, start, end)
-        if config.counter:
-            values = counter_increase(values)
-        return float(grid[-1]) if len(grid) else start, values
-
     def poll(self, target: str) -> None:
         """Fetch points newer than the last one from Prometheus and update the models."""
         state = self.targets[target]
@@ -204,7 +138,7 @@ class PredictorService:
         if start > now_grid:
             return
         try:
-            end_time, fresh = self._fetch(state, start, now_grid)
+            end_time, fresh = fetch_grid(self.source, config, start, now_grid)
         except PrometheusError as exc:
             self._query_failed(target, exc)
             return
@@ -300,7 +234,7 @@ class PredictorService:
         config = state.config
         if config.query and self.source is not None:
             end = math.floor(self.clock() / config.step) * config.step
-            end_time, values = self._fetch(state, end - config.lookback, end)
+            end_time, values = fetch_grid(self.source, config, end - config.lookback, end)
             if config.counter:
                 values = values[1:]
             finite = np.flatnonzero(np.isfinite(values))
@@ -335,64 +269,8 @@ class PredictorService:
 
     # -- scheduling --------------------------------------------------------------------------
     def start(self, refit_seconds: float, update_seconds: float) -> None:
-        """Run refits and polls in the background (apscheduler); the first refit runs now."""
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        scheduler = BackgroundScheduler(daemon=True)
-        scheduler.add_job(
-            self.refit_all,
-            "interval",
-            seconds=refit_seconds,
-            id="refit",
-            max_instances=1,
-            coalesce=True,
-            next_run_time=_now_datetime(),
-        )
-        scheduler.add_job(
-            self.poll_all,
-            "interval",
-            seconds=update_seconds,
-            id="poll",
-            max_instances=1,
-            coalesce=True,
-        )
-        scheduler.start()
-        self._scheduler = scheduler
+        """Run refits and polls in the background; the first refit runs now."""
+        self._schedule.start(refit_seconds, update_seconds)
 
     def stop(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
-            self._scheduler = None
-
-
-def fit_chosen(
-    selection: Selection, factories: Mapping[str, Callable[[], ForecastModel]], series: np.ndarray
-) -> dict[str, ForecastModel]:
-    """Fit each model the selection chose for some horizon on ``series``, with the selection's
-    out-of-sample backtest errors as its calibration errors (its upper bound's)."""
-    fitted: dict[str, ForecastModel] = {}
-    for name in dict.fromkeys(selection.per_horizon.values()):
-        model = factories[name]()
-        model.fit(series)
-        selection.calibrate(model)
-        fitted[name] = model
-    return fitted
-
-
-def _now_datetime():
-    from datetime import datetime
-
-    return datetime.now(UTC)
-
-
-def _one_series(series: tuple[RangeSeries, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The points of a target's query, which must yield at most one series; none means no
-    points yet, and an infinite value counts as missing."""
-    if len(series) > 1:
-        raise PrometheusError(
-            "query", f"query returned {len(series)} series; aggregate it to one, e.g. sum(...)"
-        )
-    if not series:
-        return np.array([]), np.array([])
-    values = series[0].values
-    return series[0].timestamps, np.where(np.isfinite(values), values, np.nan)
+        self._schedule.stop()
