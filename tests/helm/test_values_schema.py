@@ -1,0 +1,98 @@
+"""The chart's values schema agrees with the settings the components load.
+
+A chart value that becomes a component's flag (``exporter.interval`` is ``--interval``) must
+refuse what the component refuses and take what it takes, or ``helm install`` accepts a release
+whose pods exit 2 at start, or refuses one the component would run. The component's settings
+are the source (their pydantic schema, :func:`autoglm.config.settings_json_schema`); when this
+test fails, write the schema it prints into ``helm/open-autoglm/values.schema.json``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from autoglm.config import build_config, settings_json_schema
+from autoscaler.config import AutoscalerConfig
+from exporter.config import ExporterConfig
+from jobs.config import JobConfig
+from predictor.config import PredictorConfig, TargetSettings
+from tests.helm.chart import CHART
+
+# The keys that decide what a value may be; descriptions and defaults may differ.
+CONSTRAINTS = (
+    "type",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "pattern",
+    "minLength",
+)
+
+# (component in values.yaml, its value, the settings class, the setting the template passes it to)
+FLAGS = [
+    ("exporter", "source", ExporterConfig, "source"),
+    ("exporter", "interval", ExporterConfig, "interval"),
+    ("exporter", "naming", ExporterConfig, "naming"),
+    ("autoscaler", "interval", AutoscalerConfig, "interval"),
+    ("autoscaler", "dryRun", AutoscalerConfig, "dry_run"),
+    ("job", "order", JobConfig, "order"),
+    ("job", "maxConcurrency", JobConfig, "max_concurrency"),
+]
+
+
+def _values_schema() -> dict:
+    return json.loads((CHART / "values.schema.json").read_text())
+
+
+def _constraints(schema: dict) -> dict:
+    out = {k: schema[k] for k in CONSTRAINTS if k in schema}
+    if "enum" in out:  # an enum says the type
+        out.pop("type", None)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("component", "value", "settings", "name"),
+    FLAGS,
+    ids=[f"{c}.{v}" for c, v, _, _ in FLAGS],
+)
+def test_a_value_passed_as_a_flag_has_the_settings_schema(component, value, settings, name):
+    chart = _values_schema()["properties"][component]["properties"][value]
+    wanted = _constraints(settings_json_schema(settings)["properties"][name])
+    assert _constraints(chart) == wanted, (
+        f"values.schema.json {component}.{value} should constrain as {json.dumps(wanted)} "
+        f"(from {settings.__module__}.{settings.__name__}.{name})"
+    )
+
+
+def test_the_predictor_config_values_are_the_predictor_settings():
+    """``predictor.config`` is the predictor's --config file: the chart's default loads, and
+    the schema requires what a target requires."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    loaded = build_config(PredictorConfig, values["predictor"]["config"], source="values.yaml")
+    assert loaded.target_configs
+    chart = _values_schema()["properties"]["predictor"]["properties"]["config"]
+    target = chart["properties"]["targets"]["items"]
+    assert set(target["required"]) == set(TargetSettings.model_json_schema()["required"])
+
+
+def test_the_chart_defaults_load_as_settings():
+    """The values the templates pass as flags are accepted by the components as they ship."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for component, value, settings, name in FLAGS:
+        schema = settings_json_schema(settings)["properties"][name]
+        default = values[component][value]
+        if "enum" in schema:
+            assert default in schema["enum"], f"{component}.{value}"
+        for bound, holds in (
+            ("minimum", lambda v, b: v >= b),
+            ("exclusiveMinimum", lambda v, b: v > b),
+            ("maximum", lambda v, b: v <= b),
+        ):
+            if bound in schema:
+                assert holds(default, schema[bound]), f"{component}.{value}: {default}"
