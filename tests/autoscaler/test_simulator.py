@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from autoscaler.core.slo_sizing import ServiceModel
+from autoscaler.simulator import comparison
 from autoscaler.simulator.cli import simulate_main
 from autoscaler.simulator.engine import (
     SimulationConfig,
@@ -528,19 +526,7 @@ def test_frontier_plot_is_written(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture
-def bench(monkeypatch):
-    """``bench/autoscaler.py`` as a module (it is a script, not a package member)."""
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
-    spec = importlib.util.spec_from_file_location(
-        "bench_autoscaler", Path(__file__).resolve().parents[2] / "bench" / "autoscaler.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bench_reachability_names_the_limits_no_forecast_moves(bench):
+def test_bench_reachability_names_the_limits_no_forecast_moves():
     """The static-share floor is static's utilization over the target; an HPA without breach
     minutes leaves nothing for 'fewer' to improve on; goals are reported as each run met them."""
 
@@ -559,7 +545,7 @@ def test_bench_reachability_names_the_limits_no_forecast_moves(bench):
         row("bursty", "predictive", 0.40, 3, {"gpu_hours_at_most_hpa": False}),
         row("bursty", "clairvoyant", 0.45, 1, {"gpu_hours_at_most_hpa": True}),
     ]
-    reach = bench.reachability(rows)
+    reach = comparison.reachability(rows)
     assert reach["flat"]["static_share_floor"] == pytest.approx(0.66)
     assert reach["flat"]["static_share_floor_with_tolerance"] == pytest.approx(0.6)
     assert not reach["flat"]["fewer_breaches_possible"]
@@ -570,7 +556,7 @@ def test_bench_reachability_names_the_limits_no_forecast_moves(bench):
 
 
 @pytest.mark.timeout(120)
-def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(bench):
+def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant():
     trace = from_arrivals(poisson(periodic_rate, 2 * 3600, seed=12))
     config = small_forecast_config()
     forecasters = {
@@ -579,7 +565,7 @@ def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(ben
     }
     headline = summarise(simulate(trace, replace(config, target_utilization=0.6), "hpa"))
     known = {("hpa", 0.6): {**headline, "breach_minutes": 12345}}  # marked, to see it reused
-    rows = bench.run_frontier(trace, config, [0.6, 0.8], forecasters, known, [0.5, 0.6, 0.8])
+    rows = comparison.run_frontier(trace, config, [0.6, 0.8], forecasters, known, [0.5, 0.6, 0.8])
     assert [(r["label"], r["target_utilization"]) for r in rows] == [
         ("hpa", 0.5),
         ("hpa", 0.6),
@@ -598,19 +584,21 @@ def test_bench_frontier_section_reuses_headline_rows_and_places_each_variant(ben
             assert r["vs_hpa_frontier"] in ("below", "on_or_above", "outside")
             inside = hpa[0.8]["gpu_hours"] <= r["gpu_hours"] <= hpa[0.5]["gpu_hours"]
             assert (r["hpa_breaches_at_same_gpu_hours"] is not None) == inside
-    tally = bench.frontier_verdicts(rows)
+    tally = comparison.frontier_verdicts(rows)
     assert set(tally) == {"predictive-mean", "predictive-peak"}
     assert all(sum(t.values()) == 2 for t in tally.values())
 
 
 @pytest.mark.timeout(120)
-def test_bench_quantile_sweep_chooses_on_the_first_part_and_judges_on_the_second(bench):
+def test_bench_quantile_sweep_chooses_on_the_first_part_and_judges_on_the_second():
     trace = from_arrivals(poisson(periodic_rate, 4 * 3600, seed=15))
     config = small_forecast_config(forecast_series="peak", slo_seconds=5)
     shared = SharedForecaster(predictor_forecaster(config), quantiles=(0.5, 0.9))
     hpa = simulate(trace, config, "hpa")
     headline = simulate(trace, config, "predictive", shared)
-    sweep = bench.run_quantile_sweep(trace, config, [0.5, 0.9], shared, {0.9: headline}, hpa, 0.5)
+    sweep = comparison.run_quantile_sweep(
+        trace, config, [0.5, 0.9], shared, {0.9: headline}, hpa, 0.5
+    )
     split = sweep["split_seconds"]
     assert split % 60 == 0 and trace.duration / 2 - 60 < split <= trace.duration / 2
     rows = {r["quantile"]: r for r in sweep["rows"]}
