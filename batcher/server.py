@@ -5,7 +5,10 @@ and engine, started and stopped with it.
 
 One asyncio loop serves HTTP and runs the engine's dispatch; the model runs on its own thread, so
 parsing and answering requests overlap with the device's work. TLS and basic auth come from the
-shared web config file (:mod:`autoglm.webconfig`), as for every component. On shutdown the server
+shared web config file (:mod:`autoglm.webconfig`) through the kernel's plumbing, as for every
+component: the :mod:`autoglm.web.listener` does the TLS handshake and refuses client
+certificates outside ``client_allowed_sans``, the :mod:`autoglm.web.guard` middleware checks
+credentials and adds the configured headers. On shutdown the server
 reports not-ready at once (so load balancers stop sending), the engine drains what it accepted,
 and only then does the listener close. Requests go to the engine of the model their path names,
 as the :class:`~batcher.repository.ModelRepository` resolves it (one model with ``--model``,
@@ -15,12 +18,10 @@ several with ``--model-repository``, whose load and unload routes are
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +29,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from autoglm.config import ConfigError, parse_listen
+from autoglm.web.binding import bind_socket
+from autoglm.web.guard import guard
+from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.webconfig import WebConfig
 from batcher import oip
 from batcher.errors import (
@@ -45,8 +49,6 @@ from batcher.repository import LoadedModel, ModelRepository
 from batcher.repository_http import RepositoryRoutes
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _version() -> str:
@@ -118,6 +120,8 @@ class BatcherServer:
         self.max_body_bytes = max_body_bytes
         self.port = 0
         self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
+        self.connection_metrics = ConnectionMetrics(registry)
         self._version = _version()
         self.grpc = (
             GrpcInferenceServer(
@@ -135,7 +139,10 @@ class BatcherServer:
     # --- lifecycle -------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._guard], client_max_size=self.max_body_bytes)
+        app = web.Application(
+            middlewares=[guard(self.web_config, "autoglm-batcher", _error)],
+            client_max_size=self.max_body_bytes,
+        )
         model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
         app.router.add_get("/v2", self._server_metadata)
         app.router.add_get("/v2/health/live", self._live)
@@ -150,25 +157,23 @@ class BatcherServer:
 
     async def start(self) -> None:
         """Start the engine and listen; raises :class:`ConfigError` if the port is taken."""
-        host, port = parse_listen(self.listen)
+        sock = bind_socket(*parse_listen(self.listen))
         await self.models.start()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=self.web_config.ssl_context())
-        try:
-            await site.start()
-        except OSError as exc:
-            await self._runner.cleanup()
-            raise ConfigError(
-                f"cannot listen on {self.listen}: {exc.strerror}; choose another --listen"
-            ) from exc
+        server = self._runner.server
+        assert server is not None
+        self._listener = Listener(
+            server, lambda: len(server.connections), self.web_config, self.connection_metrics
+        )
+        await self._listener.start(sock)
         if self.grpc is not None:
             try:
                 await self.grpc.start()
             except ConfigError:
-                await self._runner.cleanup()
+                await self._close_http()
                 raise
-        self.port = self._runner.addresses[0][1]
+        self.port = self._listener.port
         log.info(
             "serving",
             extra={
@@ -185,29 +190,15 @@ class BatcherServer:
         finished = await self.models.drain(drain_timeout)
         if self.grpc is not None:
             await self.grpc.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._close_http()
         log.info("stopped", extra={"drained": finished, "batches": self.models.batches})
         return finished
 
-    # --- middleware ----------------------------------------------------------------------
-
-    @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        config = self.web_config
-        if config.ssl_context() is not None and not config.client_certificate_allowed(
-            request.transport.get_extra_info("peercert") if request.transport else None
-        ):
-            response: web.StreamResponse = _error("client certificate not allowed", 403)
-        elif config.auth_required and not await asyncio.get_running_loop().run_in_executor(
-            None, config.authorized, request.headers.get("Authorization")
-        ):
-            response = _error("authentication required", 401)
-            response.headers["WWW-Authenticate"] = 'Basic realm="autoglm-batcher"'
-        else:
-            response = await handler(request)
-        response.headers.update(config.headers)
-        return response
+    async def _close_http(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     # --- handlers --------------------------------------------------------------------------
 
