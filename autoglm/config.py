@@ -11,8 +11,8 @@ Anything wrong -- an unknown key, a value of the wrong type, a failed validation
 process with one line naming the flag, the problem and what is accepted, and exit code 2, before
 any work starts (:mod:`autoglm.schema_errors` words pydantic's errors).
 
-A dataclass built directly in code still runs ``__post_init__`` (a :class:`ConfigError`), but
-only the loading path converts text and enforces the ``Field`` bounds.
+``__post_init__`` starts with :func:`check_fields`, so settings built directly in code are
+held to the same bounds, with the same message; only the loading path converts text.
 
 Example::
 
@@ -25,6 +25,7 @@ Example::
         deadline: float = field(default=0.5, metadata={"help": "seconds a collection waits"})
 
         def __post_init__(self) -> None:
+            check_fields(self)
             if self.deadline > self.interval:
                 raise ConfigError("--deadline must not be longer than --interval")
 
@@ -160,7 +161,9 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         if not first["loc"] and isinstance(raised, ValueError) and type(raised) is ValueError:
             raise ConfigError(f"{source}: {raised}") from exc  # from a plain __post_init__
         line = first_error_line(exc, cls, _flag_at, sentence=True)
-        raise ConfigError(line + _default_hint(cls, exc)) from None
+        loc = first["loc"]
+        hint = _default_hint(cls, str(loc[0]), exc) if len(loc) == 1 else ""
+        raise ConfigError(line + hint) from None
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
 
@@ -183,21 +186,57 @@ def settings_json_schema(cls: type) -> dict[str, Any]:
     return schema
 
 
+def check_fields(settings: Any) -> None:
+    """:class:`ConfigError` when a field of ``settings`` breaks its ``Field`` constraints.
+
+    Called first in a settings dataclass's ``__post_init__``, so settings built in code (the
+    local stack, tests, a library caller) are held to the bounds that loading enforces, with
+    the same message.
+    """
+    cls = type(settings)
+    for name, adapter in _constrained_fields(cls).items():
+        try:
+            adapter.validate_python(getattr(settings, name))
+        except ValidationError as exc:
+            where = functools.partial(_field_flag_at, name)
+            line = first_error_line(exc, _constrained_hints(cls)[name], where, sentence=True)
+            raise ConfigError(line + _default_hint(cls, name, exc)) from None
+
+
+@functools.cache
+def _constrained_hints(cls: type) -> dict[str, Any]:
+    """The fields whose type carries pydantic constraints (``Annotated[float, Field(gt=0)]``)."""
+    extras = typing.get_type_hints(cls, include_extras=True)
+    plain = typing.get_type_hints(cls)
+    return {n: extras[n] for n in plain if extras[n] != plain[n]}
+
+
+@functools.cache
+def _constrained_fields(cls: type) -> dict[str, TypeAdapter[Any]]:
+    return {
+        name: TypeAdapter(hint, config=SETTINGS_CONFIG)
+        for name, hint in _constrained_hints(cls).items()
+    }
+
+
 _BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
 
 
-def _default_hint(cls: type, exc: ValidationError) -> str:
+def _default_hint(cls: type, name: str, exc: ValidationError) -> str:
     """`` (default: --interval 15)`` after a bound's error: a value that is accepted."""
     error = exc.errors(include_url=False)[0]
-    if error["type"] not in _BOUND_ERRORS or len(error["loc"]) != 1:
+    if error["type"] not in _BOUND_ERRORS:
         return ""
-    name = str(error["loc"][0])
-    field = next(f for f in dataclasses.fields(cls) if f.name == name)  # type: ignore[arg-type]
-    default = _default_of(field)
+    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    default = None if field is None else _default_of(field)
     if default in (None, "", [], {}, ()):
         return ""
     shown = f"{default:g}" if isinstance(default, float) else str(default)
     return f" (default: {_flag_at((name,))} {shown})"
+
+
+def _field_flag_at(name: str, loc: Location) -> str:
+    return _flag_at((name, *loc))
 
 
 def _flag_at(loc: Location) -> str:

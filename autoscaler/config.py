@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from autoglm.config import ConfigError, parse_listen
+from autoglm.config import ConfigError, check_fields, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
 from autoscaler.controller.forecasts import DEFAULT_FORECAST_QUERY
 from autoscaler.core.decision import DOWNSCALE_STABILIZATION_SECONDS
@@ -125,6 +125,7 @@ class AutoscalerConfig(PrometheusAccessConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_fields(self)
         parse_listen(self.listen)
         if not self.renew_deadline < self.lease_duration:
             raise ConfigError(

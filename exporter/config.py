@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from autoglm.config import ConfigError, parse_listen
+from autoglm.config import ConfigError, check_fields, parse_listen
 
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_DEADLINE_FRACTION = 0.8
@@ -115,6 +115,7 @@ class ExporterConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.deadline is None:
             object.__setattr__(self, "deadline", self.interval * DEFAULT_DEADLINE_FRACTION)
         elif not 0 < self.deadline <= self.interval:

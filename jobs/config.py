@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from autoglm.config import ConfigError, parse_listen
+from autoglm.config import ConfigError, check_fields, parse_listen
 
 SHARD_INDEX_ENV = "JOB_COMPLETION_INDEX"
 BEST_EFFORT = "best-effort"
@@ -159,6 +159,7 @@ class JobConfig:
     log_format: Literal["json", "text"] = field(default="json", metadata={"help": "log format"})
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if not self.input:
             raise ConfigError("--input is required: the JSONL file of requests")
         if not self.output:

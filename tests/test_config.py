@@ -15,6 +15,7 @@ from autoglm.config import (
     OneLineErrorParser,
     add_config_arguments,
     check_can_listen,
+    check_fields,
     config_from_args,
     finite_float_argument,
     load_config,
@@ -36,6 +37,7 @@ class DemoConfig:
     workers: Annotated[int, Field(ge=1, le=64)] = 4
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.interval <= 0:
             raise ConfigError("--interval must be > 0, e.g. --interval 1")
 
@@ -91,6 +93,12 @@ def test_a_bound_names_the_flag_the_limit_and_the_default(argv, message):
     with pytest.raises(ConfigError) as err:
         parse(argv)
     assert str(err.value) == message
+
+
+def test_settings_built_in_code_are_held_to_the_same_bounds():
+    with pytest.raises(ConfigError) as err:
+        DemoConfig(workers=0)
+    assert str(err.value) == "--workers must be >= 1, got 0 (default: --workers 4)"
 
 
 def test_a_number_in_the_file_where_text_goes_is_that_text(tmp_path):
