@@ -1,5 +1,6 @@
-"""bench/exporter_gpu.py, the check against nvidia-smi that runs on GPU machines: its parsing and
-comparison here, and one whole run against a simulated exporter with a stand-in nvidia-smi."""
+"""bench/exporter_gpu.py, the check against nvidia-smi that runs on GPU machines: its parsing
+and comparison (exporter/nvidia_smi.py) here, and one whole run against a simulated exporter
+with a stand-in nvidia-smi."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from pathlib import Path
 import pytest
 import requests
 
+from exporter.nvidia_smi import compare, parse_exporter, parse_nvidia_smi
 from tests.exporter.processes import wait_until
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "exporter_gpu.py"
 spec = importlib.util.spec_from_file_location("exporter_gpu", SCRIPT)
 assert spec is not None and spec.loader is not None
 exporter_gpu = importlib.util.module_from_spec(spec)
-sys.modules["exporter_gpu"] = exporter_gpu  # dataclasses look their module up
 spec.loader.exec_module(exporter_gpu)
 
 UUID = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
@@ -26,11 +27,11 @@ UUID = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 
 def test_nvidia_smi_rows_parse_and_unsupported_cells_are_left_out() -> None:
     row = f"{UUID}, 81559, 40000, 63, [N/A], 512.34, 700.00, 1980, 2619, 87"
-    (reading,) = exporter_gpu.parse_nvidia_smi(row + "\n").values()
+    (reading,) = parse_nvidia_smi(row + "\n").values()
     assert reading["memory.total"] == 81559 and reading["power.draw"] == 512.34
     assert "temperature.memory" not in reading
     with pytest.raises(ValueError, match="expected 10"):
-        exporter_gpu.parse_nvidia_smi("GPU-x, 1, 2\n")
+        parse_nvidia_smi("GPU-x, 1, 2\n")
 
 
 def test_exporter_text_parses_whole_gpus_only() -> None:
@@ -40,7 +41,7 @@ def test_exporter_text_parses_whole_gpus_only() -> None:
         f'DCGM_FI_DEV_FB_USED{{gpu="0",UUID="{UUID}"}} 40000\n'
         'DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu="0",UUID="x"} 1\n'
     )
-    assert exporter_gpu.parse_exporter(text) == {
+    assert parse_exporter(text) == {
         UUID: {"DCGM_FI_DEV_GPU_TEMP": 63.0, "DCGM_FI_DEV_FB_USED": 40000.0}
     }
 
@@ -51,7 +52,7 @@ def test_compare_keeps_the_worst_difference_and_flags_missing_fields() -> None:
         (smi, {UUID: {"DCGM_FI_DEV_GPU_TEMP": 61.0, "DCGM_FI_DEV_POWER_USAGE": 420.0}}),
         (smi, {UUID: {"DCGM_FI_DEV_GPU_TEMP": 63.0, "DCGM_FI_DEV_POWER_USAGE": 449.0}}),
     ]
-    results = {r.field: r for r in exporter_gpu.compare(pairs)}
+    results = {r.field: r for r in compare(pairs)}
     temp = results["DCGM_FI_DEV_GPU_TEMP"]
     assert (temp.samples, temp.worst_difference, temp.allowed_at_worst) == (2, 3.0, 2.0)
     assert not temp.within
