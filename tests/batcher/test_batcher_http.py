@@ -415,3 +415,51 @@ def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     )
     # The web config follows its file: its reload outcomes are the batcher's metrics too.
     assert "autoglm_web_config_last_reload_successful 1.0" in metrics.text
+
+
+def test_client_certificates_and_headers_from_the_web_config(serve, tmp_path) -> None:
+    """The batcher accepts TLS through the kernel's listener, as every component does: a client
+    certificate whose SAN is not allowed is refused at the handshake and counted."""
+    ca = ScratchCA(tmp_path)
+    cert = ca.server()
+    reader, intruder = ca.client("reader", "reader.example"), ca.client("x", "intruder.example")
+    config_file = tmp_path / "web.yml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {
+                    "cert_file": str(cert.cert),
+                    "key_file": str(cert.key),
+                    "client_auth_type": "RequireAndVerifyClientCert",
+                    "client_ca_file": str(ca.cert_file),
+                    "client_allowed_sans": ["reader.example"],
+                },
+                "http_server_config": {"headers": {"X-Frame-Options": "deny"}},
+            }
+        )
+    )
+    server = serve(EchoModel(), web_config=WebConfig.load(config_file))
+    base = f"https://127.0.0.1:{server.server.port}"
+    as_reader = {"verify": str(ca.cert_file), "cert": (str(reader.cert), str(reader.key))}
+    ready = requests.get(f"{base}/v2/health/ready", timeout=10, **as_reader)
+    assert ready.status_code == 200
+    assert ready.headers["X-Frame-Options"] == "deny"
+    with pytest.raises(requests.exceptions.RequestException):
+        requests.get(
+            f"{base}/v2/health/ready",
+            verify=str(ca.cert_file),
+            cert=(str(intruder.cert), str(intruder.key)),
+            timeout=10,
+        )
+    with pytest.raises(requests.exceptions.RequestException):
+        requests.get(f"{base}/v2/health/ready", verify=str(ca.cert_file), timeout=10)
+
+    def refusals_counted() -> bool:
+        metrics = requests.get(f"{base}/metrics", timeout=10, **as_reader).text
+        return "autoglm_http_tls_handshake_errors_total 2.0" in metrics
+
+    # The server counts a refusal just after the client has seen it: poll.
+    deadline = time.monotonic() + 30
+    while not refusals_counted():
+        assert time.monotonic() < deadline, "the two refused handshakes were not counted"
+        time.sleep(0.05)
