@@ -162,8 +162,12 @@ class ModelRepository:
                 "version '1'"
             )
         if loaded is None:
-            state, reason = self._states.get(name, (UNAVAILABLE, ""))
-            why = f" ({state.lower()}: {reason})" if name in self._states else ""
+            why = ""
+            if name in self._states:
+                state, reason = self._states[name]
+                why = f" ({state.lower()}: {reason})"
+            elif self.source is not None and name in self.source.names():
+                why = " (unavailable: not loaded; load it through the repository API)"
             raise UnknownModel(
                 f"unknown model {name!r}{why}; this server serves {self._served_names()}"
             )
