@@ -2,16 +2,25 @@
 
 One dataclass describes every setting the CLI, the HTTP server and the in-process engine read, so
 ``autoglm-batcher --slo-seconds 0.2`` and ``slo_seconds: 0.2`` in a ``--config`` file mean the same.
+Bounds are pydantic ``Field`` constraints, checked by :func:`autoglm.config.check_fields` and
+shared with the Helm chart's values schema; the checks that join fields are in ``__post_init__``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
-from autoglm.config import ConfigError, parse_listen
+from pydantic import Field
+
+from autoglm.config import ConfigError, check_fields, parse_listen
 
 MAX_SUPPORTED_BATCH = 4096
+
+AtLeastZero = Annotated[int, Field(ge=0)]
+AtLeastOne = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(ge=0)]
+PositiveSeconds = Annotated[float, Field(gt=0)]
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class BatcherConfig:
             "others load through the repository API"
         },
     )
-    repository_memory_bytes: int = field(
+    repository_memory_bytes: AtLeastZero = field(
         default=0,
         metadata={
             "help": "device memory the loaded models may take together (parameters plus the "
@@ -61,10 +70,10 @@ class BatcherConfig:
             "on CUDA, no limit on CPU)"
         },
     )
-    max_batch_size: int = field(
+    max_batch_size: Annotated[int, Field(ge=1, le=MAX_SUPPORTED_BATCH)] = field(
         default=32, metadata={"help": "largest batch (in items) the model is ever given"}
     )
-    slo_seconds: float = field(
+    slo_seconds: PositiveSeconds = field(
         default=0.25,
         metadata={"help": "latency target per request (queue + compute); batches are sized to it"},
     )
@@ -75,11 +84,11 @@ class BatcherConfig:
             "Triton-style baseline (max queue delay + preferred size), for comparison"
         },
     )
-    max_queue_delay_seconds: float = field(
+    max_queue_delay_seconds: Seconds = field(
         default=0.0,
         metadata={"help": "fixed-delay policy only: longest wait for a batch to fill"},
     )
-    preferred_batch_size: int = field(
+    preferred_batch_size: AtLeastZero = field(
         default=0,
         metadata={"help": "fixed-delay policy only: dispatch at once at this size (0: max)"},
     )
@@ -95,11 +104,11 @@ class BatcherConfig:
             "judged by it instead"
         },
     )
-    default_timeout_seconds: float = field(
+    default_timeout_seconds: PositiveSeconds = field(
         default=30.0,
         metadata={"help": "a request not started by then is answered with a timeout"},
     )
-    priority_levels: int = field(
+    priority_levels: AtLeastOne = field(
         default=1,
         metadata={"help": "priority levels accepted (1 = highest, as in Triton; 0 = default)"},
     )
@@ -113,39 +122,39 @@ class BatcherConfig:
             'sends priority=N; "best-effort" also works); 0: one past --priority-levels'
         },
     )
-    best_effort_quantum_seconds: float = field(
+    best_effort_quantum_seconds: Seconds = field(
         default=0.0,
         metadata={
             "help": "longest predicted run of one best-effort batch, so an arriving online "
             "request waits at most about this long (0: a tenth of --slo-seconds)"
         },
     )
-    best_effort_max_queue: int = field(
+    best_effort_max_queue: AtLeastZero = field(
         default=0,
         metadata={
             "help": "best-effort items allowed to wait; more are refused at once with HTTP 429 "
             "(0: two quantum-sized batches)"
         },
     )
-    best_effort_slack_margin: float = field(
+    best_effort_slack_margin: Annotated[float, Field(ge=0, lt=1)] = field(
         default=0.1,
         metadata={
             "help": "best-effort backs off while the online slack (SLO minus recent online p99) "
             "is under this fraction of --slo-seconds, and stops when it is gone"
         },
     )
-    best_effort_window_seconds: float = field(
+    best_effort_window_seconds: PositiveSeconds = field(
         default=10.0,
         metadata={"help": "window of recent online latencies whose p99 gives the slack"},
     )
-    utilization_cap: float = field(
+    utilization_cap: Annotated[float, Field(gt=0, le=1)] = field(
         default=1.0,
         metadata={"help": "largest busy fraction of the device, to leave room for co-tenants"},
     )
     device: Literal["auto", "cpu", "cuda"] = field(
         default="auto", metadata={"help": "where a torch module runs (auto: cuda if present)"}
     )
-    torch_threads: int = field(
+    torch_threads: AtLeastZero = field(
         default=0, metadata={"help": "torch.set_num_threads for CPU models (0: torch's default)"}
     )
     expandable_segments: bool = field(
@@ -159,25 +168,25 @@ class BatcherConfig:
             "for cuda, and on cpu when a larger size was measured cheaper than a smaller one)"
         },
     )
-    pad_buckets: list[int] = field(
+    pad_buckets: list[AtLeastOne] = field(
         default_factory=list,
         metadata={"help": "bucket sizes for padding, instead of those the warm-up chooses"},
     )
-    warmup_repeats: int = field(
+    warmup_repeats: AtLeastZero = field(
         default=5,
         metadata={
             "help": "before serving, time the model this many times at each power-of-two batch "
             "size to seed the cost model and choose pad buckets (0: no warm-up)"
         },
     )
-    idle_release_seconds: float = field(
+    idle_release_seconds: Seconds = field(
         default=30.0,
         metadata={"help": "release cached device memory after this long idle (0: never)"},
     )
-    max_body_bytes: int = field(
+    max_body_bytes: Annotated[int, Field(ge=1024)] = field(
         default=16 << 20, metadata={"help": "largest request body accepted (HTTP 400 above)"}
     )
-    drain_timeout_seconds: float = field(
+    drain_timeout_seconds: PositiveSeconds = field(
         default=60.0,
         metadata={"help": "on SIGTERM, longest wait for queued and running work to finish"},
     )
@@ -197,6 +206,7 @@ class BatcherConfig:
     log_format: Literal["json", "text"] = field(default="json", metadata={"help": "log format"})
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if ":" not in self.model or self.model.startswith(":") or self.model.endswith(":"):
             raise ConfigError(
                 f"--model {self.model!r} must be package.module:factory, "
@@ -214,19 +224,7 @@ class BatcherConfig:
             raise ConfigError(
                 "--startup-models names models of a repository; give --model-repository too"
             )
-        if self.repository_memory_bytes < 0:
-            raise ConfigError(
-                "--repository-memory-bytes must be >= 0 (0: the device's free memory)"
-            )
-        if not 1 <= self.max_batch_size <= MAX_SUPPORTED_BATCH:
-            raise ConfigError(
-                f"--max-batch-size {self.max_batch_size} must be within 1..{MAX_SUPPORTED_BATCH}"
-            )
-        if self.slo_seconds <= 0:
-            raise ConfigError("--slo-seconds must be > 0, e.g. --slo-seconds 0.25")
-        if self.max_queue_delay_seconds < 0:
-            raise ConfigError("--max-queue-delay-seconds must be >= 0")
-        if not 0 <= self.preferred_batch_size <= self.max_batch_size:
+        if self.preferred_batch_size > self.max_batch_size:
             raise ConfigError(
                 f"--preferred-batch-size must be within 0..{self.max_batch_size} (max batch size)"
             )
@@ -235,10 +233,6 @@ class BatcherConfig:
                 f"--max-queue {self.max_queue} must be at least --max-batch-size "
                 f"{self.max_batch_size}, or no batch could ever fill"
             )
-        if self.default_timeout_seconds <= 0:
-            raise ConfigError("--default-timeout-seconds must be > 0")
-        if self.priority_levels < 1:
-            raise ConfigError("--priority-levels must be >= 1")
         if not 1 <= self.default_priority <= self.priority_levels:
             raise ConfigError(
                 f"--default-priority must be within 1..{self.priority_levels} (--priority-levels)"
@@ -248,35 +242,11 @@ class BatcherConfig:
                 f"--best-effort-priority must be 0 (one past --priority-levels) or above "
                 f"--priority-levels {self.priority_levels}, e.g. {self.priority_levels + 1}"
             )
-        if self.best_effort_quantum_seconds < 0:
-            raise ConfigError(
-                "--best-effort-quantum-seconds must be >= 0 (0: a tenth of --slo-seconds)"
-            )
-        if self.best_effort_max_queue < 0:
-            raise ConfigError("--best-effort-max-queue must be >= 0 (0: two quantum batches)")
-        if not 0 <= self.best_effort_slack_margin < 1:
-            raise ConfigError(
-                "--best-effort-slack-margin must be in [0, 1), a fraction of --slo-seconds"
-            )
-        if self.best_effort_window_seconds <= 0:
-            raise ConfigError("--best-effort-window-seconds must be > 0, e.g. 10")
-        if not 0 < self.utilization_cap <= 1:
-            raise ConfigError("--utilization-cap must be in (0, 1], e.g. 0.5 to share a GPU")
-        if self.torch_threads < 0:
-            raise ConfigError("--torch-threads must be >= 0 (0 keeps torch's default)")
-        bad = [b for b in self.pad_buckets if not 1 <= b <= self.max_batch_size]
+        bad = [b for b in self.pad_buckets if b > self.max_batch_size]
         if bad:
             raise ConfigError(
                 f"--pad-buckets {bad[0]} must be within 1..{self.max_batch_size} (max batch size)"
             )
-        if self.warmup_repeats < 0:
-            raise ConfigError("--warmup-repeats must be >= 0 (0 skips the warm-up)")
-        if self.idle_release_seconds < 0:
-            raise ConfigError("--idle-release-seconds must be >= 0 (0 never releases)")
-        if self.max_body_bytes < 1024:
-            raise ConfigError("--max-body-bytes must be at least 1024")
-        if self.drain_timeout_seconds <= 0:
-            raise ConfigError("--drain-timeout-seconds must be > 0")
 
     @property
     def buckets(self) -> tuple[int, ...]:

@@ -155,7 +155,7 @@ def test_retry_after_is_derived_from_the_window_and_the_queue() -> None:
         ({"priority_levels": 3, "best_effort_priority": 2}, "--best-effort-priority must be"),
         ({"best_effort_quantum_seconds": -0.1}, "--best-effort-quantum-seconds must be >= 0"),
         ({"best_effort_max_queue": -1}, "--best-effort-max-queue must be >= 0"),
-        ({"best_effort_slack_margin": 1.0}, "--best-effort-slack-margin must be in"),
+        ({"best_effort_slack_margin": 1.0}, "--best-effort-slack-margin must be < 1, got 1.0"),
         ({"best_effort_window_seconds": 0.0}, "--best-effort-window-seconds must be > 0"),
     ],
 )

@@ -16,6 +16,7 @@ import yaml
 
 from autoglm.config import build_config, settings_json_schema
 from autoscaler.config import AutoscalerConfig
+from batcher.config import BatcherConfig
 from exporter.config import ExporterConfig
 from jobs.config import JobConfig
 from predictor.config import PredictorConfig, TargetSettings
@@ -40,6 +41,8 @@ FLAGS = [
     ("exporter", "naming", ExporterConfig, "naming"),
     ("autoscaler", "interval", AutoscalerConfig, "interval"),
     ("autoscaler", "dryRun", AutoscalerConfig, "dry_run"),
+    ("batcher", "maxBatchSize", BatcherConfig, "max_batch_size"),
+    ("batcher", "sloSeconds", BatcherConfig, "slo_seconds"),
     ("job", "order", JobConfig, "order"),
     ("job", "maxConcurrency", JobConfig, "max_concurrency"),
 ]
