@@ -519,3 +519,20 @@ def test_a_certificate_and_key_that_do_not_match_mid_rotation_are_refused(
     clock.tick()
     assert config.reload_if_changed()
     assert (config.reloads, config.reload_failures) == (1, 1)
+
+
+def test_recently_authorized_knows_only_accepted_credentials_of_the_current_file(
+    tmp_path: Path,
+) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    assert not config.recently_authorized(basic("alice", "a"))
+    assert config.authorized(basic("alice", "a"))
+    assert config.recently_authorized(basic("alice", "a"))
+    assert not config.authorized(basic("alice", "b"))
+    assert not config.recently_authorized(basic("alice", "b"))
+    assert not config.recently_authorized(None)
+    rewrite(path, {"basic_auth_users": {"alice": htpasswd_style_hash("new")}})
+    clock.tick()
+    assert config.reload_if_changed()
+    assert not config.recently_authorized(basic("alice", "a"))

@@ -61,14 +61,14 @@ class Listener:
         web_config: WebConfig,
         metrics: ConnectionMetrics,
         max_connections: int | None = None,
-        handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT_S,
+        handshake_timeout: float | None = None,
     ) -> None:
         self._protocols = protocols
         self._open_connections = open_connections
         self._web_config = web_config
         self._metrics = metrics
         self._max_connections = max_connections
-        self._handshake_timeout = handshake_timeout
+        self._handshake_timeout = handshake_timeout or TLS_HANDSHAKE_TIMEOUT_S
         self._handshakes: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
 

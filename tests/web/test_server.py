@@ -28,7 +28,7 @@ from autoglm.config import ConfigError
 from autoglm.web.exchange import Request, Response
 from autoglm.web.exposition import registry_route
 from autoglm.web.server import HTTPServer
-from autoglm.webconfig import WebConfig
+from autoglm.webconfig import WebConfig, basic_auth
 from tests.selfsigned import CertFiles, ScratchCA
 
 pytestmark = pytest.mark.timeout(60)
@@ -479,3 +479,44 @@ def test_asyncio_servers_holding_the_first_context_serve_the_renewed_certificate
 
     expected = [rotation.serial_of(rotation.first), rotation.serial_of(rotation.renewed)]
     assert asyncio.run(rotate_and_look()) == expected
+
+
+def test_a_silent_tls_client_holds_up_no_one_and_is_dropped(
+    tmp_path: Path, pki: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("autoglm.web.listener.TLS_HANDSHAKE_TIMEOUT_S", 0.5)
+    config = web_config(tmp_path, {"tls_server_config": tls_section(pki)})
+    registry = CollectorRegistry()
+    routes = {"/x": lambda r: Response.text("x")}
+    with (
+        HTTPServer("127.0.0.1:0", routes, config, registry=registry) as srv,
+        socket.create_connection(("127.0.0.1", srv.port), timeout=30) as silent,
+    ):
+        assert requests.get(srv.url + "/x", verify=str(pki["ca"]), timeout=10).text == "x\n"
+        assert silent.recv(1) == b"", "the server should close a connection that never shakes hands"
+        assert eventually(
+            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 1
+        )
+
+
+def test_accepted_credentials_cost_one_bcrypt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
+    config = web_config(tmp_path, {"basic_auth_users": {"u": hashed}})
+    checks = []
+    real_checkpw = bcrypt.checkpw
+
+    def counting_checkpw(password: bytes, hashed: bytes) -> bool:
+        checks.append(password)
+        return real_checkpw(password, hashed)
+
+    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", counting_checkpw)
+    with (
+        HTTPServer("127.0.0.1:0", {"/x": lambda r: Response.text("x")}, config) as srv,
+        requests.Session() as s,
+    ):
+        for _ in range(3):
+            assert s.get(srv.url + "/x", headers=basic("u", "pw")).status_code == 200
+        assert s.get(srv.url + "/x", headers=basic("u", "wrong")).status_code == 401
+    assert checks == [b"pw", b"wrong"]
