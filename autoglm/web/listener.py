@@ -15,7 +15,6 @@ closed on arrival and counted: each holds memory, and a flood should not take th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from collections.abc import Callable
@@ -102,7 +101,7 @@ class Listener:
             return _Refused()
         if self._web_config.ssl_context() is None:
             return self._protocols()
-        return _TLSUpgrade(self)
+        return _TLSUpgrade(self._start_handshake)
 
     def _start_handshake(self, connection: _TLSUpgrade, transport: asyncio.Transport) -> None:
         task = asyncio.get_running_loop().create_task(self._handshake(connection, transport))
@@ -158,26 +157,22 @@ class _TLSUpgrade(asyncio.Protocol):
 
     First the raw TCP connection's protocol: it pauses reading so the ClientHello waits for
     ``start_tls``. Then the TLS layer's application protocol: it keeps whatever the client sends
-    right after the handshake until :meth:`hand_over` gives the connection to aiohttp.
+    right after the handshake until :meth:`hand_over` gives the connection to aiohttp. (An end
+    of file from the client closes a TLS connection at once, whatever the protocol answers.)
     """
 
-    def __init__(self, listener: Listener) -> None:
-        self._listener = listener
+    def __init__(self, start_handshake: Callable[[_TLSUpgrade, asyncio.Transport], None]) -> None:
+        self._start_handshake = start_handshake
         self._early: list[bytes] = []
-        self._eof = False
         self._lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         transport.pause_reading()
-        self._listener._start_handshake(self, transport)
+        self._start_handshake(self, transport)
 
     def data_received(self, data: bytes) -> None:
         self._early.append(data)
-
-    def eof_received(self) -> bool | None:
-        self._eof = True
-        return True  # keep the transport open until the handler has seen the data
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -190,6 +185,3 @@ class _TLSUpgrade(asyncio.Protocol):
         for data in self._early:
             protocol.data_received(data)
         self._early.clear()
-        if self._eof:
-            with contextlib.suppress(Exception):
-                protocol.eof_received()
