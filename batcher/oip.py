@@ -396,6 +396,9 @@ def decode_values(
         if kind != "b":
             raise ProtocolError(f"input {name!r}: BOOL data must be true/false values")
     elif dtype.kind in "iu":
+        if kind == "f" and datatype == "UINT64":
+            loose = _unsigned_64(loose, data)  # numpy made floats of ints past int64
+            kind = loose.dtype.kind
         if kind not in "iu":
             raise ProtocolError(f"input {name!r}: {datatype} data must be integers")
         info = np.iinfo(dtype)
@@ -405,8 +408,19 @@ def decode_values(
             )
     elif kind not in "iuf":
         raise ProtocolError(f"input {name!r}: {datatype} data must be numbers")
-    with np.errstate(over="ignore"):  # beyond the range is infinity, as in torch
-        return loose.astype(dtype).reshape(shape)
+    if dtype.kind == "f" and loose.dtype != dtype:
+        with np.errstate(over="ignore"):  # beyond the range is infinity, as in torch
+            return loose.astype(dtype).reshape(shape)
+    return loose.astype(dtype, copy=False).reshape(shape)
+
+
+def _unsigned_64(loose: np.ndarray, data: list) -> np.ndarray:
+    """``data`` as uint64 when every value is a JSON integer (numpy reads a list holding one past
+    the int64 range as float64, losing digits); ``loose`` unchanged when any value is not."""
+    exact = np.array(data, dtype=object).ravel()
+    if not all(type(value) is int and 0 <= value < 1 << 64 for value in exact):
+        return loose
+    return exact.astype(np.uint64).reshape(loose.shape)
 
 
 # --- encoding helpers ---------------------------------------------------------------------------
@@ -439,10 +453,12 @@ def _dumps(document: dict[str, Any], tensors: list[dict[str, Any]]) -> bytes:
     """The answer's JSON: numpy arrays written by orjson in C, with no Python float per element.
 
     orjson writes NaN and infinities as null; an answer holding one goes through the standard
-    library instead, which writes them as NaN and Infinity, as Triton's clients read them.
+    library instead, which writes them as NaN and Infinity, as Triton's clients read them. Nothing
+    else in an answer is null, so only a body with ``null`` in it (or in a string) is checked.
     """
-    if all(_finite(entry.get("data")) for entry in tensors):
-        return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    body = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    if b"null" not in body or all(_finite(entry.get("data")) for entry in tensors):
+        return body
     for entry in tensors:
         if isinstance(entry.get("data"), np.ndarray):
             entry["data"] = entry["data"].tolist()

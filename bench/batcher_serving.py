@@ -1,93 +1,137 @@
-"""What serving costs: REST JSON, REST binary tensor data and gRPC, side by side in one run.
+"""What serving costs: the highest rate each protocol holds within the SLO, and its CPU per request.
 
-One ``autoglm-batcher`` process serves the reference MLP (512 -> 2048 -> 2048 -> 512, torch CPU,
-one torch thread) on HTTP and gRPC at once. The same closed-loop load (``--concurrency`` requests
-always in flight, one row each) is driven through each protocol in turn, interleaved round by
-round (JSON, binary, gRPC, JSON, ...) so the machine's drifting load hits all three alike:
+One ``autoglm-batcher`` process serves the reference MLP (:mod:`bench.reference_mlp`, torch CPU,
+one torch thread) on HTTP and gRPC at once; MLServer 1.7.1 (adaptive batching, the same module,
+one torch thread) runs beside it when ``bash bench/mlserver-venv`` has made its venv, and its column
+is skipped, naming that command, when not. Four ways in:
 
-* ``rest-json``   -- ``POST /v2/models/NAME/infer`` with JSON ``data``, the answer as JSON;
-* ``rest-binary`` -- the same with the binary tensor data extension both ways;
-* ``grpc``        -- ``ModelInfer`` with ``raw_input_contents`` (tritonclient's own protobuf
-                      messages, not the server's), answered with ``raw_output_contents``.
+* ``rest-json``     -- ``POST /v2/models/reference/infer`` with JSON ``data``, the answer as JSON;
+* ``rest-binary``   -- the same with the binary tensor data extension both ways;
+* ``grpc``          -- ``ModelInfer`` with ``raw_input_contents`` (tritonclient's own protobuf
+                        messages), answered with ``raw_output_contents``;
+* ``mlserver-json`` -- MLServer's REST endpoint with the same JSON body.
 
-For each it reports the throughput (requests/s), p50/p99 latency and the server's CPU time per
-request, read from ``/proc/PID/stat`` around each measurement: **requests per server CPU-second**
-is the serving path's cost, model time included, independent of how many cores the machine
-lends. The ratios to REST JSON are per round, then the median. The load generator runs in this
-process on the same machine, so a cheaper protocol's client also leaves the server more CPU.
+The load is open loop: one-row requests at Poisson times, latency counted from the scheduled send
+time (a lagging client cannot hide queueing). A rate is held when p99 <= ``--slo-seconds`` and at
+most 1% of requests failed (a refusal is a failure). Each pass searches every way's highest held
+rate: up by ``--step`` (x1.5) from the last pass's result until a rate fails, then bisection until
+the bracket is within ``--resolution`` (5%) of its lower end, so the grid around each limit is
+finer than 10%. The searches of one pass are interleaved point by point (json, binary, grpc,
+mlserver, json, ...), so the machine's drifting load hits all alike, and ``--passes`` (3) are run.
 
-``--profile`` runs the server under cProfile (its event loop thread: parsing, dispatch, encoding;
-the model's thread is not profiled) and prints the top functions by own time for one protocol.
+At each way's highest held rate the server's CPU time (user + system of the process and its
+children, from ``/proc``, model time included) gives **requests per server CPU-second**. The
+summary holds per way the median top rate and CPU cost over the passes, and the per-pass ratios
+(binary and gRPC to REST JSON, REST JSON to MLServer), median and range. The client is a lean
+asyncio HTTP/1.1 client on keep-alive connections (and grpc.aio), in this process, on the same
+machine: report the load average beside any figure.
 
-    python bench/batcher_serving.py              # 3 rounds of 10 s per protocol
-    python bench/batcher_serving.py --profile rest-json
-    python bench/batcher_serving.py --smoke      # proves it runs end to end (the tests)
+``--profile MODE`` runs one open-loop point at ``--rate`` with py-spy sampling the server (every
+thread): a flame graph (SVG) and the top functions by own samples.
+
+    python bench/batcher_serving.py                   # 3 passes, 4 s per point
+    python bench/batcher_serving.py --profile rest-json --rate 800 --flame docs/img/x.svg
+    python bench/batcher_serving.py --smoke           # proves it runs end to end (the tests)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
+import math
 import os
-import pstats
 import queue
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import aiohttp
 import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-if TYPE_CHECKING:  # the server imports torch through the factory; the load generator does not
-    from batcher.models.demo import DemoMLP
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "batcher_serving.json"
-MODES = ("rest-json", "rest-binary", "grpc")
+MLSERVER_BIN = ROOT / ".venv-mlserver" / "bin" / "mlserver"
+BATCHER_MODES = ("rest-json", "rest-binary", "grpc")
+MLSERVER_MODE = "mlserver-json"
 MODEL_NAME = "reference"
-FEATURES = 512
+FEATURES = 512  # bench.reference_mlp.FEATURES; not imported: that would load torch here
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CONNECTIONS = 256  # keep-alive connections per HTTP server; beyond them requests wait here
 
 
-def reference_mlp() -> DemoMLP:
-    """The reference MLP of the serving goals: ``input`` FP32 [-1, 512] -> ``logits`` [-1, 512]."""
-    from batcher.models.demo import DemoMLP
-
-    return DemoMLP(features=FEATURES, hidden=2048, layers=2, classes=FEATURES)
+# --- servers -----------------------------------------------------------------------------------
 
 
-class Server:
-    """The batcher on 127.0.0.1 (HTTP and gRPC on free ports), optionally under cProfile."""
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU time of ``root`` and every live descendant (MLServer forks workers)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo.extend(child for child, parent in parents.items() if parent == pid)
+    return total
 
-    def __init__(self, extra: list[str], profile_to: Path | None = None) -> None:
-        command = [sys.executable]
-        if profile_to is not None:
-            command += ["-m", "cProfile", "-o", str(profile_to)]
-        command += [
-            "-m",
-            "batcher.cli",
-            "--model",
-            "bench.batcher_serving:reference_mlp",
-            "--model-name",
-            MODEL_NAME,
-            "--device",
-            "cpu",
-            "--torch-threads",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--grpc-listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Served:
+    """A server process of the bench: its ports, its CPU time, and stopping it."""
+
+    name = ""
+    proc: subprocess.Popen
+    http_port = 0
+    grpc_port = 0
+
+    def cpu_seconds(self) -> float:
+        return tree_cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class BatcherServer(Served):
+    """``autoglm-batcher`` on 127.0.0.1, HTTP and gRPC on free ports."""
+
+    name = "batcher"
+
+    def __init__(self, extra: list[str]) -> None:
+        command = [
+            *(sys.executable, "-m", "batcher.cli"),
+            *("--model", "bench.reference_mlp:reference_mlp", "--model-name", MODEL_NAME),
+            *("--device", "cpu", "--torch-threads", "1", "--log-format", "json"),
+            *("--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"),
             *extra,
         ]
         self.proc = subprocess.Popen(
@@ -126,50 +170,108 @@ class Server:
                 return int(record["port"]), grpc_port
         raise RuntimeError("batcher did not start")
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+class MLServer(Served):
+    """MLServer 1.7.1 from ``.venv-mlserver`` serving :class:`bench.mlserver_reference.ReferenceMLP`
+    with adaptive batching (the batcher's maximum batch size, ``max_batch_time`` seconds)."""
+
+    name = "mlserver"
+
+    def __init__(
+        self, binary: Path, max_batch_size: int, max_batch_time: float, workers: int
+    ) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="bench-mlserver-"))
+        self.http_port = free_port()
+        settings = {
+            "host": "127.0.0.1",
+            "http_port": self.http_port,
+            "grpc_port": free_port(),
+            "metrics_port": free_port(),
+            "parallel_workers": workers,
+            "debug": False,
+        }
+        (self.folder / "settings.json").write_text(json.dumps(settings))
+        model = self.folder / MODEL_NAME
+        model.mkdir()
+        model_settings = {
+            "name": MODEL_NAME,
+            "implementation": "bench.mlserver_reference.ReferenceMLP",
+            "max_batch_size": max_batch_size,
+            "max_batch_time": max_batch_time,
+        }
+        (model / "model-settings.json").write_text(json.dumps(model_settings))
+        self.proc = subprocess.Popen(
+            [str(binary), "start", str(self.folder)],
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        url = f"http://127.0.0.1:{self.http_port}/v2/models/{MODEL_NAME}/ready"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(url, timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("MLServer did not become ready")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        super().stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def payloads(rows: int = 16) -> list[np.ndarray]:
+# --- requests ----------------------------------------------------------------------------------
+
+
+def rows(count: int = 16) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    return [rng.normal(size=(1, FEATURES)).astype(np.float32).round(4) for _ in range(rows)]
+    return [rng.normal(size=(1, FEATURES)).astype(np.float32).round(4) for _ in range(count)]
 
 
-def json_body(row: np.ndarray) -> bytes:
-    document = {
-        "inputs": [
-            {"name": "input", "shape": [1, FEATURES], "datatype": "FP32", "data": row.tolist()}
-        ]
-    }
-    return json.dumps(document).encode()
+def http_request(port: int, body: bytes, headers: dict[str, str]) -> bytes:
+    """A whole HTTP/1.1 request, built once and sent as it is."""
+    lines = [
+        f"POST /v2/models/{MODEL_NAME}/infer HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        f"Content-Length: {len(body)}",
+        *(f"{key}: {value}" for key, value in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-def binary_body(row: np.ndarray) -> tuple[bytes, int]:
+def json_request(port: int, row: np.ndarray) -> bytes:
+    tensor = {"name": "input", "shape": [1, FEATURES], "datatype": "FP32", "data": row.tolist()}
+    body = json.dumps({"inputs": [tensor]}).encode()
+    return http_request(port, body, {"Content-Type": "application/json"})
+
+
+def binary_request(port: int, row: np.ndarray) -> bytes:
     raw = row.astype("<f4").tobytes()
-    header = json.dumps(
+    tensor = {
+        "name": "input",
+        "shape": [1, FEATURES],
+        "datatype": "FP32",
+        "parameters": {"binary_data_size": len(raw)},
+    }
+    header = json.dumps({"inputs": [tensor], "parameters": {"binary_data_output": True}}).encode()
+    return http_request(
+        port,
+        header + raw,
         {
-            "inputs": [
-                {
-                    "name": "input",
-                    "shape": [1, FEATURES],
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": len(raw)},
-                }
-            ],
-            "parameters": {"binary_data_output": True},
-        }
-    ).encode()
-    return header + raw, len(header)
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(header)),
+        },
+    )
 
 
 def grpc_request(row: np.ndarray) -> service_pb2.ModelInferRequest:
@@ -179,198 +281,592 @@ def grpc_request(row: np.ndarray) -> service_pb2.ModelInferRequest:
     return request
 
 
-async def closed_loop(
-    mode: str, server: Server, concurrency: int, seconds: float
-) -> tuple[list[float], int]:
-    """``concurrency`` workers each sending one request after another; (latencies, failures)."""
-    rows = payloads()
+# --- a lean HTTP/1.1 client --------------------------------------------------------------------
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection answering one request at a time (Content-Length bodies)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[int] | None = None
+        self.broken = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None or self.waiter.done():
+            return
+        head = bytes(self.buffer[:end]).lower()
+        at = head.find(b"\r\ncontent-length:")
+        if at < 0:
+            self._fail(ConnectionError("answer without Content-Length"))
+            return
+        stop = head.find(b"\r\n", at + 2)
+        length = int(head[at + 17 : stop if stop >= 0 else None])
+        total = end + 4 + length
+        if len(self.buffer) < total:
+            return
+        del self.buffer[:total]
+        self.waiter.set_result(int(head[9:12]))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(ConnectionError("connection closed"))
+
+    def _fail(self, error: Exception) -> None:
+        self.broken = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(error)
+        if self.transport is not None:
+            self.transport.close()
+
+    async def send(self, raw: bytes) -> int:
+        assert self.transport is not None
+        if self.broken:
+            raise ConnectionError("connection closed")
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(raw)
+        return await self.waiter
+
+
+class HttpPool:
+    """Up to ``limit`` keep-alive connections to one port; a request waits for a free one."""
+
+    def __init__(self, port: int, limit: int = CONNECTIONS) -> None:
+        self.port = port
+        self.limit = limit
+        self.idle: list[_Connection] = []
+        self.open = 0
+        self.waiters: collections.deque[asyncio.Future[_Connection]] = collections.deque()
+
+    async def _take(self) -> _Connection:
+        while self.idle:
+            connection = self.idle.pop()
+            if not connection.broken:
+                return connection
+            self.open -= 1  # closed by the server while idle (uvicorn's keep-alive timeout)
+        if self.open < self.limit:
+            self.open += 1
+            try:
+                _, connection = await asyncio.get_running_loop().create_connection(
+                    _Connection, "127.0.0.1", self.port
+                )
+            except OSError:
+                self.open -= 1
+                raise
+            return connection
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        return await waiter
+
+    def _give(self, connection: _Connection) -> None:
+        if connection.broken:
+            self.open -= 1
+            return
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(connection)
+                return
+        self.idle.append(connection)
+
+    async def post(self, raw: bytes) -> bool:
+        """Send one prepared request; True when it was answered 200. A connection the server
+        closed before answering is retried once on another, as HTTP clients do."""
+        retry = True
+        while True:
+            connection = await self._take()
+            try:
+                return await connection.send(raw) == 200
+            except ConnectionError:
+                if not retry or connection.buffer:
+                    raise
+                retry = False
+            except asyncio.CancelledError:
+                connection._fail(ConnectionError("cancelled"))
+                raise
+            finally:
+                self._give(connection)
+
+    def close(self) -> None:
+        for connection in self.idle:
+            if connection.transport is not None:
+                connection.transport.close()
+
+
+# --- one open-loop point -----------------------------------------------------------------------
+
+Send = Callable[[int], Awaitable[bool]]
+
+
+async def open_loop(
+    send: Send, rate: float, count: int, seed: int, timeout: float
+) -> tuple[list[float], int, float]:
+    """``count`` requests at Poisson times; (latencies of the answered, failures, seconds)."""
+    loop = asyncio.get_running_loop()
+    offsets = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, size=count))
     latencies: list[float] = []
     failures = 0
-    stop_at = time.perf_counter() + seconds
-    url = f"http://127.0.0.1:{server.http_port}/v2/models/{MODEL_NAME}/infer"
 
-    async def rest_worker(session: aiohttp.ClientSession, bodies: list, binary: bool) -> None:
+    async def one(index: int, scheduled: float) -> None:
         nonlocal failures
-        i = 0
-        while time.perf_counter() < stop_at:
-            body, header_length = bodies[i % len(bodies)]
-            headers = {"Inference-Header-Content-Length": str(header_length)} if binary else None
-            start = time.perf_counter()
-            try:
-                async with session.post(url, data=body, headers=headers) as reply:
-                    await reply.read()
-                    ok = reply.status == 200
-            except aiohttp.ClientError:
-                ok = False
-            if ok:
-                latencies.append(time.perf_counter() - start)
-            else:
-                failures += 1
-            i += 1
+        try:
+            ok = await send(index)
+        except (OSError, grpc.aio.AioRpcError):
+            ok = False
+        if ok:
+            latencies.append(loop.time() - scheduled)
+        else:
+            failures += 1
 
-    async def grpc_worker(stub: service_pb2_grpc.GRPCInferenceServiceStub, requests: list) -> None:
-        nonlocal failures
-        i = 0
-        while time.perf_counter() < stop_at:
-            start = time.perf_counter()
-            try:
-                await stub.ModelInfer(requests[i % len(requests)])
-                latencies.append(time.perf_counter() - start)
-            except grpc.aio.AioRpcError:
-                failures += 1
-            i += 1
+    start = loop.time()
+    tasks = []
+    for index, offset in enumerate(offsets.tolist()):
+        scheduled = start + offset
+        delay = scheduled - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(loop.create_task(one(index, scheduled)))
+    _, late = await asyncio.wait(tasks, timeout=timeout)
+    for task in late:
+        task.cancel()
+    if late:
+        await asyncio.wait(late)
+    return latencies, failures + len(late), loop.time() - start
 
-    if mode == "grpc":
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            requests = [grpc_request(row) for row in rows]
-            await asyncio.gather(*(grpc_worker(stub, requests) for _ in range(concurrency)))
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else math.inf
+
+
+class Target:
+    """One way into one server: how to send request ``i``, and the server whose CPU it costs."""
+
+    def __init__(self, mode: str, server: Served, send: Send) -> None:
+        self.mode = mode
+        self.server = server
+        self.send = send
+
+    async def point(self, rate: float, seconds: float, slo: float, seed: int) -> dict:
+        count = max(40, int(rate * seconds))
+        cpu_before = self.server.cpu_seconds()
+        client_before = time.process_time()
+        latencies, failures, elapsed = await open_loop(
+            self.send, rate, count, seed, timeout=max(10.0, 20 * slo)
+        )
+        server_cpu = self.server.cpu_seconds() - cpu_before
+        client_cpu = time.process_time() - client_before
+        ordered = sorted(latencies) + [math.inf] * failures
+        answered = len(latencies)
+        p99 = percentile(ordered, 0.99)
+        return {
+            "mode": self.mode,
+            "rate": rate,
+            "sent": count,
+            "answered": answered,
+            "failures": failures,
+            "throughput": answered / elapsed if elapsed > 0 else 0.0,
+            "p50_ms": 1000 * percentile(ordered, 0.5),
+            "p99_ms": 1000 * p99,
+            "held": p99 <= slo and failures <= 0.01 * count,
+            "server_cpu_seconds": server_cpu,
+            "requests_per_server_cpu_second": answered / server_cpu if server_cpu > 0 else math.nan,
+            "client_cpu_ms_per_request": 1000 * client_cpu / count,
+        }
+
+
+async def targets_for(
+    batcher: BatcherServer, mlserver: MLServer | None, modes: tuple[str, ...]
+) -> tuple[dict[str, Target], Callable[[], Awaitable[None]]]:
+    """A sender per mode, over connections kept open for the whole run; and how to close them."""
+    row_list = rows()
+    pools: list[HttpPool] = []
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{batcher.grpc_port}")
+    targets: dict[str, Target] = {}
+
+    def http_target(mode: str, server: Served, build: Callable[[int, np.ndarray], bytes]) -> None:
+        pool = HttpPool(server.http_port)
+        pools.append(pool)
+        prepared = [build(server.http_port, row) for row in row_list]
+        targets[mode] = Target(mode, server, lambda i: pool.post(prepared[i % len(prepared)]))
+
+    if "rest-json" in modes:
+        http_target("rest-json", batcher, json_request)
+    if "rest-binary" in modes:
+        http_target("rest-binary", batcher, binary_request)
+    if "grpc" in modes:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        messages = [grpc_request(row) for row in row_list]
+
+        async def grpc_send(index: int) -> bool:
+            await stub.ModelInfer(messages[index % len(messages)])
+            return True
+
+        targets["grpc"] = Target("grpc", batcher, grpc_send)
+    if mlserver is not None and MLSERVER_MODE in modes:
+        http_target(MLSERVER_MODE, mlserver, json_request)
+
+    async def close() -> None:
+        for pool in pools:
+            pool.close()
+        await channel.close()
+
+    return targets, close
+
+
+# --- the search --------------------------------------------------------------------------------
+
+
+def top_rate_search(
+    start: float, step: float, resolution: float, floor: float, ceiling: float
+) -> Generator[float, bool, float]:
+    """Yield rates to try, be sent whether each held; return the highest held (0: none).
+
+    Up by ``step`` from ``start`` while rates hold (down by it while they fail), then bisection
+    until the bracket is within ``resolution`` of its lower end. ``ceiling`` ends a climb that
+    never fails (a smoke run's few requests hold at any rate).
+    """
+    rate = start
+    if (yield rate):
+        low = rate
+        while rate < ceiling:
+            rate = min(ceiling, rate * step)
+            if not (yield rate):
+                break
+            low = rate
+        else:
+            return low
+        high = rate
     else:
-        binary = mode == "rest-binary"
-        bodies = [binary_body(r) for r in rows] if binary else [(json_body(r), 0) for r in rows]
-        connector = aiohttp.TCPConnector(limit=concurrency)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            await asyncio.gather(
-                *(rest_worker(session, bodies, binary) for _ in range(concurrency))
-            )
-    return latencies, failures
+        high = rate
+        while True:
+            rate = rate / step
+            if rate < floor:
+                return 0.0
+            if (yield rate):
+                break
+            high = rate
+        low = rate
+    while high - low > resolution * low:
+        middle = (low + high) / 2
+        if (yield middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
-def measure(mode: str, server: Server, concurrency: int, seconds: float) -> dict:
-    asyncio.run(closed_loop(mode, server, concurrency, min(1.0, seconds / 4)))  # warm the path
-    cpu_before, client_before, wall_before = server.cpu_seconds(), time.process_time(), time.time()
-    latencies, failures = asyncio.run(closed_loop(mode, server, concurrency, seconds))
-    wall = time.time() - wall_before
-    server_cpu = server.cpu_seconds() - cpu_before
-    client_cpu = time.process_time() - client_before
-    done = len(latencies)
-    ordered = sorted(latencies) or [float("nan")]
-    return {
-        "requests": done,
-        "failures": failures,
-        "rate": done / wall,
-        "p50_ms": 1000 * ordered[len(ordered) // 2],
-        "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-        "server_cpu_seconds": server_cpu,
-        "requests_per_server_cpu_second": done / server_cpu if server_cpu > 0 else float("nan"),
-        "server_cores_busy": server_cpu / wall,
-        "client_cpu_ms_per_request": 1000 * client_cpu / done if done else float("nan"),
-    }
+async def interleaved(
+    searches: dict[str, Generator[float, bool, float]],
+    run: Callable[[str, float], Awaitable[bool]],
+) -> dict[str, float]:
+    """Advance every search one point at a time, in turn; the top rate each found, by mode."""
+    pending = {mode: next(search) for mode, search in searches.items()}
+    found: dict[str, float] = {}
+    while pending:
+        for mode in list(pending):
+            try:
+                pending[mode] = searches[mode].send(await run(mode, pending[mode]))
+            except StopIteration as stop:
+                found[mode] = stop.value
+                del pending[mode]
+    return found
+
+
+# --- summary -----------------------------------------------------------------------------------
 
 
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def summary(rounds: list[dict[str, dict]]) -> dict:
-    out: dict = {}
-    for mode in MODES:
-        points = [r[mode] for r in rounds]
-        out[mode] = {
-            key: statistics.median(p[key] for p in points)
-            for key in ("rate", "p50_ms", "p99_ms", "requests_per_server_cpu_second")
+def spread(values: list[float]) -> dict:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return {"median": math.nan, "min": math.nan, "max": math.nan, "values": values}
+    return {
+        "median": statistics.median(finite),
+        "min": min(finite),
+        "max": max(finite),
+        "values": values,
+    }
+
+
+RATIOS = (
+    ("rest-binary", "rest-json"),
+    ("grpc", "rest-json"),
+    ("rest-json", MLSERVER_MODE),
+)
+
+
+def summary(passes: list[dict[str, dict]], modes: tuple[str, ...]) -> dict:
+    """Per mode the top rate and its CPU cost over the passes; per pair the per-pass ratios."""
+    out: dict = {"modes": {}, "ratios": {}}
+    for mode in modes:
+        tops = [p[mode]["top_rate"] for p in passes]
+        costs = [p[mode]["requests_per_server_cpu_second"] for p in passes]
+        out["modes"][mode] = {
+            "top_rate": spread(tops),
+            "requests_per_server_cpu_second": spread(costs),
         }
-        out[mode]["failures"] = sum(p["failures"] for p in points)
-    for mode in MODES[1:]:
-        for key, name in (("rate", "rate"), ("requests_per_server_cpu_second", "cpu")):
-            ratios = [r[mode][key] / r["rest-json"][key] for r in rounds]
-            out[mode][f"{name}_ratio_to_rest_json"] = statistics.median(ratios)
-            out[mode][f"{name}_ratio_range"] = [min(ratios), max(ratios)]
+    for mode, base in RATIOS:
+        if mode not in modes or base not in modes:
+            continue
+        for key, label in (("top_rate", "rate"), ("requests_per_server_cpu_second", "cpu")):
+            ratios = [p[mode][key] / p[base][key] if p[base][key] > 0 else math.nan for p in passes]
+            out["ratios"][f"{mode}/{base} {label}"] = spread(ratios)
     return out
 
 
-def print_table(result: dict) -> None:
+def print_summary(result: dict) -> None:
+    print(f"{'way in':<14} {'top req/s':>10} {'range':>15} {'req/CPU-s':>10} {'range':>15}")
+    for mode, row in result["modes"].items():
+        top, cost = row["top_rate"], row["requests_per_server_cpu_second"]
+        print(
+            f"{mode:<14} {top['median']:>10.0f} {top['min']:>7.0f}-{top['max']:<7.0f} "
+            f"{cost['median']:>10.0f} {cost['min']:>7.0f}-{cost['max']:<7.0f}"
+        )
+    print("ratios per pass (median, range):")
+    for name, ratio in result["ratios"].items():
+        print(f"  {name:<32} {ratio['median']:6.2f}  ({ratio['min']:.2f}-{ratio['max']:.2f})")
+    print("req/CPU-s: requests per server CPU-second at the highest held rate, model included")
+
+
+def finite(value: object) -> object:
+    """JSON has no infinity or NaN: written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+async def run_passes(
+    args: argparse.Namespace, batcher: BatcherServer, mlserver: MLServer | None
+) -> tuple[list[dict[str, dict]], list[dict]]:
+    modes = BATCHER_MODES + ((MLSERVER_MODE,) if mlserver is not None else ())
+    targets, close = await targets_for(batcher, mlserver, modes)
+    passes: list[dict[str, dict]] = []
+    points: list[dict] = []
+    try:
+        for target in targets.values():  # open connections, warm every path
+            await target.point(args.start / 4, 1.0, args.slo_seconds, seed=0)
+        starts = dict.fromkeys(modes, args.start)
+        for index in range(1, args.passes + 1):
+            before = loadavg()
+            best: dict[str, dict] = {}
+
+            async def run(
+                mode: str, rate: float, index: int = index, best: dict[str, dict] = best
+            ) -> bool:
+                point = await targets[mode].point(rate, args.seconds, args.slo_seconds, seed=index)
+                point["pass"] = index
+                points.append(point)
+                print(
+                    f"  {mode:<14} {rate:8.0f}/s  p99 {point['p99_ms']:8.1f} ms  "
+                    f"fail {point['failures']:5d}  {point['requests_per_server_cpu_second']:6.0f}"
+                    f" req/CPU-s  {'held' if point['held'] else 'MISS'}",
+                    flush=True,
+                )
+                if point["held"] and rate >= best.get(mode, {}).get("rate", 0.0):
+                    best[mode] = point
+                return bool(point["held"])
+
+            found = await interleaved(
+                {
+                    m: top_rate_search(starts[m], args.step, args.resolution, 20.0, args.ceiling)
+                    for m in modes
+                },
+                run,
+            )
+            result = {}
+            for mode in modes:
+                held = best.get(mode)
+                result[mode] = {
+                    "top_rate": found[mode],
+                    "requests_per_server_cpu_second": (
+                        held["requests_per_server_cpu_second"] if held else math.nan
+                    ),
+                    "p99_ms": held["p99_ms"] if held else math.nan,
+                }
+                starts[mode] = max(40.0, found[mode] / args.step)
+            result["loadavg"] = {"before": before, "after": loadavg()}  # type: ignore[assignment]
+            passes.append(result)
+            print(
+                f"pass {index}: "
+                + ", ".join(f"{m} {found[m]:.0f}/s" for m in modes)
+                + f"; load average {before} -> {loadavg()}",
+                flush=True,
+            )
+    finally:
+        await close()
+    return passes, points
+
+
+def profile(args: argparse.Namespace, extra: list[str]) -> int:
+    """One open-loop point at ``--rate`` with py-spy sampling the server: flame graph and top."""
+    if shutil.which("py-spy") is None:
+        print("py-spy is not installed: pip install py-spy", file=sys.stderr)
+        return 2
+    batcher = BatcherServer(extra)
+    try:
+
+        async def go() -> dict:
+            targets, close = await targets_for(batcher, None, (args.profile,))
+            target = targets[args.profile]
+            try:
+                await target.point(args.rate / 4, 1.0, args.slo_seconds, seed=0)
+                with tempfile.TemporaryDirectory() as tmp:
+                    raw = Path(tmp) / "raw.txt"
+                    spies = [
+                        subprocess.Popen(
+                            [
+                                *("py-spy", "record", "--pid", str(batcher.proc.pid)),
+                                *("--duration", str(int(args.seconds)), "--rate", "200"),
+                                *("--nonblocking", "--format", fmt, "-o", str(path)),
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )
+                        for fmt, path in (("raw", raw), ("flamegraph", args.flame))
+                    ]
+                    point = await target.point(args.rate, args.seconds, args.slo_seconds, seed=1)
+                    for spy in spies:
+                        await asyncio.to_thread(spy.wait)
+                    point["top"] = top_functions(raw.read_text(), args.top)
+                return point
+            finally:
+                await close()
+
+        point = asyncio.run(go())
+    finally:
+        batcher.stop()
     print(
-        f"{'protocol':<12} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'req/CPU-s':>10} "
-        f"{'rate x':>7} {'cost x':>7}"
+        f"{args.profile} at {args.rate:.0f}/s: p99 {point['p99_ms']:.1f} ms, "
+        f"{point['requests_per_server_cpu_second']:.0f} req per server CPU-s (sampled), "
+        f"load average {loadavg()}; flame graph {args.flame}"
     )
-    for mode in MODES:
-        row = result[mode]
-        rate_x = row.get("rate_ratio_to_rest_json", 1.0)
-        cost_x = row.get("cpu_ratio_to_rest_json", 1.0)
-        print(
-            f"{mode:<12} {row['rate']:>8.0f} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f} "
-            f"{row['requests_per_server_cpu_second']:>10.0f} {rate_x:>7.2f} {cost_x:>7.2f}"
-        )
-    print("rate x, cost x: per-round ratio to rest-json (requests/s, requests per server CPU-s)")
+    print(f"{'own':>6} {'incl':>6}  function (share of the server's busy samples, all threads)")
+    for own, inclusive, function in point["top"]:
+        print(f"{own:6.1%} {inclusive:6.1%}  {function}")
+    return 0
 
 
-def profile(mode: str, args: argparse.Namespace, extra: list[str]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        stats_file = Path(tmp) / "server.prof"
-        server = Server(extra, profile_to=stats_file)
-        try:
-            point = measure(mode, server, args.concurrency, args.seconds)
-        finally:
-            server.stop()
-        print(
-            f"{mode}: {point['rate']:.0f} req/s, "
-            f"{point['requests_per_server_cpu_second']:.0f} req per server CPU-s (profiled)"
-        )
-        stats = pstats.Stats(str(stats_file))
-        stats.sort_stats("tottime").print_stats(args.top)
+def top_functions(raw: str, count: int) -> list[tuple[float, float, str]]:
+    """(own share, inclusive share, function) by own samples, from py-spy's raw stacks."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not stack:
+            continue
+        weight = int(samples)
+        total += weight
+        frames = stack.split(";")
+        own[frames[-1]] += weight
+        for frame in set(frames):
+            inclusive[frame] += weight
+    return [(n / total, inclusive[f] / total, f) for f, n in own.most_common(count)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=10.0, help="per protocol per round")
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per point")
+    parser.add_argument("--start", type=float, default=300.0, help="first rate tried (req/s)")
+    parser.add_argument("--step", type=float, default=1.5, help="factor between climbing rates")
+    parser.add_argument("--resolution", type=float, default=0.05, help="bisection stops here")
+    parser.add_argument("--ceiling", type=float, default=20000.0, help="no rate above (req/s)")
     parser.add_argument("--max-batch-size", type=int, default=128)
     parser.add_argument("--slo-seconds", type=float, default=0.1)
-    parser.add_argument("--profile", choices=MODES, help="profile the server under one protocol")
+    parser.add_argument(
+        "--mlserver-batch-time",
+        type=float,
+        default=0.01,
+        help="MLServer's max_batch_time (its adaptive batching window), seconds",
+    )
+    parser.add_argument(
+        "--mlserver-workers", type=int, default=1, help="MLServer's parallel_workers"
+    )
+    parser.add_argument(
+        "--mlserver", type=Path, default=MLSERVER_BIN, help="the mlserver command to compare with"
+    )
+    parser.add_argument("--no-mlserver", action="store_true", help="skip the MLServer column")
+    parser.add_argument("--profile", choices=BATCHER_MODES, help="py-spy one protocol")
+    parser.add_argument("--rate", type=float, default=500.0, help="--profile's rate (req/s)")
+    parser.add_argument("--flame", type=Path, default=Path("batcher-serving-flame.svg"))
     parser.add_argument("--top", type=int, default=25, help="functions shown with --profile")
-    parser.add_argument("--smoke", action="store_true", help="1 short round: proves it runs")
+    parser.add_argument("--smoke", action="store_true", help="1 short pass: proves it runs")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.smoke:
-        args.rounds, args.seconds, args.concurrency = 1, 1.0, 8
+        args.passes, args.seconds, args.start, args.ceiling = 1, 0.5, 50.0, 120.0
+        args.step, args.resolution = 2.0, 0.5
     extra = [
-        "--max-batch-size",
-        str(args.max_batch_size),
-        "--max-queue",
-        str(max(1024, 4 * args.concurrency)),
-        "--slo-seconds",
-        str(args.slo_seconds),
-        "--warmup-repeats",
-        "1" if args.smoke else "3",
+        *("--max-batch-size", str(args.max_batch_size), "--max-queue", "4096"),
+        *("--slo-seconds", str(args.slo_seconds)),
+        *("--warmup-repeats", "1" if args.smoke else "3"),
     ]
     if args.profile:
-        profile(args.profile, args, extra)
-        return 0
+        return profile(args, extra)
+    skipped = ""
+    if args.no_mlserver:
+        skipped = "--no-mlserver"
+    elif not args.mlserver.exists():
+        skipped = f"{args.mlserver} is absent: run bash bench/mlserver-venv"
     load_before = loadavg()
-    server = Server(extra)
-    rounds: list[dict[str, dict]] = []
+    batcher = BatcherServer(extra)
+    mlserver = None
     try:
-        for index in range(args.rounds):
-            points = {mode: measure(mode, server, args.concurrency, args.seconds) for mode in MODES}
-            rounds.append(points)
-            print(
-                f"round {index + 1}: "
-                + ", ".join(
-                    f"{m} {p['rate']:.0f}/s {p['requests_per_server_cpu_second']:.0f}/CPU-s"
-                    for m, p in points.items()
-                ),
-                flush=True,
+        if not skipped:
+            mlserver = MLServer(
+                args.mlserver, args.max_batch_size, args.mlserver_batch_time, args.mlserver_workers
             )
+        if skipped:
+            print(f"MLServer column skipped: {skipped}")
+        passes, points = asyncio.run(run_passes(args, batcher, mlserver))
     finally:
-        server.stop()
-    result = summary(rounds)
-    print_table(result)
+        batcher.stop()
+        if mlserver is not None:
+            mlserver.stop()
+    modes = BATCHER_MODES + ((MLSERVER_MODE,) if mlserver is not None else ())
+    result = summary(passes, modes)
+    print_summary(result)
     report = {
-        "model": "MLP 512-2048-2048-512, torch CPU, 1 thread",
-        "concurrency": args.concurrency,
-        "seconds": args.seconds,
-        "rounds": args.rounds,
+        "model": "MLP 512-2048-2048-512, torch CPU, 1 thread (bench/reference_mlp.py)",
+        "slo_seconds": args.slo_seconds,
+        "seconds_per_point": args.seconds,
+        "passes": args.passes,
+        "resolution": args.resolution,
         "smoke": args.smoke,
+        "mlserver_skipped": skipped or None,
+        "mlserver": None
+        if mlserver is None
+        else {
+            "max_batch_time": args.mlserver_batch_time,
+            "parallel_workers": args.mlserver_workers,
+        },
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
         "cpus": os.cpu_count(),
         "summary": result,
-        "per_round": rounds,
+        "per_pass": passes,
+        "points": points,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    args.json.write_text(json.dumps(finite(report), indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
 
