@@ -127,6 +127,7 @@ __all__ = [
     "load_spec_file",
     "parse_quantity",
     "parse_spec",
+    "spec_path",
 ]
 
 _TARGET_KEY = {
@@ -210,7 +211,7 @@ Fraction = Annotated[float, Field(ge=0.5, lt=1.0)]
 # --- the custom resource's spec, as written ---------------------------------------------------
 
 
-class _Written(BaseModel):
+class WrittenSpec(BaseModel):
     """Fields as the user writes them: camelCase, no unknown keys, no conversions (a "3" is not
     the integer 3, as the API server's schema would not take it either)."""
 
@@ -224,14 +225,14 @@ class _Written(BaseModel):
     )
 
 
-class ScaleTargetRefModel(_Written):
+class ScaleTargetRefModel(WrittenSpec):
     api_version: NonEmpty = "apps/v1"
     # The API server scales these kinds; the local mode also takes its own ("Local").
     kind: NonEmpty = Field(json_schema_extra={"enum": ["Deployment", "StatefulSet", "ReplicaSet"]})
     name: NonEmpty
 
 
-class PredictionModel(_Written):
+class PredictionModel(WrittenSpec):
     enabled: bool = True
     query: NonEmpty | None = Field(
         None, description="Series the predictor forecasts (a fleet total for Pods metrics)."
@@ -241,14 +242,14 @@ class PredictionModel(_Written):
     warmup_seconds: float = Field(0.0, ge=0)
 
 
-class TargetModel(_Written):
+class TargetModel(WrittenSpec):
     type: Literal["Utilization", "AverageValue", "Value"]
     average_utilization: Quantity | None = None
     average_value: Quantity | None = None
     value: Quantity | None = None
 
 
-class MetricModel(_Written):
+class MetricModel(WrittenSpec):
     name: NonEmpty = Field(description="Unique name; also the predictor target.")
     type: Annotated[Literal["Pods", "Object", "External"], BeforeValidator(_known_source)] = Field(
         "Pods",
@@ -270,7 +271,7 @@ class MetricModel(_Written):
     prediction: PredictionModel | None = None
 
 
-class ServiceModelQueries(_Written):
+class ServiceModelQueries(WrittenSpec):
     fixed_seconds_query: NonEmpty | None = None
     per_item_seconds_query: NonEmpty | None = None
     max_batch_query: NonEmpty | None = None
@@ -281,7 +282,7 @@ class ServiceModelQueries(_Written):
     )
 
 
-class SloModel(_Written):
+class SloModel(WrittenSpec):
     latency_seconds: float = Field(gt=0)
     quantile: Fraction = DEFAULT_SLO_QUANTILE
     selector: str = Field(
@@ -298,13 +299,13 @@ class SloModel(_Written):
     prediction: PredictionModel | None = None
 
 
-class PolicyModel(_Written):
+class PolicyModel(WrittenSpec):
     type: Literal["Pods", "Percent"]
     value: int = Field(ge=1)
     period_seconds: int = Field(ge=1, le=MAX_POLICY_PERIOD_SECONDS)
 
 
-class RulesModel(_Written):
+class RulesModel(WrittenSpec):
     stabilization_window_seconds: int | None = Field(
         None, ge=0, le=MAX_STABILIZATION_WINDOW_SECONDS
     )
@@ -313,12 +314,12 @@ class RulesModel(_Written):
     policies: list[PolicyModel] | None = Field(None, min_length=1)
 
 
-class BehaviorModel(_Written):
+class BehaviorModel(WrittenSpec):
     scale_up: RulesModel | None = None
     scale_down: RulesModel | None = None
 
 
-class GPUAutoscalerSpecModel(_Written):
+class GPUAutoscalerSpecModel(WrittenSpec):
     """A GPUAutoscaler's ``spec`` as written; :func:`parse_spec` turns it into the core's type."""
 
     scale_target_ref: ScaleTargetRefModel = Field(
@@ -370,14 +371,14 @@ def _one_line(exc: ValidationError) -> str:
     error = exc.errors(include_url=False)[0]
     if error["type"] == "too_short" and error["loc"][-1] == "policies":
         return (
-            f"{_path(tuple(error['loc']))}: must specify at least one policy (as the Kubernetes "
-            "API requires); remove the key to get the defaults, or set selectPolicy: Disabled "
-            "with a policy to stop scaling in this direction"
+            f"{spec_path(tuple(error['loc']))}: must specify at least one policy (as the "
+            "Kubernetes API requires); remove the key to get the defaults, or set "
+            "selectPolicy: Disabled with a policy to stop scaling in this direction"
         )
-    return first_error_line(exc, GPUAutoscalerSpecModel, _path)
+    return first_error_line(exc, GPUAutoscalerSpecModel, spec_path)
 
 
-def _path(loc: Location) -> str:
+def spec_path(loc: Location) -> str:
     """``spec.metrics[1].target.value`` for ``("metrics", 1, "target", "value")``."""
     path = "spec"
     for step in loc:

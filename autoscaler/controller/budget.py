@@ -25,12 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
+from pydantic import ValidationError
 
+from autoglm.schema_errors import first_error_line
+from autoscaler.budget_spec import GPUBudgetSpecModel, PolicyModel
 from autoscaler.controller.kube import _CLIENT_ERRORS, KubeAPI, KubeError, _wrap
 from autoscaler.controller.reconciler import Admission, rfc3339
 from autoscaler.core.behavior import ScalingState
 from autoscaler.core.budget import REASONS, Share, Tenant, admit, behavior_floor
-from autoscaler.spec import GPUAutoscalerSpec, SpecError, parse_quantity, parse_spec
+from autoscaler.spec import GPUAutoscalerSpec, SpecError, parse_quantity, parse_spec, spec_path
 
 log = logging.getLogger(__name__)
 
@@ -84,62 +87,40 @@ class BudgetSpec:
 
 
 def parse_budget(obj: Mapping[str, Any]) -> BudgetSpec:
+    """A GPUBudget object's spec, validated by :class:`GPUBudgetSpecModel` (the CRD's schema)."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec")
     if not isinstance(spec, Mapping):
         raise BudgetSpecError("spec: required; give spec.resources and spec.selector or tenants")
-    totals = _quantities(spec.get("resources"), "spec.resources")
-    if not totals:
-        raise BudgetSpecError("spec.resources: give at least one resource, e.g. nvidia.com/gpu: 8")
-    selector = spec.get("selector")
-    match_labels = None
-    if selector is not None:
-        if not isinstance(selector, Mapping) or not isinstance(
-            selector.get("matchLabels", {}), Mapping
-        ):
-            raise BudgetSpecError("spec.selector: give matchLabels: {label: value}")
-        match_labels = {str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()}
-    default = _policy(spec.get("default") or {}, "spec.default")
-    tenants = {}
-    for i, entry in enumerate(spec.get("tenants") or []):
-        if not isinstance(entry, Mapping) or not entry.get("autoscaler"):
-            raise BudgetSpecError(f"spec.tenants[{i}].autoscaler: name a GPUAutoscaler")
-        tenants[str(entry["autoscaler"])] = _policy(entry, f"spec.tenants[{i}]", default)
-    return BudgetSpec(str(meta.get("name", "")), totals, match_labels, tenants, default)
-
-
-def _policy(raw: Mapping[str, Any], path: str, base: TenantPolicy | None = None) -> TenantPolicy:
-    base = base or TenantPolicy()
     try:
-        priority = int(raw.get("priority", base.priority))
-        weight = float(raw.get("weight", base.weight))
-    except (TypeError, ValueError) as exc:
-        raise BudgetSpecError(f"{path}: priority must be an integer, weight a number") from exc
-    if not weight > 0:
-        raise BudgetSpecError(f"{path}.weight: must be > 0")
+        written = GPUBudgetSpecModel.model_validate(dict(spec))
+    except ValidationError as exc:
+        raise BudgetSpecError(_one_line(exc)) from None
+    match_labels = None
+    if written.selector is not None:
+        match_labels = dict(written.selector.match_labels or {})
+    default = _policy(written.default, TenantPolicy())
+    tenants = {t.autoscaler: _policy(t, default) for t in written.tenants or []}
+    return BudgetSpec(str(meta.get("name", "")), written.resources, match_labels, tenants, default)
+
+
+def _one_line(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    if error["type"] == "too_short" and tuple(error["loc"]) == ("resources",):
+        return "spec.resources: give at least one resource, e.g. nvidia.com/gpu: 8"
+    return first_error_line(exc, GPUBudgetSpecModel, spec_path)
+
+
+def _policy(written: PolicyModel | None, base: TenantPolicy) -> TenantPolicy:
+    """``written``'s fields, and ``base``'s where it leaves one unset."""
+    if written is None:
+        return base
     return TenantPolicy(
-        priority=priority,
-        weight=weight,
-        guaranteed=_quantities(raw.get("guaranteed"), f"{path}.guaranteed") or base.guaranteed,
-        cap=_quantities(raw.get("cap"), f"{path}.cap") or base.cap,
-        preempt=bool(raw.get("preempt", base.preempt)),
+        priority=base.priority if written.priority is None else written.priority,
+        weight=base.weight if written.weight is None else written.weight,
+        guaranteed=written.guaranteed or base.guaranteed,
+        cap=written.cap or base.cap,
+        preempt=base.preempt if written.preempt is None else written.preempt,
     )
-
-
-def _quantities(raw: Any, path: str) -> dict[str, float]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise BudgetSpecError(f"{path}: give a map of resource name to GPUs")
-    out = {}
-    for resource, quantity in raw.items():
-        try:
-            value = parse_quantity(quantity, f"{path}.{resource}")
-        except SpecError as exc:
-            raise BudgetSpecError(str(exc)) from exc
-        if value < 0:
-            raise BudgetSpecError(f"{path}.{resource}: must be >= 0")
-        out[str(resource)] = value
-    return out
 
 
 class BudgetMetrics:

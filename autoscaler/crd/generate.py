@@ -1,13 +1,14 @@
-"""Write the GPUAutoscaler CRD's spec schema from the models the autoscaler parses with.
+"""Write the CRDs' spec schemas from the models the autoscaler parses with.
 
-The controller and the local mode validate a spec with :class:`autoscaler.spec.
-GPUAutoscalerSpecModel`; the API server validates it with the CRD's ``openAPIV3Schema``. Both come
-from the model, so a field added, renamed or bounded in one place reaches the other:
+The controller and the local mode validate a GPUAutoscaler's spec with :class:`autoscaler.spec.
+GPUAutoscalerSpecModel`, and a GPUBudget's with :class:`autoscaler.budget_spec.
+GPUBudgetSpecModel`; the API server validates them with the CRDs' ``openAPIV3Schema``. Both come
+from the models, so a field added, renamed or bounded in one place reaches the other:
 ``python -m autoscaler.crd.generate`` rewrites ``spec.versions[0].schema.openAPIV3Schema.
-properties.spec`` in ``gpuautoscaler.yaml`` (the chart's ``crds/`` links to that file), and
-``--check`` exits 1 when the file differs from what it would write (tests run the same check).
-The status schema, printer columns and names stay as written in the file: the controller writes
-the status, no parser reads it.
+properties.spec`` in ``gpuautoscaler.yaml`` and ``gpubudget.yaml`` (the chart's ``crds/`` links
+to these files), and ``--check`` exits 1 when a file differs from what it would write (tests run
+the same check). The status schemas, printer columns and names stay as written in the files: the
+controller writes the status, no parser reads it.
 
 pydantic writes JSON Schema 2020-12; the API server wants a structural OpenAPI v3.0 schema, so
 references are inlined, ``X | None`` becomes ``X`` (an absent field and a null one mean the same
@@ -25,9 +26,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from autoscaler.budget_spec import GPUBudgetSpecModel
 from autoscaler.spec import GPUAutoscalerSpecModel
 
-CRD_FILE = Path(__file__).resolve().parent / "gpuautoscaler.yaml"
+HERE = Path(__file__).resolve().parent
+# Each CRD file and the model of its spec.
+CRDS: dict[Path, type[BaseModel]] = {
+    HERE / "gpuautoscaler.yaml": GPUAutoscalerSpecModel,
+    HERE / "gpubudget.yaml": GPUBudgetSpecModel,
+}
 
 _GENERATED = "# The spec schema is written by python -m autoscaler.crd.generate\n"
 
@@ -44,6 +51,7 @@ _KEY_ORDER = (
     "exclusiveMaximum",
     "minLength",
     "minItems",
+    "minProperties",
     "x-kubernetes-int-or-string",
     "anyOf",
     "required",
@@ -77,8 +85,9 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
                 node["anyOf"] = kept
     if "default" in node and node["default"] is None:
         del node["default"]
-    for key in ("title", "additionalProperties"):
-        node.pop(key, None)
+    node.pop("title", None)
+    if node.get("additionalProperties") is False:
+        del node["additionalProperties"]
     for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if isinstance(node.get(bound), (int, float)) and not isinstance(node[bound], bool):
             node[plain] = node.pop(bound)
@@ -89,14 +98,16 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         node["properties"] = {k: _structural(v, defs) for k, v in node["properties"].items()}
     if "items" in node:
         node["items"] = _structural(node["items"], defs)
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = _structural(node["additionalProperties"], defs)
     if "anyOf" in node:
         node["anyOf"] = [_structural(b, defs) for b in node["anyOf"]]
     ordered = {k: node[k] for k in _KEY_ORDER if k in node}
     return {**ordered, **{k: v for k, v in node.items() if k not in ordered}}
 
 
-def rendered_crd(current: str) -> str:
-    """``current`` (the CRD file's text) with its spec schema generated from the model."""
+def rendered_crd(current: str, model: type[BaseModel]) -> str:
+    """``current`` (a CRD file's text) with its spec schema generated from ``model``."""
     header = ""
     for line in current.splitlines(keepends=True):
         if not line.startswith("#"):
@@ -106,7 +117,7 @@ def rendered_crd(current: str) -> str:
     crd = yaml.safe_load(current)
     (version,) = crd["spec"]["versions"]
     properties = version["schema"]["openAPIV3Schema"]["properties"]
-    properties["spec"] = structural_schema(GPUAutoscalerSpecModel)
+    properties["spec"] = structural_schema(model)
     body = yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
     return header + _GENERATED + body
 
@@ -114,26 +125,30 @@ def rendered_crd(current: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m autoscaler.crd.generate",
-        description="Write the GPUAutoscaler CRD's spec schema from autoscaler.spec's models.",
+        description="Write the CRDs' spec schemas from autoscaler's spec models.",
     )
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 if the file is not what would be written"
+        "--check", action="store_true", help="exit 1 if a file is not what would be written"
     )
     args = parser.parse_args(argv)
-    current = CRD_FILE.read_text()
-    wanted = rendered_crd(current)
-    if args.check:
-        if current != wanted:
+    stale = []
+    for path, model in CRDS.items():
+        current = path.read_text()
+        wanted = rendered_crd(current, model)
+        if current == wanted:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.write_text(wanted)
+            print(f"wrote {path}")
+    if args.check and stale:
+        for path in stale:
             print(
-                f"{CRD_FILE}: the spec schema differs from autoscaler.spec's models; "
-                "run python -m autoscaler.crd.generate",
+                f"{path}: the spec schema differs from {CRDS[path].__module__}."
+                f"{CRDS[path].__name__}; run python -m autoscaler.crd.generate",
                 file=sys.stderr,
             )
-            return 1
-        return 0
-    if current != wanted:
-        CRD_FILE.write_text(wanted)
-        print(f"wrote {CRD_FILE}")
+        return 1
     return 0
 
 
