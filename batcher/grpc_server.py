@@ -275,9 +275,11 @@ class _Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
         await self.owner.admit(context, "ModelReady")
-        serving = await self.owner.serving(context, "ModelReady", request.name, request.version)
-        ready = pb.ModelReadyResponse(ready=self.owner.models.ready(serving.model.name))
-        return self.owner.answered("ModelReady", ready, serving.model.name)
+        if self.owner.models.knows(request.name) and request.version in ("", "1"):
+            ready = self.owner.models.ready(request.name)  # not loaded: not ready, as in Triton
+            return self.owner.answered("ModelReady", pb.ModelReadyResponse(ready=ready))
+        await self.owner.serving(context, "ModelReady", request.name, request.version)
+        raise AssertionError("serving() answers NOT_FOUND for a model it does not know")
 
     async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
         await self.owner.admit(context, "ServerMetadata")

@@ -194,6 +194,10 @@ class ModelRepository:
             )
         )
 
+    def knows(self, name: str) -> bool:
+        """Whether ``name`` is a model of the repository, loaded or not."""
+        return name in self._states or (self.source is not None and name in self.source.names())
+
     def ready(self, name: str) -> bool:
         loaded = self._loaded.get(name)
         return loaded is not None and self._states[name][0] == READY and loaded.batcher.accepting

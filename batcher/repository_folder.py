@@ -100,4 +100,7 @@ def model_config(folder: str, name: str, base: BatcherConfig) -> BatcherConfig:
     try:
         return build_config(BatcherConfig, merged, source=str(path))
     except ConfigError as exc:
-        raise ModelConfigInvalid(str(exc)) from None
+        message = str(exc)
+        raise ModelConfigInvalid(
+            message if message.startswith(str(path)) else f"{path}: {message}"
+        ) from None

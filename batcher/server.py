@@ -219,12 +219,14 @@ class BatcherServer:
         return _json({"ready": ready}, 200 if ready else 503)
 
     async def _model_ready(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
         try:
-            model = self._serving(request).model
+            self._serving(request)
         except UnknownModel as exc:
-            return _error(str(exc), 404)
-        ready = self.models.ready(model.name)
-        return _json({"name": model.name, "ready": ready}, 200 if ready else 503)
+            if not self.models.knows(name) or request.match_info.get("version", "1") != "1":
+                return _error(str(exc), 404)
+        ready = self.models.ready(name)  # a model of the repository not loaded: not ready
+        return _json({"name": name, "ready": ready}, 200 if ready else 503)
 
     async def _model_metadata(self, request: web.Request) -> web.Response:
         try:
