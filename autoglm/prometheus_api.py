@@ -225,7 +225,8 @@ def _parse_instant(body: dict[str, Any]) -> QueryResult:
     data = body.get("data")
     if not isinstance(data, dict):
         raise PrometheusError("response", "answer has no data object")
-    kind, result = data.get("resultType"), data.get("result")
+    kind = data.get("resultType")
+    result: Any = data.get("result")
     try:
         if kind == "vector":
             samples = tuple(Sample(dict(r["metric"]), float(r["value"][1])) for r in result)

@@ -51,9 +51,16 @@ _GZIP_LEVEL = 6
 
 
 class PodRefLike(Protocol):
-    namespace: str
-    pod: str
-    container: str
+    """A container holding a GPU, read-only (the watcher's are frozen)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def pod(self) -> str: ...
+
+    @property
+    def container(self) -> str: ...
 
 
 class PodResourcesStatus(Protocol):

@@ -90,11 +90,11 @@ class Journal:
         path = Path(path)
         expected = {"journal": JOURNAL_VERSION, **header}
         if not path.exists() or path.stat().st_size == 0:
-            handle = path.open("wb")
-            handle.write(json.dumps(expected).encode() + b"\n")
-            _sync(handle)
+            created = path.open("wb")
+            created.write(json.dumps(expected).encode() + b"\n")
+            _sync(created)
             _sync_directory(path.parent)
-            return cls(path, handle), ResumePoint()
+            return cls(path, created), ResumePoint()
         resume, good_bytes = _read_journal(path, expected)
         handle = path.open("r+b")
         handle.truncate(good_bytes)
@@ -107,7 +107,7 @@ class Journal:
 
         Call only after those files are fsynced up to the sizes given.
         """
-        entry = {"output_bytes": output_bytes, "errors_bytes": errors_bytes}
+        entry: dict[str, Any] = {"output_bytes": output_bytes, "errors_bytes": errors_bytes}
         entry["done"] = to_ranges(lines)
         self._handle.write(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
         _sync(self._handle)

@@ -10,6 +10,10 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +86,8 @@ class ProgressDisplay:
         self.interval_seconds = interval_seconds
         self.job_name = job_name
         self._last_line = -math.inf
-        self._bar = None
-        self._task = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     def start(self, total: int, done: int) -> None:
         if self.mode != "bar":
@@ -114,7 +118,7 @@ class ProgressDisplay:
         )
 
     def update(self, now: float, snap: Snapshot, force: bool = False) -> None:
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             self._bar.update(
                 self._task,
                 completed=snap.done,

@@ -35,8 +35,11 @@ RAMP_SHAPE = (0.24, 0.4, 0.46, 0.52)
 class RateProfile(Protocol):
     """Requests per second ``elapsed`` wall-clock seconds after the start."""
 
-    name: str
-    peak_rps: float
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def peak_rps(self) -> float: ...
 
     def rate(self, elapsed: float) -> float: ...
 

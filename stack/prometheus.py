@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import requests
 import yaml
@@ -98,7 +99,7 @@ class PrometheusServer:
         self.workers_file = directory / "workers.json"
         self.static_jobs = dict(static_jobs)
         self.process: subprocess.Popen | None = None
-        self._log_file = None
+        self._log_file: BinaryIO | None = None
 
     @property
     def url(self) -> str:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from stack.report import Sample, ScaleEvent
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 log = logging.getLogger("autoglm.up")
 
@@ -106,7 +109,7 @@ class TerminalView:
         self.notices = notices
         self.console = Console()
         self._events: deque[ScaleEvent] = deque(maxlen=8)
-        self._live = None
+        self._live: Live | None = None
         self._last: Sample | None = None
 
     def start(self) -> None:

@@ -23,13 +23,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import kubernetes.client
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.core.replica_calculator import PodSample
+from autoscaler.core.replica_calculator import PodPhase, PodSample
 from autoscaler.spec import SpecError, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -130,12 +130,15 @@ class KubeAPI:
             )
         except _CLIENT_ERRORS as exc:
             raise _wrap(f"list {self.plural} in {namespace}", exc) from exc
-        return list(body.get("items") or [])
+        return list(cast(dict[str, Any], body).get("items") or [])
 
     def get_autoscaler(self, namespace: str, name: str) -> dict[str, Any]:
         try:
-            return self.custom.get_namespaced_custom_object(
-                self.group, self.version, namespace, self.plural, name
+            return cast(
+                dict[str, Any],
+                self.custom.get_namespaced_custom_object(
+                    self.group, self.version, namespace, self.plural, name
+                ),
             )
         except _CLIENT_ERRORS as exc:
             raise _wrap(f"get {self.plural}/{name}", exc) from exc
@@ -145,8 +148,11 @@ class KubeAPI:
     ) -> dict[str, Any]:
         """Merge-patch ``.status`` through the status subresource."""
         try:
-            return self.custom.patch_namespaced_custom_object_status(
-                self.group, self.version, namespace, self.plural, name, {"status": dict(status)}
+            return cast(
+                dict[str, Any],
+                self.custom.patch_namespaced_custom_object_status(
+                    self.group, self.version, namespace, self.plural, name, {"status": dict(status)}
+                ),
             )
         except _CLIENT_ERRORS as exc:
             raise _wrap(f"patch {self.plural}/{name}/status", exc) from exc
@@ -297,7 +303,8 @@ class KubeAPI:
             reporting_instance=self.identity,
         )
         created = self.core.create_namespaced_event(namespace, event)
-        self._events[key] = _RecordedEvent(created.metadata.name, 1)
+        # The API server names every Event it creates (ours ask for a generated name).
+        self._events[key] = _RecordedEvent(cast(str, created.metadata.name), 1)
         if len(self._events) > EVENT_CACHE_SIZE:
             self._events.popitem(last=False)
 
@@ -307,7 +314,7 @@ def _scale_info(scale: kubernetes.client.V1Scale) -> ScaleInfo:
         replicas=int(scale.spec.replicas or 0) if scale.spec else 0,
         status_replicas=int(scale.status.replicas or 0) if scale.status else 0,
         selector=(scale.status.selector or "") if scale.status else "",
-        resource_version=scale.metadata.resource_version or "",
+        resource_version=(scale.metadata.resource_version if scale.metadata else None) or "",
     )
 
 
@@ -318,17 +325,18 @@ def _pod_sample(pod: kubernetes.client.V1Pod) -> PodSample:
         if cond.type == "Ready":
             ready = cond.status == "True"
             ready_changed = _ts(cond.last_transition_time)
-    phase = status.phase if status.phase in _PHASES else "Unknown"
+    phase = cast(PodPhase, status.phase) if status.phase in _PHASES else "Unknown"
+    metadata = pod.metadata or kubernetes.client.V1ObjectMeta()
     containers = {
         c.name: _requests(c.resources.requests if c.resources else None)
         for c in (pod.spec.containers if pod.spec else None) or []
     }
     return PodSample(
-        name=pod.metadata.name,
+        name=metadata.name or "",
         value=None,
         ready=ready,
         phase=phase,
-        deleting=pod.metadata.deletion_timestamp is not None,
+        deleting=metadata.deletion_timestamp is not None,
         started_at=_ts(status.start_time),
         ready_changed_at=ready_changed,
         containers=containers,

@@ -334,7 +334,7 @@ def simulate(
                 else:
                     downs += 1
         if slack is not None:
-            slack.update(recent_online_p99(fleet, t, backfill.window_seconds))
+            slack.update(recent_online_p99(fleet, t, slack.config.window_seconds))
             fleet.set_backfill_cap(slack.allowed_replicas(fleet.ready_count))
             timeline.backfill_share.append(slack.share)
         timeline.replicas.append(fleet.replica_count)

@@ -34,7 +34,9 @@ TARGET = "request_rate"
 class LoadForecaster(Protocol):
     """What the simulator needs from a forecaster."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The model that made the latest answer (or the forecaster's own name)."""
 
     def observe(self, t: float, rate: float) -> None:
         """Take the request rate measured over the tick that ended at ``t`` (seconds)."""

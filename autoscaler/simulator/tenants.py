@@ -137,7 +137,7 @@ def simulate_tenants(
             allowed = st.proposal if shares is None else shares[st.setup.name].allowed
             st.apply(t, allowed, None if shares is None else shares[st.setup.name].reason)
             in_use += st.fleet.replica_count * st.setup.gpus_per_replica
-        if shares is not None and BACKFILL in shares:
+        if shares is not None and BACKFILL in shares and backfill_gpus_per_replica is not None:
             backfill_replicas = shares[BACKFILL].allowed
             in_use += backfill_replicas * backfill_gpus_per_replica
             if t <= horizon:

@@ -37,7 +37,9 @@ PROFILE_FORMS = (
 class LoadProfile(Protocol):
     """Utilization (0..1) of GPU ``gpu`` at unix time ``now``, ``elapsed`` seconds after start."""
 
-    spec: str
+    @property
+    def spec(self) -> str:
+        """The spec the profile was parsed from."""
 
     def utilization(self, now: float, elapsed: float, gpu: int) -> float: ...
 
@@ -167,8 +169,7 @@ def _rows(path: Path) -> list[tuple[float, float, str]]:
                 raise ValueError(f"trace {path}: expected one .csv inside, found {len(members)}")
             handle = archive.extractfile(members[0])
             assert handle is not None  # a regular file member always has content
-            text = io.TextIOWrapper(handle, encoding="utf-8")
-            return _parse_csv(text, path)
+            return _parse_csv(io.TextIOWrapper(handle, encoding="utf-8"), path)
     with path.open(encoding="utf-8", newline="") as text:
         return _parse_csv(text, path)
 
