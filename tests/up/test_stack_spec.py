@@ -11,6 +11,7 @@ from stack.config import UpConfig
 from stack.profiles import RAMP_SHAPE
 from stack.stack import (
     PREDICTOR_STEP_SECONDS,
+    Stack,
     build_spec,
     class_percent,
     forecast_metric,
@@ -85,3 +86,16 @@ def test_the_window_reads_each_class_of_a_workers_busy_time() -> None:
     assert online_percent(window, "w1", 102.0) == pytest.approx(60.0)
     assert class_percent(window, "w1", "best_effort", 102.0) == pytest.approx(30.0)
     assert online_percent(window, "w2", 102.0) is None  # no worker, no reading
+
+
+def test_demo_workers_take_the_largest_batch_inside_the_slo() -> None:
+    """The demo kernel is 4 ms + 20 ms per item: at a 0.25 s SLO, 8 items (0.164 s) fit and 16
+    (0.324 s) would not; another model keeps the batcher's own default."""
+    command = Stack(UpConfig(slo_seconds=0.25), no_view)._worker_command()
+    assert command[command.index("--max-batch-size") + 1] == "8"
+    other = Stack(UpConfig(worker_model="batcher.models.demo:factory"), no_view)
+    assert "--max-batch-size" not in other._worker_command()
+
+
+def no_view(_: list[str]) -> None:
+    return None
