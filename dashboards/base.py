@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from grafana_foundation_sdk.builders import dashboard as db
-from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
+from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, DashboardLinkType
 
 
 def new_dashboard(
@@ -29,7 +29,7 @@ def link_to(title: str) -> db.DashboardLink:
     """A link to the other autoglm dashboards that carries the variables and the time range."""
     return (
         db.DashboardLink(title)
-        .type("dashboards")
+        .type(DashboardLinkType.DASHBOARDS)
         .tags(["autoglm"])
         .as_dropdown(False)
         .include_vars(True)

@@ -21,6 +21,8 @@ from grafana_foundation_sdk.builders import (
     timeseries,
 )
 from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.cog import variants
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.models.common import (
     BigValueColorMode,
     BigValueGraphMode,
@@ -35,8 +37,10 @@ from grafana_foundation_sdk.models.common import (
 from grafana_foundation_sdk.models.dashboard import (
     DataTransformerConfig,
     DynamicConfigValue,
+    FieldColorModeId,
     Threshold,
     ThresholdsMode,
+    ValueMapping,
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
@@ -65,8 +69,10 @@ def thresholds(steps: Sequence[Step]) -> db.ThresholdsConfig:
     )
 
 
-def _targets(queries: Sequence[Query], table_format: bool = False) -> list[prometheus.Dataquery]:
-    built = []
+def _targets(
+    queries: Sequence[Query], table_format: bool = False
+) -> list[Builder[variants.Dataquery]]:
+    built: list[Builder[variants.Dataquery]] = []
     for index, query in enumerate(queries):
         target = (
             prometheus.Dataquery()
@@ -222,7 +228,7 @@ def state_timeline_panel(
     width: int = 24,
     height: int = 8,
     steps: Sequence[Step] = GOOD,
-    mappings: Sequence[object] = (),
+    mappings: Sequence[ValueMapping] = (),
 ) -> statetimeline.Panel:
     """Discrete states over time (clock event reasons, flags), coloured by thresholds."""
     panel = (
@@ -234,7 +240,7 @@ def state_timeline_panel(
         .span(width)
         .height(height)
         .thresholds(thresholds(steps))
-        .color_scheme(db.FieldColor().mode("thresholds"))
+        .color_scheme(db.FieldColor().mode(FieldColorModeId.THRESHOLDS))
         .legend(common.VizLegendOptions().show_legend(True).display_mode(LegendDisplayMode.LIST))
         .merge_values(True)
     )

@@ -9,8 +9,10 @@ Multi-value variables use ``.*`` for "All" so that GPUs without pod attribution 
 from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.models.dashboard import (
     DataSourceRef,
+    VariableModel,
     VariableOption,
     VariableRefresh,
     VariableSort,
@@ -74,10 +76,10 @@ def workload_variable() -> db.QueryVariable:
     return _label_values("workload", "workload", metric, "Workload", VariableSort.ALPHABETICAL_ASC)
 
 
-def standard(*, workload: bool = True) -> list[db.DatasourceVariable | db.QueryVariable]:
+def standard(*, workload: bool = True) -> list[Builder[VariableModel]]:
     """The variables of a GPU dashboard, in the order they appear; ``workload`` only where
     panels read the workload recording rules."""
-    chosen = [datasource(), namespace(), node(), gpu()]
+    chosen: list[Builder[VariableModel]] = [datasource(), namespace(), node(), gpu()]
     return [*chosen, workload_variable()] if workload else chosen
 
 

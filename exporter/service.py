@@ -31,6 +31,7 @@ from exporter.render import (
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
     Exposition,
+    Format,
     Naming,
     PodRefLike,
     PodResourcesStatus,
@@ -191,7 +192,7 @@ class ExporterService:
         exposition = self._exposition
         if exposition is None:
             return Response.text("no collection has completed yet", HTTPStatus.SERVICE_UNAVAILABLE)
-        fmt = "openmetrics" if wants_openmetrics(request.headers.get("Accept")) else "text"
+        fmt: Format = "openmetrics" if wants_openmetrics(request.headers.get("Accept")) else "text"
         compressed = gzip_accepted(request.headers.get("Accept-Encoding", ""))
         response = Response(
             body=exposition.body(fmt, self._clock(), compressed),
