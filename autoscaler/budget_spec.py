@@ -28,7 +28,7 @@ GPUs = Annotated[Quantity, AfterValidator(_not_negative)]
 ResourceGPUs = dict[str, GPUs]
 
 
-class PolicyModel(WrittenSpec):
+class BudgetPolicyModel(WrittenSpec):
     priority: int | None = Field(
         None, description="Higher first; best-effort (backfill) work takes the lowest."
     )
@@ -46,7 +46,7 @@ class PolicyModel(WrittenSpec):
     )
 
 
-class TenantModel(PolicyModel):
+class TenantModel(BudgetPolicyModel):
     autoscaler: NonEmpty = Field(description="A GPUAutoscaler in this namespace.")
 
 
@@ -67,7 +67,7 @@ class GPUBudgetSpecModel(WrittenSpec):
         description="GPUAutoscalers governed by label. Also governed: those named in tenants "
         "and those labelled autoscaling.autoglm.io/gpu-budget=<this budget's name>.",
     )
-    default: PolicyModel | None = Field(
+    default: BudgetPolicyModel | None = Field(
         None, description="The policy of a governed autoscaler not named in tenants."
     )
     tenants: list[TenantModel] | None = None

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from pydantic import ValidationError
 
 from autoglm.schema_errors import first_error_line
-from autoscaler.budget_spec import GPUBudgetSpecModel, PolicyModel
+from autoscaler.budget_spec import BudgetPolicyModel, GPUBudgetSpecModel
 from autoscaler.controller.kube import _CLIENT_ERRORS, KubeAPI, KubeError, _wrap
 from autoscaler.controller.reconciler import Admission, rfc3339
 from autoscaler.core.behavior import ScalingState
@@ -110,7 +110,7 @@ def _one_line(exc: ValidationError) -> str:
     return first_error_line(exc, GPUBudgetSpecModel, spec_path)
 
 
-def _policy(written: PolicyModel | None, base: TenantPolicy) -> TenantPolicy:
+def _policy(written: BudgetPolicyModel | None, base: TenantPolicy) -> TenantPolicy:
     """``written``'s fields, and ``base``'s where it leaves one unset."""
     if written is None:
         return base
