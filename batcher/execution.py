@@ -10,9 +10,10 @@ splits and retries from there.
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -89,6 +90,11 @@ def run_guarded(fn: BatchFn, payloads: list[Any], memory: MemoryMonitor | None) 
 class ThreadExecutor:
     """Runs a blocking batch function on one worker thread (torch releases the GIL inside ops).
 
+    One hand-off per batch each way, and no more: the batch goes to the thread through a
+    ``SimpleQueue`` and its outcome comes back to the loop through one ``call_soon_threadsafe``
+    (``run_in_executor`` would add a pool's bookkeeping and a chained concurrent future to every
+    batch, which shows in the serving path's profile at small batches).
+
     torch's intra-op thread count is per OS thread under OpenMP: a new thread starts with the
     machine's default, not what ``torch.set_num_threads`` set in the main thread. The worker is
     given the creator's count; without that a one-thread CPU model ran several times slower
@@ -104,19 +110,51 @@ class ThreadExecutor:
         self._fn = fn
         self._size_for = batch_size_for or (lambda items: items)
         self._memory = memory
-        self._pool = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="autoglm-batch",
-            initializer=torch.set_num_threads,
-            initargs=(torch.get_num_threads(),),
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._work, args=(torch.get_num_threads(),), name="autoglm-batch", daemon=True
         )
+        self._thread.start()
 
     def batch_size_for(self, items: int) -> int:
         return self._size_for(items)
 
     async def execute(self, payloads: list[Any]) -> Outcome:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, run_guarded, self._fn, payloads, self._memory)
+        done: asyncio.Future[Outcome] = loop.create_future()
+        self._jobs.put(_Job(payloads, loop, done))
+        return await done
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _work(self, torch_threads: int) -> None:
+        torch.set_num_threads(torch_threads)
+        while (job := self._jobs.get()) is not None:
+            try:
+                outcome = run_guarded(self._fn, job.payloads, self._memory)
+            except BaseException as exc:  # run_guarded keeps model errors; this is the rest
+                job.loop.call_soon_threadsafe(_settle, job.done, None, exc)
+            else:
+                job.loop.call_soon_threadsafe(_settle, job.done, outcome, None)
+            del job  # the batch's tensors go now, not when the next batch arrives
+
+
+@dataclass(frozen=True)
+class _Job:
+    payloads: list[Any]
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future[Outcome]
+
+
+def _settle(
+    done: asyncio.Future[Outcome], outcome: Outcome | None, error: BaseException | None
+) -> None:
+    if done.cancelled():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        assert outcome is not None
+        done.set_result(outcome)

@@ -408,7 +408,7 @@ def decode_values(
             )
     elif kind not in "iuf":
         raise ProtocolError(f"input {name!r}: {datatype} data must be numbers")
-    if dtype.kind == "f" and loose.dtype != dtype:
+    if dtype.kind not in "iub" and loose.dtype != dtype:  # floats narrowing (bfloat16: "V")
         with np.errstate(over="ignore"):  # beyond the range is infinity, as in torch
             return loose.astype(dtype).reshape(shape)
     return loose.astype(dtype, copy=False).reshape(shape)

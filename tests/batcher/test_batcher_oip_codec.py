@@ -157,11 +157,11 @@ def test_binary_requests_and_answers_never_decode_or_encode_json_numbers(monkeyp
     assert_same(read_answer(answer, length, "FP32"), array)
 
 
-def test_json_floats_out_of_range_become_infinity_without_a_warning() -> None:
-    inputs, outputs = specs("FP16")
-    body = json.dumps(
-        {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP16", "data": [1e6, 70000, 1, 2]}]}
-    ).encode()
+@pytest.mark.parametrize("datatype", ["FP16", "BF16", "FP32"])
+def test_json_floats_out_of_range_become_infinity_without_a_warning(datatype) -> None:
+    inputs, outputs = specs(datatype)
+    tensor = {"name": "x", "shape": [1, 4], "datatype": datatype, "data": [1e300, -1e300, 1, 2]}
+    body = json.dumps({"inputs": [tensor]}).encode()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         parsed = oip.parse_infer_request(body, None, inputs, outputs)
