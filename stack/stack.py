@@ -51,8 +51,9 @@ from autoscaler.controller.metrics_source import PrometheusMetricsSource
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.controller.service_model import PrometheusServiceModels
 from autoscaler.core.replica_calculator import PodSample
-from autoscaler.local import LocalProcessGroup, TargetScale
+from autoscaler.local import LocalProcessGroup
 from autoscaler.metrics import AutoscalerMetrics
+from autoscaler.scale_target import TargetScale
 from autoscaler.spec import BATCHER_REQUESTS, GPUAutoscalerSpec, MetricSpec, parse_spec
 from exporter.service import ExporterService
 from predictor.api import Forecast
