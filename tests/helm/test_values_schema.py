@@ -10,11 +10,14 @@ test fails, write the schema it prints into ``helm/open-autoglm/values.schema.js
 from __future__ import annotations
 
 import json
+import re
 
+import bcrypt
 import pytest
 import yaml
 
-from autoglm.config import build_config, settings_json_schema
+from autoglm.config import ConfigError, build_config, settings_json_schema
+from autoglm.webconfig.parse import settings_from_mapping
 from autoscaler.config import AutoscalerConfig
 from batcher.config import BatcherConfig
 from exporter.config import ExporterConfig
@@ -99,3 +102,24 @@ def test_the_chart_defaults_load_as_settings():
         ):
             if bound in schema:
                 assert holds(default, schema[bound]), f"{component}.{value}: {default}"
+
+
+def test_the_web_config_values_are_what_the_servers_read():
+    """``<component>.webConfig.config`` becomes the --web-config-file the servers read: every
+    section the chart takes is one the parser knows, the one the parser refuses the chart
+    refuses too, and a bcrypt hash the parser takes fits the chart's pattern."""
+    chart = _values_schema()["properties"]["exporter"]["properties"]["webConfig"]
+    config = chart["properties"]["config"]
+    for section in config["properties"]:
+        settings_from_mapping({section: None})  # known: no "unknown key" error
+    assert config.get("additionalProperties") is False
+    assert "rate_limit" not in config["properties"]
+    with pytest.raises(ConfigError, match="rate_limit"):
+        settings_from_mapping({"rate_limit": {}})
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
+    settings_from_mapping({"basic_auth_users": {"ops": hashed}})
+    pattern = config["properties"]["basic_auth_users"]["additionalProperties"]["pattern"]
+    assert re.search(pattern, hashed)
+    for component in ("predictor", "autoscaler"):
+        other = _values_schema()["properties"][component]["properties"]["webConfig"]
+        assert other["properties"]["config"] == config, component
