@@ -42,6 +42,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from batcher.arrivals import ArrivalTracker
+from batcher.batch_sizing import BatchSizer
 from batcher.best_effort import (
     BEST_EFFORT,
     STEPS_PER_WINDOW,
@@ -57,7 +58,6 @@ from batcher.best_effort import (
 )
 from batcher.busy_window import BusyWindow
 from batcher.config import BatcherConfig
-from batcher.cost_model import CostModel
 from batcher.device import SharedDevice
 from batcher.errors import (
     BatcherError,
@@ -70,13 +70,9 @@ from batcher.errors import (
     ShuttingDown,
 )
 from batcher.execution import BatchExecutor, Outcome, describe
-from batcher.memory import BatchFootprint, MemoryMonitor, memory_cap
+from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
 from batcher.policy import (
-    BATCH_BUDGET_FRACTION,
-    CAP_LOAD_HEADROOM,
-    CAP_MARGIN_STDDEVS,
-    AdaptiveCap,
     Backlog,
     DeadlinePolicy,
     DispatchPolicy,
@@ -138,12 +134,18 @@ class Batcher:
             CollectorRegistry(), "model", slo_seconds, max_batch_size
         )
         self.name = self.metrics.model
-        self.cost = CostModel()
+        self.sizing = BatchSizer(
+            executor.batch_size_for,
+            max_batch_size,
+            slo_seconds,
+            adaptive=adaptive_cap,
+            memory=memory,
+            metrics=self.metrics,
+        )
+        self.cost = self.sizing.cost
+        self.cap_state = self.sizing.cap_state
+        self.footprint = self.sizing.footprint
         self.request_sizes = RequestSizes()
-        self.cap_state = AdaptiveCap(max_batch_size)
-        self.footprint = BatchFootprint()
-        self.memory_cap, self.memory_cap_reason = max_batch_size, "unlearned"
-        self.metrics.memory_capped(self.memory_cap, self.memory_cap_reason)
         self._waiting = RequestQueue()
         self._seq = itertools.count()
         self._wakeup = asyncio.Event()
@@ -158,9 +160,6 @@ class Batcher:
         self._last_end = 0.0
         self._busy = BusyWindow(BUSY_WINDOW_SECONDS)
         self._arrivals = ArrivalTracker()
-        self._allowed: tuple[int, ...] | None = None
-        self._target = max_batch_size
-        self._floor = 1  # no SLO back-off below this: the smallest size keeping up with arrivals
         self.batches = 0
         self.best_effort_priority = best_effort_priority or priority_levels + 1
         self.configured_quantum = best_effort_quantum_seconds
@@ -218,7 +217,7 @@ class Batcher:
                     samples.append(outcome.seconds)
             medians[executed] = statistics.median(samples) if samples else 0.0
         self._refresh_sizes()
-        self._refresh_memory_cap()
+        self.sizing.refresh_memory_cap()
         return medians
 
     async def start(self) -> None:
@@ -325,9 +324,9 @@ class Batcher:
             ),
             size,
             self.max_queue,
-            lambda items: stretch * self._cost_of(items),
+            lambda items: stretch * self.sizing.cost_of(items),
             wait_limit,
-            expected=lambda items: stretch * self._expected_cost_of(items),
+            expected=lambda items: stretch * self.sizing.expected_cost_of(items),
             slo_seconds=self.slo_seconds if self._judged_by_slo(timeout) else None,
         )
         if refusal is not None:
@@ -384,7 +383,7 @@ class Batcher:
                 queue_full_retry_after(
                     waiting + size - bound,
                     limit,
-                    self._expected_cost_of(limit) or self.quantum,  # nothing measured yet
+                    self.sizing.expected_cost_of(limit) or self.quantum,  # nothing measured yet
                     self.controller.share,
                     max(0.0, self.device.busy_until - now),
                 ),
@@ -412,7 +411,9 @@ class Batcher:
     @property
     def quantum(self) -> float:
         """The best-effort quantum in force (seconds): configured or derived, at least t(1)."""
-        return effective_quantum(self.configured_quantum, self.slo_seconds, self._cost_of_batch(1))
+        return effective_quantum(
+            self.configured_quantum, self.slo_seconds, self.sizing.cost_with_margin(1)
+        )
 
     def best_effort_batch_limit(self, budget: float | None = None) -> int:
         """Largest best-effort batch predicted to run within ``budget`` (default: the quantum).
@@ -422,10 +423,10 @@ class Batcher:
         if not self.cost.known:
             return 1
         return quantum_batch_limit(
-            self._cost_of_batch,
+            self.sizing.cost_with_margin,
             self.quantum if budget is None else budget,
             min(self.max_batch_size, self.cap_state.ceiling),
-            self._allowed,
+            self.sizing.allowed,
         )
 
     def _steer(self, now: float) -> None:
@@ -498,70 +499,31 @@ class Batcher:
     @property
     def cap(self) -> int:
         """The batch-size cap in force now, within what the device's free memory holds."""
-        limit = (
-            self.cap_state.effective(self._target, self._allowed)
-            if self.adaptive
-            else self.max_batch_size
-        )
-        if self.memory_cap >= limit:
-            return limit
-        fitting = [b for b in self._allowed or () if b <= self.memory_cap]
-        return max(fitting) if fitting else self.memory_cap
+        return self.sizing.cap
 
-    def _refresh_memory_cap(self) -> None:
-        """Recompute the memory cap from the learned footprint and the device's headroom now
-        (once per batch: the headroom is a driver call, too dear for every request)."""
-        headroom = self.memory.headroom_bytes() if self.memory is not None else None
-        cap, reason = memory_cap(headroom, self.footprint.line(), self.max_batch_size)
-        if (cap, reason) != (self.memory_cap, self.memory_cap_reason):
-            self.memory_cap, self.memory_cap_reason = cap, reason
-            self.metrics.memory_capped(cap, reason)
+    @property
+    def memory_cap(self) -> int:
+        return self.sizing.memory_cap
+
+    @property
+    def memory_cap_reason(self) -> str:
+        return self.sizing.memory_cap_reason
 
     @property
     def batch_sizes(self) -> tuple[int, ...] | None:
         """Sizes the executor runs as they are (its padding buckets); None: every size."""
-        return self._allowed
+        return self.sizing.allowed
 
     def _refresh_sizes(self) -> None:
         """Re-read the executor's buckets and re-choose the target size (after calibration)."""
-        sizes = range(1, self.max_batch_size + 1)
-        allowed = tuple(n for n in sizes if self.executor.batch_size_for(n) == n)
-        self._allowed = None if len(allowed) == self.max_batch_size else allowed
+        self.sizing.refresh_sizes()
         self._retarget()
 
     def _retarget(self, now: float = -math.inf) -> None:
-        """Choose the cap's target: the most efficient size within the SLO's batch budget.
-
-        Near saturation (that size would keep the device over 1/CAP_LOAD_HEADROOM busy serving
-        the arrivals) the budget gives way to throughput: smaller batches would only grow the
-        backlog and make everyone late, and a burst is drained fastest in the largest batches.
-        Also sets the floor of the cap's back-offs: the smallest size serving the arrivals with
-        that headroom (never above the target).
-        """
-        budget = BATCH_BUDGET_FRACTION * self.slo_seconds
-        target = self.cost.best_size(
-            budget, self.max_batch_size, self._allowed, stddevs=CAP_MARGIN_STDDEVS
-        )
-        seconds = self._expected_cost_of(target)
-        needed = CAP_LOAD_HEADROOM * self._arrivals.items_rate(now)
-        if seconds > 0 and target / seconds < needed:
-            target = self.cost.best_size(math.inf, self.max_batch_size, self._allowed, stddevs=0)
-        self._target = target
-        self._floor = min(
-            target, self.cost.smallest_serving(needed, self.max_batch_size, self._allowed)
-        )
-        self.metrics.cost_fixed.set(self.cost.fixed_seconds)
-        self.metrics.cost_per_item.set(self.cost.per_item_seconds)
+        """Re-choose the cap's target for the arrivals now, and export what follows from it."""
+        self.sizing.retarget(self._arrivals.items_rate(now))
         self.metrics.service_scv.set(service_scv(self.cost, self.request_sizes))
         self.metrics.best_effort_quantum.set(self.quantum)
-
-    def _cost_of(self, items: int) -> float:
-        """Conservative time of a batch of ``items`` as it would run (padded)."""
-        return self.cost.estimate(self.executor.batch_size_for(items))
-
-    def _expected_cost_of(self, items: int) -> float:
-        """Expected time (no noise margin) of a batch of ``items`` as it would run (padded)."""
-        return self.cost.mean(self.executor.batch_size_for(items))
 
     def busy_ratio(self, now: float) -> float:
         """Fraction of the last minute the device spent executing this model's batches."""
@@ -648,7 +610,7 @@ class Batcher:
                 earliest_start=self._earliest_start,
                 arrival_rate=self._arrivals.items_rate(now),
             )
-            decision = self.policy.decide(state, self._cost_of, self._expected_cost_of)
+            decision = self.policy.decide(state, self.sizing.cost_of, self.sizing.expected_cost_of)
             if decision.take:
                 if await self._hold_device(False, urgent):
                     await self._execute(self._pop_online(decision.take))
@@ -660,7 +622,7 @@ class Batcher:
                 gap = min(self.quantum, wake_at - now)
                 if (
                     self._best_effort_start(now) <= now
-                    and self._cost_of_batch(1) <= gap
+                    and self.sizing.cost_with_margin(1) <= gap
                     and self.device.try_take(self.name)
                 ):
                     await self._execute(self._pop_best_effort(self.best_effort_batch_limit(gap)))
@@ -680,10 +642,6 @@ class Batcher:
             return True
         await self.device.take(self.name, best_effort=best_effort, deadline=deadline)
         return False
-
-    def _cost_of_batch(self, items: int) -> float:
-        """Time of a best-effort batch of ``items`` as the quantum judges it."""
-        return self.cost.estimate(self.executor.batch_size_for(items), CAP_MARGIN_STDDEVS)
 
     def _best_effort_start(self, now: float) -> float:
         """Earliest start of the next best-effort batch: the share's pacing and the utilization
@@ -748,7 +706,7 @@ class Batcher:
             self._retarget(ended)
         if outcome.peak_bytes is not None:
             self.footprint.observe(executed, outcome.peak_bytes)
-            self._refresh_memory_cap()
+            self.sizing.refresh_memory_cap()
         self.metrics.class_batch_size.labels(self.metrics.model, batch[0].request_class).observe(
             items
         )
@@ -775,9 +733,9 @@ class Batcher:
                 compute_seconds=ended - started,
                 planned_seconds=planned,
                 slo_seconds=self.slo_seconds,
-                cost_bound=self._target,
-                allowed=self._allowed,
-                floor=self._floor,
+                cost_bound=self.sizing.target,
+                allowed=self.sizing.allowed,
+                floor=self.sizing.floor,
             )
             if backed_off:
                 log.info(
