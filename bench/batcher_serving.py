@@ -27,7 +27,8 @@ asyncio HTTP/1.1 client on keep-alive connections (and grpc.aio), in this proces
 machine: report the load average beside any figure.
 
 ``--profile MODE`` runs one open-loop point at ``--rate`` with py-spy sampling the server (every
-thread): a flame graph (SVG) and the top functions by own samples.
+thread): a flame graph (SVG) and the top functions by own samples; with ``--model
+bench.reference_mlp:identity`` (same signature, no work) what is left is the serving path alone.
 
     python bench/batcher_serving.py                   # 3 passes, 4 s per point
     python bench/batcher_serving.py --profile rest-json --rate 800 --flame docs/img/x.svg
@@ -44,6 +45,7 @@ import math
 import os
 import queue
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -66,7 +68,9 @@ BATCHER_MODES = ("rest-json", "rest-binary", "grpc")
 MLSERVER_MODE = "mlserver-json"
 MODEL_NAME = "reference"
 FEATURES = 512  # bench.reference_mlp.FEATURES; not imported: that would load torch here
+REFERENCE = "bench.reference_mlp:reference_mlp"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+OK = ("200", "OK")  # an answered request, over HTTP and over gRPC
 CONNECTIONS = 256  # keep-alive connections per HTTP server; beyond them requests wait here
 
 
@@ -126,10 +130,10 @@ class BatcherServer(Served):
 
     name = "batcher"
 
-    def __init__(self, extra: list[str]) -> None:
+    def __init__(self, extra: list[str], model: str = REFERENCE) -> None:
         command = [
             *(sys.executable, "-m", "batcher.cli"),
-            *("--model", "bench.reference_mlp:reference_mlp", "--model-name", MODEL_NAME),
+            *("--model", model, "--model-name", MODEL_NAME),
             *("--device", "cpu", "--torch-threads", "1", "--log-format", "json"),
             *("--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"),
             *extra,
@@ -376,14 +380,14 @@ class HttpPool:
                 return
         self.idle.append(connection)
 
-    async def post(self, raw: bytes) -> bool:
-        """Send one prepared request; True when it was answered 200. A connection the server
+    async def post(self, raw: bytes) -> str:
+        """Send one prepared request; the answer's HTTP status. A connection the server
         closed before answering is retried once on another, as HTTP clients do."""
         retry = True
         while True:
             connection = await self._take()
             try:
-                return await connection.send(raw) == 200
+                return str(await connection.send(raw))
             except ConnectionError:
                 if not retry or connection.buffer:
                     raise
@@ -402,28 +406,28 @@ class HttpPool:
 
 # --- one open-loop point -----------------------------------------------------------------------
 
-Send = Callable[[int], Awaitable[bool]]
+Send = Callable[[int], Awaitable[str]]  # request i -> its outcome: "200", "429", "UNAVAILABLE"
 
 
 async def open_loop(
     send: Send, rate: float, count: int, seed: int, timeout: float
-) -> tuple[list[float], int, float]:
-    """``count`` requests at Poisson times; (latencies of the answered, failures, seconds)."""
+) -> tuple[list[float], collections.Counter[str], float]:
+    """``count`` requests at Poisson times; (latencies of the answered, outcomes, seconds)."""
     loop = asyncio.get_running_loop()
     offsets = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, size=count))
     latencies: list[float] = []
-    failures = 0
+    outcomes: collections.Counter[str] = collections.Counter()
 
     async def one(index: int, scheduled: float) -> None:
-        nonlocal failures
         try:
-            ok = await send(index)
-        except (OSError, grpc.aio.AioRpcError):
-            ok = False
-        if ok:
+            outcome = await send(index)
+        except OSError as exc:
+            outcome = type(exc).__name__
+        except grpc.aio.AioRpcError as exc:
+            outcome = exc.code().name
+        outcomes[outcome] += 1
+        if outcome in OK:
             latencies.append(loop.time() - scheduled)
-        else:
-            failures += 1
 
     start = loop.time()
     tasks = []
@@ -438,7 +442,8 @@ async def open_loop(
         task.cancel()
     if late:
         await asyncio.wait(late)
-    return latencies, failures + len(late), loop.time() - start
+    outcomes["unanswered"] += len(late)
+    return latencies, outcomes, loop.time() - start
 
 
 def percentile(ordered: list[float], fraction: float) -> float:
@@ -457,13 +462,14 @@ class Target:
         count = max(40, int(rate * seconds))
         cpu_before = self.server.cpu_seconds()
         client_before = time.process_time()
-        latencies, failures, elapsed = await open_loop(
+        latencies, outcomes, elapsed = await open_loop(
             self.send, rate, count, seed, timeout=max(10.0, 20 * slo)
         )
         server_cpu = self.server.cpu_seconds() - cpu_before
         client_cpu = time.process_time() - client_before
-        ordered = sorted(latencies) + [math.inf] * failures
         answered = len(latencies)
+        failures = count - answered
+        ordered = sorted(latencies) + [math.inf] * failures
         p99 = percentile(ordered, 0.99)
         return {
             "mode": self.mode,
@@ -471,11 +477,13 @@ class Target:
             "sent": count,
             "answered": answered,
             "failures": failures,
+            "outcomes": dict(outcomes),
             "throughput": answered / elapsed if elapsed > 0 else 0.0,
             "p50_ms": 1000 * percentile(ordered, 0.5),
             "p99_ms": 1000 * p99,
             "held": p99 <= slo and failures <= 0.01 * count,
             "server_cpu_seconds": server_cpu,
+            "server_cores": server_cpu / elapsed if elapsed > 0 else math.nan,
             "requests_per_server_cpu_second": answered / server_cpu if server_cpu > 0 else math.nan,
             "client_cpu_ms_per_request": 1000 * client_cpu / count,
         }
@@ -504,9 +512,9 @@ async def targets_for(
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         messages = [grpc_request(row) for row in row_list]
 
-        async def grpc_send(index: int) -> bool:
+        async def grpc_send(index: int) -> str:
             await stub.ModelInfer(messages[index % len(messages)])
-            return True
+            return "OK"
 
         targets["grpc"] = Target("grpc", batcher, grpc_send)
     if mlserver is not None and MLSERVER_MODE in modes:
@@ -676,7 +684,11 @@ async def run_passes(
                 print(
                     f"  {mode:<14} {rate:8.0f}/s  p99 {point['p99_ms']:8.1f} ms  "
                     f"fail {point['failures']:5d}  {point['requests_per_server_cpu_second']:6.0f}"
-                    f" req/CPU-s  {'held' if point['held'] else 'MISS'}",
+                    f" req/CPU-s  {point['server_cores']:4.2f} cores  "
+                    f"{'held' if point['held'] else 'MISS'}  "
+                    + " ".join(
+                        f"{k}:{v}" for k, v in point["outcomes"].items() if k not in OK and v
+                    ),
                     flush=True,
                 )
                 if point["held"] and rate >= best.get(mode, {}).get("rate", 0.0):
@@ -719,7 +731,7 @@ def profile(args: argparse.Namespace, extra: list[str]) -> int:
     if shutil.which("py-spy") is None:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
         return 2
-    batcher = BatcherServer(extra)
+    batcher = BatcherServer(extra, args.model)
     try:
 
         async def go() -> dict:
@@ -753,7 +765,7 @@ def profile(args: argparse.Namespace, extra: list[str]) -> int:
     finally:
         batcher.stop()
     print(
-        f"{args.profile} at {args.rate:.0f}/s: p99 {point['p99_ms']:.1f} ms, "
+        f"{args.profile} at {args.rate:.0f}/s ({args.model}): p99 {point['p99_ms']:.1f} ms, "
         f"{point['requests_per_server_cpu_second']:.0f} req per server CPU-s (sampled), "
         f"load average {loadavg()}; flame graph {args.flame}"
     )
@@ -806,11 +818,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-mlserver", action="store_true", help="skip the MLServer column")
     parser.add_argument("--profile", choices=BATCHER_MODES, help="py-spy one protocol")
     parser.add_argument("--rate", type=float, default=500.0, help="--profile's rate (req/s)")
+    parser.add_argument(
+        "--model",
+        default=REFERENCE,
+        help="--profile's model; bench.reference_mlp:identity leaves the serving path alone",
+    )
     parser.add_argument("--flame", type=Path, default=Path("batcher-serving-flame.svg"))
     parser.add_argument("--top", type=int, default=25, help="functions shown with --profile")
     parser.add_argument("--smoke", action="store_true", help="1 short pass: proves it runs")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the servers this bench started are stopped on the way out
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.smoke:
         args.passes, args.seconds, args.start, args.ceiling = 1, 0.5, 50.0, 120.0
         args.step, args.resolution = 2.0, 0.5
