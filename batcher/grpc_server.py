@@ -1,8 +1,12 @@
 """The gRPC face of the runtime: the Open Inference Protocol's ``inference.GRPCInferenceService``.
 
-It serves the same model through the same :class:`~batcher.engine.Batcher` as the HTTP face, on
-the same asyncio loop (``grpc.aio``), so a gRPC request goes straight to the engine's queue and is
-batched together with HTTP requests: one admission, one best-effort class, one set of metrics.
+It serves the same models through the same engines as the HTTP face (each call resolves its model
+in the :class:`~batcher.repository.ModelRepository`), on the same asyncio loop (``grpc.aio``), so
+a gRPC request goes straight to its model's queue and is batched together with HTTP requests: one
+admission, one best-effort class, one set of metrics. The model repository extension
+(``RepositoryIndex``, ``RepositoryModelLoad``, ``RepositoryModelUnload``) answers as the HTTP
+routes of :mod:`batcher.repository_http` do, with NOT_FOUND, INVALID_ARGUMENT,
+FAILED_PRECONDITION, RESOURCE_EXHAUSTED (would not fit) or INTERNAL for a refusal.
 ``tritonclient.grpc`` works against it unchanged, which is why the service also answers Triton's
 ``ModelConfig`` and reads the priority as Triton sends it (``uint64_param``).
 
@@ -277,7 +281,8 @@ class _Servicer(pb_grpc.GRPCInferenceServiceServicer):
         await self.owner.admit(context, "ModelReady")
         if self.owner.models.knows(request.name) and request.version in ("", "1"):
             ready = self.owner.models.ready(request.name)  # not loaded: not ready, as in Triton
-            return self.owner.answered("ModelReady", pb.ModelReadyResponse(ready=ready))
+            response = pb.ModelReadyResponse(ready=ready)
+            return self.owner.answered("ModelReady", response, request.name)
         await self.owner.serving(context, "ModelReady", request.name, request.version)
         raise AssertionError("serving() answers NOT_FOUND for a model it does not know")
 
