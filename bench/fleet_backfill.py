@@ -21,7 +21,9 @@ conversation at 120 s. On each, in one run:
   ``bench/autoscaler.py``);
 * ``+bf``: the same policy with a best-effort backlog that never runs dry, run in slices of the
   default quantum (a tenth of the room a full online batch leaves inside the SLO) on replicas
-  the online load leaves idle, under the Heracles-style slack controller (margin 0.1).
+  the online load leaves idle, under the Heracles-style slack controller (margin 0.1);
+  ``+bf-reserve`` (with ``--only``): SLO sizing that leaves that quantum out of the latency
+  budget under backfill (sized for SLO minus the quantum), compared with the same sizing alone.
 
 Columns: online SLO minutes and breach minutes, GPU-hours (and over the HPA's), online busy,
 best-effort busy and total busy share of paid GPU-time, best-effort replica-hours done, and
@@ -131,6 +133,18 @@ def runs(
         ("slo-spread", "hpa", spread, None),
         ("slo-spread+bf", "hpa", replace(spread, backfill=BackfillConfig()), None),
         ("clairvoyant-slo-spread", "predictive", replace(spread, behavior=window), "exact"),
+        (
+            "slo+bf-reserve",
+            "hpa",
+            replace(slo, backfill=BackfillConfig(reserve_quantum=True)),
+            None,
+        ),
+        (
+            "slo-spread+bf-reserve",
+            "hpa",
+            replace(spread, backfill=BackfillConfig(reserve_quantum=True)),
+            None,
+        ),
         ("slo-no-up-tolerance", "hpa", replace(slo, behavior={"scaleUp": {"tolerance": 0}}), None),
         ("slo-q0.999", "hpa", replace(slo, slo_quantile=0.999), None),
     ]
@@ -143,6 +157,8 @@ ABLATIONS = (
     "slo-spread",
     "slo-spread+bf",
     "clairvoyant-slo-spread",
+    "slo+bf-reserve",
+    "slo-spread+bf-reserve",
 )
 
 
@@ -231,8 +247,9 @@ def finish_fleet(rows: list[dict]) -> list[dict]:
     for r in rows:
         if hpa is not None:
             r["gpu_hours_vs_hpa"] = r["gpu_hours"] / hpa["gpu_hours"]
-        plain = by_label.get(r["label"].removesuffix("+bf"))
-        if r["label"].endswith("+bf") and plain is not None:
+        base, backfilled, _ = r["label"].partition("+bf")  # "slo+bf-reserve" against "slo"
+        plain = by_label.get(base)
+        if backfilled and plain is not None:
             r["slo_minutes_change_pp"] = 100 * (r["slo_minutes"] - plain["slo_minutes"])
         if r["label"].startswith(("slo", "clairvoyant")) and len(curve) >= 2:
             placed = compare(curve, point(r))
@@ -295,7 +312,7 @@ def goals(rows: list[dict]) -> dict[str, dict]:
             continue
         g: dict = {}
         for label, r in by.items():
-            if label.endswith("+bf"):
+            if "slo_minutes_change_pp" in r:
                 g[label] = {
                     "total_busy": r["total_busy"],
                     "total_busy_at_least_0.90": r["total_busy"] >= 0.90,

@@ -11,6 +11,11 @@ minus the recent online p99, as a share of the SLO. Under ``margin`` the share d
 once (the online service is at risk); over twice the margin it grows by ``grow_step``; in between
 it holds. Shrinking at once and growing in steps is what keeps the online SLO first: a wrong
 grow costs one period of slices, a late shrink costs breached minutes.
+
+``reserve_quantum`` makes SLO sizing leave the quantum out of the latency budget: an online
+request may wait up to one quantum for a slice to end, so under backfill the fleet is sized for
+``SLO - quantum``. A fleet sized to the edge of its SLO otherwise lets each slice tip the minutes
+at that edge over it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ class BackfillConfig:
     """A best-effort backlog and how it is let onto the fleet.
 
     ``work_seconds`` is the backlog in replica-seconds (``math.inf``: it never runs dry);
-    ``quantum_seconds`` the longest best-effort slice (``None``: :func:`default_quantum`).
+    ``quantum_seconds`` the longest best-effort slice (``None``: :func:`default_quantum`);
+    ``reserve_quantum``: SLO sizing holds ``SLO - quantum`` (module docstring).
     """
 
     work_seconds: float = math.inf
@@ -37,6 +43,7 @@ class BackfillConfig:
     margin: float = 0.1
     grow_step: float = 0.1
     window_seconds: float = 60.0
+    reserve_quantum: bool = False
 
     def __post_init__(self) -> None:
         if math.isnan(self.work_seconds) or self.work_seconds <= 0:

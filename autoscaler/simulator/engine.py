@@ -98,6 +98,13 @@ class SimulationConfig:
             raise ValueError(f"slo_service_scv must be >= 0, got {self.slo_service_scv!r}")
         if self.sizing not in ("target", "slo"):
             raise ValueError(f"sizing must be 'target' or 'slo', got {self.sizing!r}")
+        if self.backfill is not None and self.backfill.reserve_quantum:
+            quantum = self.backfill.quantum(self.service, self.slo_seconds)
+            if quantum >= self.slo_seconds:
+                raise ValueError(
+                    f"the best-effort quantum ({quantum:g} s) leaves nothing of the SLO "
+                    f"({self.slo_seconds:g} s) to reserve it from; shorten the quantum"
+                )
         if self.sizing == "slo" and (self.slo_on != "latency" or self.slo_seconds <= 0):
             raise ValueError("SLO sizing needs an end-to-end latency SLO: slo_on='latency', > 0 s")
         if self.backfill is not None and self.slo_seconds <= 0:
@@ -367,9 +374,12 @@ def simulate(
 def sized_replicas(config: SimulationConfig, rate: float) -> int:
     """The replicas SLO sizing asks for at ``rate`` (its best effort when the SLO is out of
     reach)."""
+    slo = config.slo_seconds
+    if config.backfill is not None and config.backfill.reserve_quantum:
+        slo -= config.backfill.quantum(config.service, config.slo_seconds)
     return _sized_replicas(
         rate,
-        config.slo_seconds,
+        slo,
         replace(config.service, service_scv=config.slo_service_scv),
         config.min_replicas,
         config.max_replicas,

@@ -12,7 +12,7 @@ import pytest
 import autoscaler.simulator.cli as cli
 from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo
 from autoscaler.simulator.backfill import BackfillConfig, SlackController, default_quantum
-from autoscaler.simulator.engine import SimulationConfig, simulate
+from autoscaler.simulator.engine import SimulationConfig, simulate, sized_replicas
 from autoscaler.simulator.fleet import Fleet
 from autoscaler.simulator.report import summarise
 from autoscaler.simulator.trace import from_arrivals
@@ -209,6 +209,20 @@ def test_slo_sizing_with_an_slo_no_count_can_meet_does_not_crash():
     summary = summarise(simulate(step_trace(), base_config(sizing="slo", slo_seconds=0.5), "hpa"))
     assert summary["slo_minutes"] == 0.0
     assert summary["max_replicas"] < 30  # more replicas cannot shorten a batch: not bought
+
+
+def test_a_reserved_quantum_sizes_for_what_the_slo_leaves_after_it():
+    """An online request may wait one best-effort quantum: with the reserve, SLO sizing holds
+    SLO - quantum, so it asks for at least as many replicas, more where the quantum matters."""
+    plain = base_config(sizing="slo", backfill=BackfillConfig(quantum_seconds=4.0))
+    reserved = replace(plain, backfill=BackfillConfig(quantum_seconds=4.0, reserve_quantum=True))
+    for rate in (0.5, 2.0, 8.0, 15.0):
+        expected = replicas_for_slo(rate, 4.0, SERVICE, min_replicas=1, max_replicas=30)
+        assert sized_replicas(reserved, rate) == expected.replicas
+        assert sized_replicas(reserved, rate) >= sized_replicas(plain, rate)
+    assert any(sized_replicas(reserved, r) > sized_replicas(plain, r) for r in (2.0, 8.0, 15.0))
+    with pytest.raises(ValueError, match="quantum"):
+        base_config(backfill=BackfillConfig(quantum_seconds=8.0, reserve_quantum=True))
 
 
 @pytest.mark.parametrize(
