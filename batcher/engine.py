@@ -5,8 +5,9 @@ same object in both. The decisions (when to start, how large, whom to refuse, ho
 are pure functions in :mod:`batcher.policy`; this module applies them to real requests and time.
 All times come from the event loop's clock, so a loop with a virtual clock runs the engine in
 simulated time (the tests do). What waits lives in :mod:`batcher.request_queue`, the arrival
-rate in :mod:`batcher.arrivals`, and why a request was not served in :mod:`batcher.errors` (the
-servers map those to HTTP statuses and gRPC codes). Each batch runs once this model holds the
+rate in :mod:`batcher.arrivals`, the cost model and the caps in :mod:`batcher.batch_sizing`, and
+why a request was not served in :mod:`batcher.errors` (the servers map those to HTTP statuses
+and gRPC codes). Each batch runs once this model holds the
 :class:`~batcher.device.SharedDevice`: a device of its own when the process serves one model, one
 shared with the other models' engines when it serves several (:mod:`batcher.repository`).
 

@@ -134,3 +134,42 @@ def test_the_device_is_granted_by_deadline_when_both_are_within_their_share(run_
         return order
 
     assert run_virtual(main) == ["early", "late"]
+
+
+def test_a_cancelled_wait_leaves_the_device_to_the_others(run_virtual) -> None:
+    async def main() -> list[str]:
+        device = SharedDevice()
+        for name in ("holder", "gone", "next"):
+            device.join(name)
+        assert device.try_take("holder")
+        order: list[str] = []
+
+        async def wait(name: str, deadline: float) -> None:
+            await device.take(name, best_effort=False, deadline=deadline)
+            order.append(name)
+            device.release(name)
+
+        gone = asyncio.create_task(wait("gone", 1.0))
+        waiting = asyncio.create_task(wait("next", 2.0))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        await asyncio.sleep(0.01)
+        device.release("holder")
+        await waiting
+        assert gone.cancelled()
+        assert device.try_take("gone")  # free again once everyone is done
+        return order
+
+    assert run_virtual(main) == ["next"]
+
+
+def test_a_model_that_leaves_frees_the_device(run_virtual) -> None:
+    async def main() -> bool:
+        device = SharedDevice()
+        device.join("a")
+        device.join("b")
+        assert device.try_take("a")
+        device.leave("a")
+        return device.try_take("b") and device.models == ("b",)
+
+    assert run_virtual(main)
