@@ -403,7 +403,8 @@ class Reconciler:
         mode = "hpa" if spec.slo is None else "hpa_fallback" if slo is None or slo.error else "slo"
         for each in SIZING_MODES:
             self.m.sizing_mode.labels(*labels, each).set(1 if each == mode else 0)
-        self.m.slo_seconds.labels(*labels).set(nan_if_none(spec.slo and spec.slo.latency_seconds))
+        latency = spec.slo.latency_seconds if spec.slo is not None else None
+        self.m.slo_seconds.labels(*labels).set(nan_if_none(latency))
         sizing = slo.sizing if slo is not None else None
         self.m.modelled_p99.labels(*labels).set(
             nan_if_none(sizing.modelled_p99_seconds if sizing else None)
@@ -508,7 +509,7 @@ class _Conditions:
             "reason": reason,
             "message": message[:1024],
             "lastTransitionTime": rfc3339(self.now)
-            if changed
+            if old is None or changed
             else old.get("lastTransitionTime", rfc3339(self.now)),
         }
         return changed
