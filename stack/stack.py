@@ -661,7 +661,7 @@ class Stack:
             self.predictor.observe(target.name, now, online_total)  # embedded mode: pushed
         if self.loadgen is None or self.loadgen.started_at is None:
             return
-        ready_online = [online[w] for w in ready if online.get(w) is not None]
+        ready_online = [v for w in ready if (v := online.get(w)) is not None]
         best_effort = [class_percent(self.window, w, BEST_EFFORT, now) for w in workers]
         best_effort_known = [v for v in best_effort if v is not None]
         self._record(
