@@ -19,11 +19,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from autoglm.config import ConfigError, load_config
+from pydantic import Field
+
+from autoglm.config import ConfigError, check_fields, load_config
 from autoglm.datasets import resolve as resolve_dataset
 from autoglm.logs import setup_logging
 from autoscaler.core.slo_sizing import ServiceModel
@@ -62,41 +64,51 @@ class SimulateSettings:
         default="",
         metadata={"help": "optional column with per-request work (e.g. exec_time_seconds)"},
     )
-    speed: float = field(
+    speed: Annotated[float, Field(gt=0)] = field(
         default=1.0, metadata={"help": "time compression: 24 replays a day in 1 h"}
     )
-    c: float = field(default=1.0, metadata={"help": "batch service time intercept c (seconds)"})
-    a: float = field(
+    c: Annotated[float, Field(ge=0)] = field(
+        default=1.0, metadata={"help": "batch service time intercept c (seconds)"}
+    )
+    a: Annotated[float, Field(ge=0)] = field(
         default=0.25, metadata={"help": "batch service time per average request a (seconds)"}
     )
     a_from_work: bool = field(
         default=False,
         metadata={"help": "set a to the work column's mean (e.g. measured seconds per request)"},
     )
-    max_batch: int = field(default=8, metadata={"help": "largest batch a replica serves"})
-    cold_start: float = field(
+    max_batch: Annotated[int, Field(ge=1)] = field(
+        default=8, metadata={"help": "largest batch a replica serves"}
+    )
+    cold_start: Annotated[float, Field(ge=0)] = field(
         default=120.0, metadata={"help": "seconds before a new replica serves"}
     )
-    target_utilization: float = field(
+    target_utilization: Annotated[float, Field(gt=0, le=1)] = field(
         default=0.7, metadata={"help": "share of a replica's full-batch throughput to aim at"}
     )
-    slo_seconds: float = field(default=10.0, metadata={"help": "latency SLO in seconds"})
+    slo_seconds: Annotated[float, Field(gt=0)] = field(
+        default=10.0, metadata={"help": "latency SLO in seconds"}
+    )
     slo_on: Literal["latency", "queueing"] = field(
         default="latency", metadata={"help": "what the SLO bounds: end-to-end or waiting time"}
     )
-    min_replicas: int = field(default=1, metadata={"help": "minReplicas"})
-    max_replicas: int = field(default=64, metadata={"help": "maxReplicas"})
-    scale_down_window: int = field(
+    min_replicas: Annotated[int, Field(ge=1)] = field(default=1, metadata={"help": "minReplicas"})
+    max_replicas: Annotated[int, Field(ge=1)] = field(default=64, metadata={"help": "maxReplicas"})
+    scale_down_window: Annotated[int, Field(ge=-1)] = field(
         default=-1,
         metadata={"help": "scale-down stabilization seconds (-1: the HPA default, 300)"},
     )
-    queue_target: float = field(
+    queue_target: Annotated[float, Field(ge=0)] = field(
         default=0.0,
         metadata={"help": "waiting requests per replica as a second metric (0: rate only)"},
     )
-    forecast_step: float = field(default=60.0, metadata={"help": "forecast series step (seconds)"})
-    forecast_quantile: float = field(default=0.9, metadata={"help": "forecast upper quantile"})
-    forecast_season: list[float] = field(
+    forecast_step: Annotated[float, Field(gt=0)] = field(
+        default=60.0, metadata={"help": "forecast series step (seconds)"}
+    )
+    forecast_quantile: Annotated[float, Field(gt=0, lt=1)] = field(
+        default=0.9, metadata={"help": "forecast upper quantile"}
+    )
+    forecast_season: list[Annotated[float, Field(gt=0)]] = field(
         default_factory=lambda: [86400.0, 604800.0],
         metadata={"help": "forecast seasons in trace seconds before --speed"},
     )
@@ -107,10 +119,10 @@ class SimulateSettings:
     forecast_series: Literal["mean", "peak"] = field(
         default="mean", metadata={"help": "forecast each step's mean rate or its peak"}
     )
-    forecast_refit: float = field(
+    forecast_refit: Annotated[float, Field(gt=0)] = field(
         default=86400.0, metadata={"help": "seconds between model selections and refits"}
     )
-    forecast_lookback: float = field(
+    forecast_lookback: Annotated[float, Field(gt=0)] = field(
         default=14 * 86400.0,
         metadata={"help": "seconds of history the predictor fits and calibrates on"},
     )
@@ -118,11 +130,11 @@ class SimulateSettings:
         default="target",
         metadata={"help": "size for --target-utilization, or for the latency SLO (slo)"},
     )
-    slo_quantile: float = field(
+    slo_quantile: Annotated[float, Field(gt=0, lt=1)] = field(
         default=0.99,
         metadata={"help": "with --sizing slo: the latency quantile held within --slo-seconds"},
     )
-    slo_service_scv: float = field(
+    slo_service_scv: Annotated[float, Field(ge=0)] = field(
         default=0.0,
         metadata={
             "help": "with --sizing slo: squared coefficient of variation of request service "
@@ -132,22 +144,22 @@ class SimulateSettings:
     backfill: bool = field(
         default=False, metadata={"help": "run best-effort work on the replicas left idle"}
     )
-    backfill_work: float = field(
+    backfill_work: Annotated[float, Field(ge=0)] = field(
         default=0.0,
         metadata={"help": "best-effort backlog in replica-hours (0: it never runs dry)"},
     )
-    backfill_quantum: float = field(
+    backfill_quantum: Annotated[float, Field(ge=0)] = field(
         default=0.0,
         metadata={
             "help": "longest best-effort slice in seconds (0: a tenth of the room a full "
             "online batch leaves inside the SLO)"
         },
     )
-    backfill_margin: float = field(
+    backfill_margin: Annotated[float, Field(gt=0, lt=0.5)] = field(
         default=0.1,
         metadata={"help": "online latency slack (share of the SLO) under which best-effort stops"},
     )
-    score_from: float = field(
+    score_from: Annotated[float, Field(ge=0)] = field(
         default=0.0, metadata={"help": "seconds of replay (after --speed) left out of the SLO"}
     )
     tenant: list[str] = field(
@@ -157,7 +169,7 @@ class SimulateSettings:
             "the trace rotated by the shift (repeat the flag; see docs/budgets.md)"
         },
     )
-    budget_gpus: float = field(
+    budget_gpus: Annotated[float, Field(ge=0)] = field(
         default=0.0,
         metadata={"help": "GPUs the --tenant list shares; best-effort work takes the rest"},
     )
@@ -167,35 +179,9 @@ class SimulateSettings:
     log_format: Literal["json", "text"] = field(default="text", metadata={"help": "log format"})
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if not self.trace:
             raise ConfigError("--trace is required (a CSV file of requests)")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            for number in value if isinstance(value, list) else [value]:
-                if isinstance(number, float) and not math.isfinite(number):
-                    raise ConfigError(f"{_flag(f.name)} must be a finite number, got {number!r}")
-        for name, low in _AT_LEAST.items():
-            if getattr(self, name) < low:
-                raise ConfigError(f"{_flag(name)} must be >= {low:g}, got {getattr(self, name)!r}")
-        for name, hint in _POSITIVE.items():
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{_flag(name)} must be > 0 {hint}, got {getattr(self, name)!r}")
-        if any(s <= 0 for s in self.forecast_season):
-            raise ConfigError("--forecast-season must be > 0 seconds, e.g. 86400 for a day")
-        for name in ("forecast_quantile", "slo_quantile"):
-            if not 0 < getattr(self, name) < 1:
-                raise ConfigError(
-                    f"{_flag(name)} must be in (0, 1), e.g. 0.9, got {getattr(self, name)!r}"
-                )
-        if not 0 < self.target_utilization <= 1:
-            raise ConfigError(
-                "--target-utilization is a ratio in (0, 1], e.g. 0.7, "
-                f"got {self.target_utilization!r}"
-            )
-        if not 0 < self.backfill_margin < 0.5:
-            raise ConfigError(
-                f"--backfill-margin must be in (0, 0.5), e.g. 0.1, got {self.backfill_margin!r}"
-            )
         if self.min_replicas > self.max_replicas:
             raise ConfigError("--min-replicas must be <= --max-replicas")
         if self.c + self.a <= 0 and not self.a_from_work:
@@ -214,30 +200,6 @@ class SimulateSettings:
         for name in ("json", "plot"):
             if getattr(self, name):
                 _check_writable(_flag(name), Path(getattr(self, name)))
-
-
-# Lower bounds of the numeric flags that may be zero, and the flags that must be positive.
-_AT_LEAST = {
-    "c": 0,
-    "a": 0,
-    "max_batch": 1,
-    "cold_start": 0,
-    "min_replicas": 1,
-    "max_replicas": 1,
-    "scale_down_window": -1,
-    "queue_target": 0,
-    "score_from": 0,
-    "backfill_work": 0,
-    "slo_service_scv": 0,
-    "backfill_quantum": 0,
-}
-_POSITIVE = {
-    "speed": "(e.g. --speed 24 replays a day in an hour)",
-    "slo_seconds": "seconds",
-    "forecast_step": "seconds",
-    "forecast_refit": "seconds",
-    "forecast_lookback": "seconds",
-}
 
 
 def _flag(name: str) -> str:
