@@ -98,6 +98,9 @@ class Summary:
     starting_share: float | None = None
     # the stack's processes: seconds runnable but waiting for a CPU core, per second on one
     cpu_wait_per_run: float | None = None
+    # online requests within the SLO by the batchers' own clock, out of those they answered or
+    # refused (None without Prometheus): the product's part of slo_attainment
+    batcher_slo_attainment: float | None = None
     scale_events: list[dict] = field(default_factory=list)
 
 
@@ -111,6 +114,7 @@ def summarize(
     load_average: tuple[float, float, float] | None = None,
     sizing: str = "utilization",
     cpu_wait_per_run: float | None = None,
+    batcher_slo_attainment: float | None = None,
 ) -> Summary:
     """The run's figures; GPU-seconds, busy time and utilization integrate the samples."""
     gpu_seconds = online_seconds = best_effort_seconds = starting_seconds = 0.0
@@ -150,6 +154,7 @@ def summarize(
         load_average=load_average,
         starting_share=share(starting_seconds),
         cpu_wait_per_run=cpu_wait_per_run,
+        batcher_slo_attainment=batcher_slo_attainment,
         scale_events=[{**asdict(e), "direction": e.direction} for e in events],
     )
 
@@ -167,7 +172,12 @@ def summary_lines(summary: Summary) -> list[str]:
         f"online requests   {summary.requests_sent} sent, {summary.requests_ok} answered"
         + (f" ({', '.join(f'{v} {k}' for k, v in failed.items())})" if failed else ""),
         f"SLO attainment    {pct(summary.slo_attainment)} of online requests answered within "
-        f"{summary.slo_seconds:g} s",
+        f"{summary.slo_seconds:g} s"
+        + (
+            f" ({pct(summary.batcher_slo_attainment)} by the batchers' own clock)"
+            if summary.batcher_slo_attainment is not None
+            else ""
+        ),
         f"p99 latency       {p99} (online)",
         f"GPU-seconds       {summary.gpu_seconds:.0f} paid (mean {mean_workers:.2f} workers, "
         f"peak {summary.peak_workers})",

@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from autoglm.config import ConfigError
 from autoglm.ports import free_port
-from autoglm.prometheus_api import PrometheusClient
+from autoglm.prometheus_api import PrometheusClient, PrometheusError
 from autoglm.web.exchange import Response
 from autoglm.web.exposition import registry_route
 from autoglm.web.server import HTTPServer
@@ -113,6 +114,21 @@ def online_busy_query(by_pod: bool) -> str:
 def request_rate_query() -> str:
     """PromQL for the fleet's online request rate, what ``--sizing slo`` sizes for."""
     return f'sum(rate({BATCHER_REQUESTS}{{job="{WORKERS_JOB}"}}[{PROMQL_RATE_WINDOW}]))'
+
+
+def batcher_slo_queries(slo_seconds: float, window_seconds: float) -> tuple[str, str, str]:
+    """PromQL for the batchers' own count, over the run, of online requests answered within the
+    SLO, answered at all, and refused at admission (the SLO is a bucket bound of their latency
+    histogram, so the first is exact)."""
+    job = f'job="{WORKERS_JOB}"'
+    window = f"[{math.ceil(window_seconds)}s]"
+    within = (
+        f"sum(increase(autoglm_batcher_request_latency_seconds_bucket"
+        f'{{{job},le="{floatToGoString(round(slo_seconds, 6))}"}}{window}))'
+    )
+    answered = f'sum(increase({BATCHER_REQUESTS}{{{job},outcome="ok"}}{window}))'
+    refused = f"sum(increase(autoglm_batcher_rejections_total{{{job}}}{window}))"
+    return within, answered, refused
 
 
 def predictor_horizons(warmup_seconds: float, interval: float) -> tuple[int, ...]:
@@ -316,6 +332,7 @@ class Stack:
         self.scraper = Scraper(self.window)
         self.request_log = RequestLog(cfg.slo_seconds)
         self.cpu = CpuWaitLedger()
+        self.batcher_slo_attainment: float | None = None
         self._lock = threading.Lock()
         self._doomed: set[str] = set()
         self._known_workers: list[str] = []
@@ -765,6 +782,7 @@ class Stack:
             os.getloadavg(),
             self.cfg.sizing,
             cpu.wait_per_run if (cpu := self.cpu.totals()) is not None else None,
+            self.batcher_slo_attainment,
         )
 
     # -- stop ----------------------------------------------------------------------------------
@@ -777,6 +795,7 @@ class Stack:
             ("load generator", self.loadgen.stop if self.loadgen else None),
             ("autoscaler", self._join_autoscaler),
             ("view", self.view.stop if self.view else None),
+            ("batchers' SLO count", self._count_batcher_slo),
             ("predictor", self.predictor.stop if self.predictor else None),
             ("workers", self.group.close if self.group else None),
             ("service", self.service.stop if self.service else None),
@@ -802,6 +821,24 @@ class Stack:
         self.prometheus = None
         self.exporter = None
         self.source = None
+
+    def _count_batcher_slo(self) -> None:
+        """The batchers' own share of online requests within the SLO, read from Prometheus
+        before it stops: what the product did, without the load generator's own delays (on a
+        busy machine its HTTP client is late too). None without Prometheus."""
+        if self.prometheus is None or self.loadgen is None or self.loadgen.started_at is None:
+            return
+        client = PrometheusClient(self.prometheus.url, timeout=PROMETHEUS_TIMEOUT_SECONDS)
+        queries = batcher_slo_queries(self.cfg.slo_seconds, self.loadgen.elapsed() + 2.0)
+        try:
+            within, answered, refused = (
+                sum(s.value for s in client.query(q).samples) for q in queries
+            )
+        except PrometheusError:
+            log.warning("the batchers' SLO count could not be read", exc_info=True)
+            return
+        if answered + refused > 0:
+            self.batcher_slo_attainment = min(1.0, within / (answered + refused))
 
     def _join_autoscaler(self) -> None:
         if self._autoscaler_thread is not None:

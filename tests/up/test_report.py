@@ -81,8 +81,17 @@ def test_summary_integrates_over_time() -> None:
         in lines
     )
     assert s.cpu_wait_per_run == 3.2 and "3.20 s waiting for a core per second" in lines
+    assert s.batcher_slo_attainment is None and "own clock" not in lines
     assert "500 job requests" in lines and "(target 70.0 %)" in lines
     assert "1.50, 2.00, 2.50" in lines
+
+
+def test_summary_shows_the_batchers_own_count_beside_the_clients() -> None:
+    s = summarize(SAMPLES, EVENTS, totals(), 0.25, 0.7, 0.2, None, "utilization", None, 0.99)
+    assert s.batcher_slo_attainment == 0.99
+    lines = "\n".join(summary_lines(s))
+    assert "95.0 % of online requests answered within 0.25 s" in lines
+    assert "(99.0 % by the batchers' own clock)" in lines
 
 
 def test_a_sample_knows_the_busy_share_of_its_paid_gpus() -> None:

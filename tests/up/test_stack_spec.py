@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
+from batcher.metrics import BatcherMetrics
 from predictor.selection import minimum_history
 from stack.config import UpConfig
 from stack.profiles import RAMP_SHAPE
 from stack.stack import (
     PREDICTOR_STEP_SECONDS,
     Stack,
+    batcher_slo_queries,
     build_spec,
     class_percent,
     forecast_metric,
@@ -99,3 +101,15 @@ def test_demo_workers_take_the_largest_batch_inside_the_slo() -> None:
 
 def no_view(_: list[str]) -> None:
     return None
+
+
+@pytest.mark.parametrize("slo", [0.25, 1.0, 0.3333333])
+def test_the_batchers_slo_count_reads_the_bucket_the_batcher_exports_at_the_slo(slo: float) -> None:
+    """The SLO is a bucket bound of the batcher's latency histogram; the query must name that
+    bucket's ``le`` exactly as the batcher writes it, or it counts nothing."""
+    metrics = BatcherMetrics(CollectorRegistry(), "demo", slo, 8)
+    exposition = generate_latest(metrics.registry).decode()
+    within, answered, refused = batcher_slo_queries(slo, 120.4)
+    le = within.split('le="')[1].split('"')[0]
+    assert f'autoglm_batcher_request_latency_seconds_bucket{{le="{le}",model="demo"}}' in exposition
+    assert "[121s]" in within and 'outcome="ok"' in answered and "rejections_total" in refused
