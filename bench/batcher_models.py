@@ -9,21 +9,23 @@ each) in virtual time: exact, deterministic, independent of this machine. "stead
 stream at a fixed rate; "bursty" gets a calm stream, then a burst at ``--burst`` times its own
 peak, then calm again. Three runs: steady alone, both without the burst, both with it.
 
-Section 2, HTTP: one ``autoglm-batcher --model-repository`` process on the CPU (one torch thread)
-serving the benchmark's deep MLP as "bursty" (``batcher.models.demo:bench_factory``, tens of
-milliseconds a batch, so the device and not the HTTP path saturates) and the small demo MLP as
-"steady". The same three phases with open-loop Poisson clients; latency is measured from each
-request's scheduled send time. "bursty"'s peak is read from the server's own fitted cost
-(``cost_fixed_seconds`` and ``cost_per_item_seconds`` at its largest batch); the rates sent to it
-are capped at ``--max-rate``, what one loopback client and server carry on a small machine (the
-smoke run serves the small MLP as "bursty" too, whose peak no HTTP client reaches: there the
-burst overloads the HTTP path, not the device).
+Section 2, in process: the same two engines and shared device in real time, with stand-in
+devices that sleep a batch's time on their own threads without holding the CPU, as a GPU kernel
+does (``bench/sleeping_models.py``): what the scheduling achieves on this machine's clock and
+threads, without the HTTP path's CPU cost.
+
+Section 3, HTTP: one ``autoglm-batcher --model-repository`` process serving those stand-ins, so
+the device and not the CPU of this small machine is what the burst saturates. The same three
+phases with open-loop Poisson clients; latency is measured from each request's scheduled send
+time. "bursty"'s peak is read from the server's own fitted cost (``cost_fixed_seconds`` and
+``cost_per_item_seconds`` at its largest batch); the rates sent to it are capped at
+``--max-rate``, what one loopback client and server carry on a small machine.
 
 Per phase and model it reports requests sent, answered, refused (429) and the share answered
 within the SLO, with p50 and p99 of the answered ones. The goal is "steady"'s share within the
 SLO in the burst phase.
 
-    nice -n 15 python bench/batcher_models.py           # both sections, about 3 minutes
+    nice -n 15 python bench/batcher_models.py           # all three sections, about 5 minutes
     nice -n 15 python bench/batcher_models.py --smoke   # under a minute; figures meaningless
 
 Writes JSON to ``bench/results/batcher_models.json`` (``--json``); the load average is recorded
@@ -60,9 +62,11 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from batcher.device import SharedDevice  # noqa: E402
 from batcher.engine import Batcher  # noqa: E402
 from batcher.errors import Rejected  # noqa: E402
+from batcher.execution import ThreadExecutor  # noqa: E402
 from batcher.metrics import BatcherMetrics  # noqa: E402
 from batcher.models.simulated import SimPayload, SimulatedModel  # noqa: E402
 from batcher.simulation import VirtualTimeLoop  # noqa: E402
+from bench.sleeping_models import FEATURES, SleepingModel  # noqa: E402
 
 GOAL = 0.99  # share of the steady model's requests within its SLO during the burst
 MODELS = ("bursty", "steady")
@@ -126,29 +130,49 @@ def arrival_times(plan: list[tuple[float, float]], seed: int) -> list[float]:
     return times
 
 
-# --- section 1: simulated ------------------------------------------------------------------------
+# --- sections 1 and 2: the engines alone, in virtual time and in real time ------------------------
 
 
-def simulated_phase(phase: str, args: argparse.Namespace) -> dict[str, dict]:
+def engine_phase(phase: str, args: argparse.Namespace, real: bool) -> dict[str, dict]:
+    """One phase against two engines on one shared device, with no HTTP in between.
+
+    Virtual time: simulated devices on a virtual clock, seeded with their exact costs. Real time:
+    the sleeping stand-in devices on their own threads (as the server runs a model), timed by the
+    warm-up as the server does, on this machine's clock.
+    """
     slo = args.sim_slo
-    bursty_model = SimulatedModel(0.020, 0.002)
-    steady_model = SimulatedModel(0.005, 0.001)
-    peak = 32 / bursty_model.seconds_for(32)
+    costs = {"bursty": (0.020, 0.002), "steady": (0.005, 0.001)}
+    peak = 32 / (costs["bursty"][0] + 32 * costs["bursty"][1])
+
+    async def engine(name: str, device: SharedDevice) -> Batcher:
+        metrics = BatcherMetrics(CollectorRegistry(), name, slo, 32)
+        fixed, per_row = costs[name]
+        executor: ThreadExecutor | SimulatedModel = (
+            ThreadExecutor(SleepingModel(fixed, per_row))
+            if real
+            else SimulatedModel(fixed, per_row)
+        )
+        batcher = Batcher(
+            executor, max_batch_size=32, slo_seconds=slo, metrics=metrics, device=device
+        )
+        sizes = (1, 2, 4, 8, 16, 32)
+        if real:
+            rows = lambda n: [{"input": np.zeros((n, FEATURES), np.float32)}]  # noqa: E731
+            await batcher.calibrate(rows, sizes, 3)
+        else:
+            for size in sizes:  # what a warm-up measures on a simulated device
+                for _ in range(3):
+                    batcher.cost.observe(size, fixed + per_row * size)
+        await batcher.start()
+        return batcher
+
+    def payload(i: int) -> object:
+        return {"input": np.zeros((1, FEATURES), np.float32)} if real else SimPayload(i)
 
     async def main() -> dict[str, dict]:
         device = SharedDevice()
         loop = asyncio.get_running_loop()
-        engines = {}
-        for name, model in (("bursty", bursty_model), ("steady", steady_model)):
-            metrics = BatcherMetrics(CollectorRegistry(), name, slo, 32)
-            batcher = Batcher(
-                model, max_batch_size=32, slo_seconds=slo, metrics=metrics, device=device
-            )
-            for size in (1, 2, 4, 8, 16, 32):  # what a warm-up would have measured
-                for _ in range(3):
-                    batcher.cost.observe(size, model.seconds_for(size))
-            await batcher.start()
-            engines[name] = batcher
+        engines = {name: await engine(name, device) for name in MODELS}
         outcomes = {name: Outcomes(slo) for name in MODELS}
         total = 2 * args.calm_seconds + args.burst_seconds
         plans = {
@@ -162,20 +186,20 @@ def simulated_phase(phase: str, args: argparse.Namespace) -> dict[str, dict]:
         }
         if phase == "steady alone":
             plans["bursty"] = []
-        start = loop.time()
+        start = loop.time() + 0.1
 
         async def one(name: str, i: int, at: float) -> None:
-            await asyncio.sleep(max(0.0, start + at - loop.time()))
-            sent = loop.time()
+            scheduled = start + at
+            await asyncio.sleep(max(0.0, scheduled - loop.time()))
             try:
-                await engines[name].submit(SimPayload(i))
+                await engines[name].submit(payload(i))
             except Rejected:
                 outcomes[name].refused += 1
                 return
             except Exception:
                 outcomes[name].failed += 1
                 return
-            outcomes[name].latencies.append(loop.time() - sent)
+            outcomes[name].latencies.append(loop.time() - scheduled)
 
         tasks = [
             one(name, i, at)
@@ -187,15 +211,17 @@ def simulated_phase(phase: str, args: argparse.Namespace) -> dict[str, dict]:
             await batcher.drain()
         return {name: o.summary() for name, o in outcomes.items() if o.sent}
 
-    loop = VirtualTimeLoop()
     logging.getLogger("batcher").setLevel(logging.ERROR)  # the engines' notes would flood the table
+    if real:
+        return asyncio.run(main())
+    loop = VirtualTimeLoop()
     try:
         return loop.run_until_complete(main())
     finally:
         loop.close()
 
 
-# --- section 2: HTTP -----------------------------------------------------------------------------
+# --- section 3: HTTP -----------------------------------------------------------------------------
 
 
 class RepositoryServer:
@@ -265,16 +291,13 @@ class RepositoryServer:
 
 
 def write_repository(folder: Path, args: argparse.Namespace) -> None:
-    bursty = "batcher.models.demo:factory" if args.smoke else "batcher.models.demo:bench_factory"
-    features = 16 if args.smoke else 64
-    settings = {
-        "bursty": f"model: {bursty}\nmax_batch_size: 32\nslo_seconds: {args.http_slo}\n",
-        "steady": f"model: batcher.models.demo:factory\nslo_seconds: {args.http_slo}\n",
-    }
-    for name, text in settings.items():
+    for name in MODELS:
         (folder / name).mkdir()
-        (folder / name / "config.yaml").write_text(text)
-    args.features = {"bursty": features, "steady": 16}
+        (folder / name / "config.yaml").write_text(
+            f"model: bench.sleeping_models:{name}\nmax_batch_size: 32\n"
+            f"slo_seconds: {args.http_slo}\n"
+        )
+    args.features = {name: FEATURES for name in MODELS}
 
 
 async def http_phase_async(port: int, plans: dict, slo: float, features: dict) -> dict[str, dict]:
@@ -389,14 +412,16 @@ def verdict(phases: dict[str, dict[str, dict]]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", default=str(ROOT / "bench/results/batcher_models.json"))
-    parser.add_argument("--only", choices=("sim", "http"), help="run one section")
+    parser.add_argument("--only", choices=("sim", "process", "http"), help="run one section")
     parser.add_argument("--burst", type=float, default=2.0, help="burst rate / bursty's peak")
     parser.add_argument("--calm-fraction", type=float, default=0.3, help="calm rate / its peak")
     parser.add_argument("--calm-seconds", type=float, default=10.0, help="before and after")
     parser.add_argument("--burst-seconds", type=float, default=10.0, help="length of the burst")
     parser.add_argument("--steady-rate", type=float, default=40.0, help="steady's requests/s")
-    parser.add_argument("--sim-slo", type=float, default=0.15, help="sim: SLO of both, seconds")
-    parser.add_argument("--http-slo", type=float, default=0.5, help="HTTP: SLO of both, seconds")
+    parser.add_argument(
+        "--sim-slo", type=float, default=0.15, help="sim and in-process: SLO of both, seconds"
+    )
+    parser.add_argument("--http-slo", type=float, default=0.15, help="HTTP: SLO of both, seconds")
     parser.add_argument("--warmup-repeats", type=int, default=3, help="HTTP: server warm-up")
     parser.add_argument(
         "--max-rate",
@@ -407,18 +432,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="under a minute; figures meaningless")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.calm_seconds, args.burst_seconds, args.warmup_repeats = 1.0, 2.0, 1
-        args.max_rate = 200.0
+        args.calm_seconds, args.burst_seconds, args.warmup_repeats = 0.5, 1.0, 1
+        args.max_rate = 300.0
     report: dict = {
         "settings": vars(args).copy(),
         "machine": {"cpus": os.cpu_count(), "loadavg_start": loadavg()},
     }
-    if args.only != "http":
-        simulated = {phase: simulated_phase(phase, args) for phase in PHASES}
+    if args.only in (None, "sim"):
+        simulated = {phase: engine_phase(phase, args, real=False) for phase in PHASES}
         print_table("simulated (virtual time, exact)", simulated)
         report["simulated"] = {"phases": simulated, "verdict": verdict(simulated)}
         print(f"simulated verdict: {report['simulated']['verdict']}")
-    if args.only != "sim":
+    if args.only in (None, "process"):
+        in_process = {phase: engine_phase(phase, args, real=True) for phase in PHASES}
+        print_table(f"in process (real time, no HTTP; load average {loadavg()})", in_process)
+        report["in_process"] = {"phases": in_process, "verdict": verdict(in_process)}
+        print(f"in-process verdict: {report['in_process']['verdict']}")
+    if args.only in (None, "http"):
         http = http_section(args)
         print_table(
             f"HTTP (one process, CPU; load average {loadavg()})",

@@ -1,6 +1,6 @@
-"""``bench/batcher_models.py --smoke`` end to end: the simulated section and a real repository
-server with two models. The simulated section is exact (virtual time), so its verdict is checked;
-the HTTP figures of a smoke run on a shared machine are not."""
+"""``bench/batcher_models.py --smoke`` end to end: the simulated section, the engines in real time
+and a real repository server with two models. The simulated section is exact (virtual time), so
+its verdict is checked; the real-time figures of a smoke run on a shared machine are not."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ def test_smoke_run_reports_both_sections_and_the_simulated_goal_holds(tmp_path: 
     burst = simulated["phases"]["burst on bursty"]
     assert burst["bursty"]["refused"] > 0  # the burst was more than the device could serve
     assert burst["steady"]["sent"] == burst["steady"]["answered"]
+    assert set(report["in_process"]["phases"]) == {"steady alone", "both calm", "burst on bursty"}
     http = report["http"]["phases"]
     assert set(http) == {"steady alone", "both calm", "burst on bursty"}
     assert http["burst on bursty"]["models"]["bursty"]["sent"] > 0
-    assert "in SLO" in run.stdout and "HTTP verdict" in run.stdout
+    assert "in SLO" in run.stdout and "in-process verdict" in run.stdout
+    assert "HTTP verdict" in run.stdout
