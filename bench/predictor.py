@@ -45,10 +45,10 @@ sys.path[0] = str(ROOT)  # this file is named predictor.py: keep it from shadowi
 
 from autoglm.datasets import expected_path, fetch_hint, traces_dir  # noqa: E402
 from predictor.backtest import forecast_targets, replay_with_selection, wape  # noqa: E402
+from predictor.fitting import fit_chosen  # noqa: E402
 from predictor.models import BASELINES, candidate_factories, shortest_cycle  # noqa: E402
 from predictor.selection import Selection, candidate_forecasts, select_model  # noqa: E402
 from predictor.series import bin_events  # noqa: E402
-from predictor.fitting import fit_chosen  # noqa: E402
 
 SEASONS = (86400.0, 604800.0)
 QUANTILE = 0.9

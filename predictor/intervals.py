@@ -17,6 +17,15 @@ keeps marginal coverage at q for exchangeable errors; the scale only decides *wh
 goes. Each model picks its power after its calibration replay by the pinball (quantile) loss of the
 bounds each power would have given there: a proper score for a quantile, rewarding the narrowest
 bound that still covers.
+
+Errors need not come from one regime: a model is calibrated on its backtest's errors (fits on
+less history, older load) and then on its live ones. A window with a ``half_life`` weighs each
+error by ``0.5 ** (age / half_life)`` (newest age 0) and takes the weighted quantile with the
+next point's own weight put at +inf (nonexchangeable conformal prediction, Barber, Candes,
+Ramdas and Tibshirani 2023), read between neighbouring errors so that it covers ``q`` on average
+rather than at least ``q`` (:func:`weighted_conformal_quantiles`): the bound follows the recent
+errors, and the finite-sample correction is the weight of one new point against the effective
+number of errors, never a whole rank of a short window.
 """
 
 from __future__ import annotations
@@ -67,15 +76,45 @@ def pinball_loss(residual: np.ndarray, q: float) -> float:
     return float(np.mean(np.maximum(q * residual, (q - 1.0) * residual)))
 
 
+def weighted_conformal_quantiles(
+    values: np.ndarray, weights: np.ndarray, q: np.ndarray
+) -> np.ndarray:
+    """Per row, the value at share ``q`` of the row's weight, counting one more point of weight
+    1 at +inf (the row's largest value past its last share). Rows hold +inf (weight 0) where
+    they have no error; ``q`` has one level per row.
+
+    The k-th smallest of n exchangeable errors covers a new one with probability k/(n+1):
+    each value sits at its cumulative share, and a level between two shares is read between
+    their values (linearly). The bound then covers q on average, where the next rank up
+    (plain split conformal) covers up to 1/(n+1) more: on a short window, a whole point of
+    coverage or more."""
+    order = np.argsort(values, axis=1)
+    ordered = np.take_along_axis(values, order, axis=1)
+    share = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+    share /= share[:, -1:] + 1.0
+    rows = np.arange(len(values))
+    last = (weights > 0).sum(axis=1) - 1
+    above = np.minimum((share < q[:, None]).sum(axis=1), last)  # first value at or past q
+    below = np.maximum(above - 1, 0)
+    low, high = share[rows, below], share[rows, above]
+    fraction = np.clip((q - low) / np.where(high > low, high - low, 1.0), 0.0, 1.0)
+    return ordered[rows, below] + fraction * (ordered[rows, above] - ordered[rows, below])
+
+
 class ResidualWindow:
     """The last ``size`` forecast errors (actual - point) per horizon 1..max_horizon, each with
-    the point forecast (the level) it was made at."""
+    the point forecast (the level) it was made at; with ``half_life`` (in errors), recent
+    errors weigh more in the quantiles (see the module doc)."""
 
-    def __init__(self, max_horizon: int, size: int = 500) -> None:
+    def __init__(self, max_horizon: int, size: int = 500, half_life: float | None = None) -> None:
         if max_horizon < 1 or size < 1:
             raise ValueError("max_horizon and size must be >= 1")
+        if half_life is not None and half_life <= 0:
+            raise ValueError("half_life must be > 0")
         self.max_horizon = max_horizon
         self.size = size
+        self.half_life = half_life
+        self._decay = 0.5 ** (np.arange(size) / half_life) if half_life else np.ones(size)
         self._values = np.zeros((max_horizon, size))
         self._levels = np.zeros((max_horizon, size))
         self._count = np.zeros(max_horizon, dtype=int)
@@ -129,14 +168,7 @@ class ResidualWindow:
     ) -> float:
         """What to add to ``point`` for the q upper bound at ``horizon`` under ``scaling`` (by
         default the plain conformal quantile of the errors); 0.0 with no errors yet."""
-        h = self._source(horizon)
-        if h is None:
-            return 0.0
-        n = self._count[h - 1]
-        if scaling.power == 0.0:
-            return conformal_quantile(self._values[h - 1, :n], q)
-        ratios = self._values[h - 1, :n] / scaling.scale(self._levels[h - 1, :n])
-        return conformal_quantile(ratios, q) * float(scaling.scale(point))
+        return float(self.margins((horizon,), q, np.array([point]), scaling)[0])
 
     def margins(
         self,
@@ -161,15 +193,27 @@ class ResidualWindow:
         values = self._values[rows, :width]
         if scaling.power != 0.0:
             values = values / scaling.scale(self._levels[rows, :width])
-        values = np.where(np.arange(width) < counts[:, None], values, np.inf)
+        held = np.arange(width) < counts[:, None]
+        values = np.where(held, values, np.inf)
         q = np.broadcast_to(np.asarray(q, dtype=float), (len(horizons),))[known]
-        ranks = np.minimum(counts, np.ceil((counts + 1) * q).astype(int)) - 1
-        ordered = np.partition(values, np.unique(ranks), axis=1)
-        quantiles = ordered[np.arange(len(rows)), ranks]
+        if self.half_life is None:
+            ranks = np.minimum(counts, np.ceil((counts + 1) * q).astype(int)) - 1
+            ordered = np.partition(values, np.unique(ranks), axis=1)
+            quantiles = ordered[np.arange(len(rows)), ranks]
+        else:
+            weights = self._weights(rows, width)
+            quantiles = weighted_conformal_quantiles(values, weights, q)
         if scaling.power != 0.0:
             quantiles = quantiles * scaling.scale(np.asarray(points, dtype=float)[known])
         out[known] = quantiles
         return out
+
+    def _weights(self, rows: np.ndarray, width: int) -> np.ndarray:
+        """Each held error's weight by its age (the newest is age 0); 0 past a row's count."""
+        slots = np.arange(width)
+        counts, nexts = self._count[rows][:, None], self._next[rows][:, None]
+        age = np.where(counts < self.size, counts - 1 - slots, (nexts - 1 - slots) % self.size)
+        return np.where(slots < counts, self._decay[np.maximum(age, 0)], 0.0)
 
     def best_scaling(
         self, q: float, floor: float, powers: tuple[float, ...] = POWERS

@@ -14,8 +14,10 @@ from predictor.models.ensemble import Combination
 from predictor.models.ets import ETSModel
 from predictor.models.mstl import MSTLModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
+from predictor.models.recent_level import RecentLevelModel
 from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
+from predictor.models.seasonal_mean import SeasonalMeanModel
 from predictor.models.sequence import SequenceModel
 
 __all__ = [
@@ -29,8 +31,10 @@ __all__ = [
     "MSTLModel",
     "NaiveModel",
     "Prediction",
+    "RecentLevelModel",
     "SeasonalBlendModel",
     "SeasonalLevelModel",
+    "SeasonalMeanModel",
     "SeasonalNaiveModel",
     "SequenceModel",
     "candidate_factories",

@@ -29,7 +29,10 @@ import numpy as np
 
 from predictor.intervals import LevelScaling, ResidualWindow
 
-ADAPT_STEP = 0.02
+ADAPT_STEP = 0.05
+# In errors: the bound follows the live errors within a hundred or so points, as
+# the backtest's (older fits, older load) give way to them (see predictor.intervals).
+RESIDUAL_HALF_LIFE = 50.0
 ADAPT_LEVELS = (0.5, 0.995)
 
 
@@ -111,13 +114,15 @@ class ForecastModel(ABC):
         max_horizon: int,
         calibration_fraction: float = 0.2,
         residual_window: int = 500,
+        residual_half_life: float | None = RESIDUAL_HALF_LIFE,
     ) -> None:
         if max_horizon < 1:
             raise ValueError("max_horizon must be >= 1")
         self.max_horizon = max_horizon
         self.calibration_fraction = calibration_fraction
         self.residual_window = residual_window
-        self.residuals = ResidualWindow(max_horizon, residual_window)
+        self.residual_half_life = residual_half_life
+        self.residuals = ResidualWindow(max_horizon, residual_window, residual_half_life)
         self.history = History(self.history_capacity())
         self.nonnegative = True
         self.points_seen = 0
@@ -126,6 +131,9 @@ class ForecastModel(ABC):
         self._adaptive: dict[float, np.ndarray] = {}  # per quantile: offset per horizon
         self._pending: deque[np.ndarray] = deque(maxlen=max_horizon)
         self._path: np.ndarray | None = None
+
+    def _new_residuals(self) -> ResidualWindow:
+        return ResidualWindow(self.max_horizon, self.residual_window, self.residual_half_life)
 
     # -- what subclasses provide -------------------------------------------------------------
     @property
@@ -196,7 +204,7 @@ class ForecastModel(ABC):
         """Estimate from ``y`` and stop at ``y[:state_at]``, with no errors recorded yet; the
         caller replays the rest (``fit`` does it; an ensemble does it for its members)."""
         self.nonnegative = bool(np.all(y >= 0))
-        self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
+        self.residuals = self._new_residuals()
         self.interval_floor = LevelScaling.floor_for(y[:state_at])
         self._scalings = {}
         self._adaptive = {}
@@ -279,7 +287,7 @@ class ForecastModel(ABC):
         """Replace the calibration errors with ``errors`` (per horizon: errors and the levels
         they were made at, oldest first), measured elsewhere out of sample (selection's
         backtest); live updates keep adding to them."""
-        self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
+        self.residuals = self._new_residuals()
         for h, (values, levels) in errors.items():
             if 1 <= h <= self.max_horizon and len(values):
                 self.residuals.add_many(h, np.asarray(values), np.asarray(levels))

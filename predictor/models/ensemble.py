@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from predictor.intervals import LevelScaling, ResidualWindow
+from predictor.intervals import LevelScaling
 from predictor.models.base import ForecastModel, History, InsufficientHistory, as_series
 
 TOP = 3
@@ -141,7 +141,7 @@ class Combination(ForecastModel):
         self.history = History(self.history_capacity())
         self.history.extend(y)
         self.points_seen = len(y)
-        self.residuals = ResidualWindow(self.max_horizon, self.residual_window)
+        self.residuals = self._new_residuals()
         for h in self.hs:
             n = min(m.residuals.count(h) for m in self.members)
             if n == 0:

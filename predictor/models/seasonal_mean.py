@@ -136,11 +136,11 @@ class SeasonalMeanModel(ForecastModel):
                 for exponent, window in itertools.product(exponents, self.windows):
                     if exponent == 0.0 and window != self.windows[0]:
                         continue
-                    scale = 1.0
+                    scaled = average
                     if exponent:
                         ratio = self._ratio(cum, origins, period, cycles, window)
-                        scale = (ratio**exponent)[:, None]
-                    score = loss(average * scale)
+                        scaled = average * (ratio**exponent)[:, None]
+                    score = loss(scaled)
                     if score < best:
                         best = score
                         self.choices[i] = (cycles, statistic, window, exponent)

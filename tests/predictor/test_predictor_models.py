@@ -16,8 +16,10 @@ from predictor.models import (
     InsufficientHistory,
     MSTLModel,
     NaiveModel,
+    RecentLevelModel,
     SeasonalBlendModel,
     SeasonalLevelModel,
+    SeasonalMeanModel,
     SeasonalNaiveModel,
     SequenceModel,
     candidate_factories,
@@ -60,6 +62,8 @@ def test_naive_repeats_the_last_value_at_every_horizon():
         lambda: SeasonalLevelModel(PERIOD, 6, 6),
         lambda: SeasonalBlendModel(((PERIOD, 3),), 6),
         lambda: SeasonalBlendModel(((PERIOD, 3), (7 * PERIOD, PERIOD)), 6),
+        lambda: SeasonalMeanModel((PERIOD,), 6),
+        lambda: SeasonalMeanModel((PERIOD, 7 * PERIOD), 6),
         lambda: ETSModel(6, periods=(PERIOD,), log=False),
         lambda: ETSModel(6, periods=(PERIOD,), log=True),
         lambda: AutoregressiveModel(6, periods=(PERIOD,)),
@@ -211,6 +215,58 @@ def test_seasonal_blend_follows_a_grown_load():
     assert err_blend < 0.5 * err_plain
 
 
+def test_seasonal_mean_averages_past_days_and_beats_the_plain_copy():
+    # Poisson counts around a known daily rate: the mean of the same hour over several past
+    # days estimates the rate far better than that hour of one day.
+    rng = np.random.default_rng(6)
+    y = rng.poisson(seasonal(24 * 21) / 10).astype(float)
+    test_start = 24 * 18
+    mean = rolling_origin(lambda: SeasonalMeanModel((PERIOD,), 4), y, [1, 4], test_start)
+    copy = rolling_origin(lambda: SeasonalNaiveModel(PERIOD, 4), y, [1, 4], test_start)
+    model = SeasonalMeanModel((PERIOD,), 4)
+    model.fit(y[:test_start])
+    assert model.choices[0][0] > 1  # more than one past day
+    for h in (1, 4):
+        assert mean.wape[h] < 0.85 * copy.wape[h]
+
+
+def test_seasonal_mean_rescales_past_days_to_a_grown_load():
+    t = np.arange(24 * 14)
+    y = (50 + 30 * np.sin(2 * np.pi * t / PERIOD)) * (1.05 ** (t / PERIOD))
+    model = SeasonalMeanModel((PERIOD,), 4)
+    model.fit(y[:-4])
+    assert model.choices[0][3] > 0  # the level ratio is applied
+    plain = SeasonalNaiveModel(PERIOD, 4)
+    plain.fit(y[:-4])
+    error = np.abs(model.predict([1, 2, 3, 4]).point - y[-4:]).sum()
+    assert error < 0.5 * np.abs(plain.predict([1, 2, 3, 4]).point - y[-4:]).sum()
+
+
+def test_recent_level_takes_a_long_median_of_bursty_noise_and_beats_the_last_value():
+    # A steady rate with rare large bursts: the best guess of a bin is the typical level,
+    # which the median of many recent bins finds and the last value (or a mean) does not.
+    rng = np.random.default_rng(8)
+    y = rng.poisson(20, 1200).astype(float)
+    bursts = rng.random(1200) < 0.05
+    y[bursts] += rng.exponential(400, bursts.sum())
+    level = rolling_origin(lambda: RecentLevelModel(3), y, [1, 3], 800)
+    last = rolling_origin(lambda: NaiveModel(3), y, [1, 3], 800)
+    model = RecentLevelModel(3)
+    model.fit(y[:800])
+    assert np.all(model.window >= 16) and np.all(model.statistic == 1)  # 1: the median
+    for h in (1, 3):
+        assert level.wape[h] < 0.7 * last.wape[h]
+
+
+def test_recent_level_follows_a_level_shift_within_its_window():
+    y = np.concatenate([np.full(300, 10.0), np.full(100, 50.0)])
+    model = RecentLevelModel(2)
+    model.fit(y[:300])
+    for v in y[300:]:
+        model.update(v)
+    np.testing.assert_allclose(model.predict([1, 2]).point, [50.0, 50.0])
+
+
 def test_a_level_shift_is_followed_by_updates_alone_for_naive():
     rng = np.random.default_rng(1)
     model = NaiveModel(3)
@@ -318,14 +374,18 @@ def test_the_calendar_regression_keeps_its_phase_across_updates():
     assert np.abs(model.predict([1, 2, 3, 4]).point - y[-4:]).max() < 1.0
 
 
-@pytest.mark.parametrize("name", list(candidate_factories(3600, (86400.0,), 3, 24 * 14)))
-def test_a_replay_in_bulk_leaves_a_model_as_point_by_point_updates_would(name):
+HOURLY = [(3600, name) for name in candidate_factories(3600, (86400.0,), 3, 24 * 14)]
+NO_SEASON = [(10, name) for name in ("recent_level", "ensemble")]
+
+
+@pytest.mark.parametrize(("step", "name"), HOURLY + NO_SEASON)
+def test_a_replay_in_bulk_leaves_a_model_as_point_by_point_updates_would(step, name):
     # The calibration replay after each fit runs in bulk (batched forecasts for the models
     # whose state is their history); forecasts, errors and bounds must be the updates' own,
     # including forecasts still pending from updates before the replay.
     rng = np.random.default_rng(5)
     y = rng.poisson(seasonal(24 * 14, level=60.0)).astype(float)
-    factory = candidate_factories(3600, (86400.0,), 3, len(y))[name]
+    factory = candidate_factories(step, (86400.0,), 3, len(y))[name]
     stepped, bulk = factory(), factory()
     for model in (stepped, bulk):
         model.fit(y[:250])
