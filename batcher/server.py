@@ -90,6 +90,10 @@ def http_status(error: BatcherError) -> int:
     return next((status for kind, status in _HTTP_STATUS if isinstance(error, kind)), 500)
 
 
+def _unauthorized() -> web.Response:
+    return _error("authentication required", 401)
+
+
 def _refusal_headers(error: BatcherError) -> dict[str, str] | None:
     """``Retry-After`` (whole seconds, at least 1) for a request refused at admission."""
     if not isinstance(error, Rejected) or error.retry_after is None:
@@ -140,7 +144,7 @@ class BatcherServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[guard(self.web_config, "autoglm-batcher", _error)],
+            middlewares=[guard(self.web_config, "autoglm-batcher", _unauthorized)],
             client_max_size=self.max_body_bytes,
         )
         model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")

@@ -20,7 +20,7 @@ from autoglm.webconfig import WebConfig
 if TYPE_CHECKING:
     from aiohttp.typedefs import Handler, Middleware
 
-Refusal = Callable[[str, int], web.StreamResponse]
+Refusal = Callable[[], web.StreamResponse]
 
 
 async def authorized(web_config: WebConfig, authorization_header: str | None) -> bool:
@@ -38,9 +38,9 @@ def guard(
     refusal: Refusal,
     open_paths: Collection[str] = (),
 ) -> Middleware:
-    """Middleware answering ``refusal("unauthorized", 401)`` (with a ``WWW-Authenticate``
-    naming ``realm``) to a request without valid credentials, and adding the configured
-    headers to every response."""
+    """Middleware answering ``refusal()`` (the component's 401 answer, sent with a
+    ``WWW-Authenticate`` naming ``realm``) to a request without valid credentials, and adding
+    the configured headers to every response."""
     open_set = frozenset(open_paths)
 
     @web.middleware
@@ -50,7 +50,7 @@ def guard(
         ):
             response = await handler(request)
         else:
-            response = refusal("unauthorized", 401)
+            response = refusal()
             response.headers["WWW-Authenticate"] = f'Basic realm="{realm}"'
         response.headers.update(web_config.headers)
         return response

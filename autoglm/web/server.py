@@ -153,7 +153,7 @@ class HTTPServer:
         app = web.Application(
             middlewares=[
                 self._observe,
-                guard(self.web_config, self.component, _text_refusal, self.open_paths),
+                guard(self.web_config, self.component, _unauthorized, self.open_paths),
             ],
             client_max_size=self.max_body_bytes,
         )
@@ -247,3 +247,7 @@ def _to_aiohttp(response: Response) -> web.Response:
 
 def _text_refusal(message: str, status: int) -> web.StreamResponse:
     return _to_aiohttp(Response.text(message, status))
+
+
+def _unauthorized() -> web.StreamResponse:
+    return _text_refusal("unauthorized", HTTPStatus.UNAUTHORIZED)

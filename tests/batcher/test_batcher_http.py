@@ -397,7 +397,8 @@ def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     body = json_request([[1, 2, 3]], [[1]])
     denied = requests.post(url, json=body, verify=str(ca.cert_file), timeout=10)
     assert denied.status_code == 401
-    assert denied.headers["WWW-Authenticate"].startswith("Basic")
+    assert denied.headers["WWW-Authenticate"] == 'Basic realm="autoglm-batcher"'
+    assert denied.json() == {"error": "authentication required"}
     allowed = requests.post(
         url,
         json=body,
