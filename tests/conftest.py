@@ -7,6 +7,12 @@ seconds. ``scripts/test`` runs both. Rather than decorating every such test, the
 here by folder, module, fixture or marker, from ``--durations=0`` runs (docs/testing.md says how
 to re-measure); a test module may still mark a test ``slow`` itself.
 
+Parallel runs (pytest-xdist, ``-n N --dist loadgroup``, as ``scripts/test`` runs them): tests
+that share a module- or session-scoped fixture of this suite (a real Prometheus, the live stack)
+are put in one ``xdist_group``, so that one worker starts it once and runs them in their order;
+the rest spread one by one. ``RUN_FIRST`` starts the longest tests before the short ones, so
+that they overlap the rest instead of trailing it.
+
 Skips: the helm chart tests need the helm binary that ``scripts/install-helm`` puts in
 ``.tools/bin``; without it they are skipped with that reason instead of failing.
 """
@@ -65,6 +71,22 @@ SLOW_TESTS = (
 # Fixtures that start a real process or a Prometheus server.
 SLOW_FIXTURES = frozenset({"start_exporter", "live_stack"})
 
+# The slow tier's longest tests (each runs a whole stack or a bench for a minute or more of wall
+# clock), moved to the front of the run in this order: in a parallel run they then overlap the
+# many short tests instead of starting last and trailing them (docs/testing.md).
+RUN_FIRST = (
+    "up/test_up_cli.py",
+    "test_readme_examples.py::test_example_runs[README.md:",
+    "alerts/test_promtool.py::test_unit_tests_pass_in_promtool",
+    "autoscaler/test_budget_simulator.py::test_the_bench_smoke",
+    "batcher/test_batcher_backfill_bench.py",
+    "bench/",
+    "batcher/test_batcher_gpu_bench.py",
+    "test_readme_examples.py",
+)
+
+SHARED_SCOPES = ("session", "package", "module")
+
 
 def _relative_id(item: pytest.Item) -> str:
     """``helm/test_x.py::test_y[param]``: the node id from inside tests/."""
@@ -81,6 +103,30 @@ def is_slow(item: pytest.Item) -> bool:
     return not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
+def shared_fixture_home(item: pytest.Item) -> str | None:
+    """Where the widest-scoped fixture of this suite that ``item`` uses is defined (a test module,
+    or a conftest's folder), when that fixture is shared beyond one test; else None."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    homes = [
+        (SHARED_SCOPES.index(fixture.scope), fixture.baseid)
+        for name in info.names_closure
+        for fixture in info.name2fixturedefs.get(name, ())[-1:]
+        if fixture.has_location and fixture.baseid and fixture.scope in SHARED_SCOPES
+    ]
+    return min(homes)[1] if homes else None
+
+
+def run_first_rank(item: pytest.Item) -> int:
+    """The index of the first ``RUN_FIRST`` entry ``item`` matches; past the end when none."""
+    test_id = _relative_id(item)
+    for rank, prefix in enumerate(RUN_FIRST):
+        if test_id.startswith(prefix):
+            return rank
+    return len(RUN_FIRST)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     no_helm = None
@@ -88,8 +134,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         no_helm = pytest.mark.skip(
             reason=f"no helm binary at {HELM.relative_to(ROOT)}: run `bash scripts/install-helm`"
         )
+    grouping = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if is_slow(item) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
         if no_helm is not None and _relative_id(item).startswith("helm/"):
             item.add_marker(no_helm)
+        home = shared_fixture_home(item) if grouping else None
+        if home is not None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(home))
+    items.sort(key=run_first_rank)  # stable: the order within each rank is kept

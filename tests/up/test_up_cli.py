@@ -84,7 +84,7 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     report_dir = tmp_path / "report"
     run = subprocess.run(
@@ -111,7 +111,7 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=190,
+        timeout=380,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
@@ -153,7 +153,7 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     assert [p for p in pids if alive(p)] == []
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 def test_the_default_profile_scales_within_90_seconds(tmp_path: Path) -> None:
     report_dir = tmp_path / "report"
     run = subprocess.run(
@@ -161,7 +161,7 @@ def test_the_default_profile_scales_within_90_seconds(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=190,
+        timeout=380,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((report_dir / "summary.json").read_text())
@@ -172,7 +172,7 @@ def test_the_default_profile_scales_within_90_seconds(tmp_path: Path) -> None:
     assert [p for p in worker_pids(run.stderr) if alive(p)] == []
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 def test_slo_sizing_decides_from_the_batchers_measured_cost(tmp_path: Path) -> None:
     report_dir = tmp_path / "report"
     run = subprocess.run(
@@ -193,7 +193,7 @@ def test_slo_sizing_decides_from_the_batchers_measured_cost(tmp_path: Path) -> N
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=190,
+        timeout=380,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     drivers = set()
@@ -208,7 +208,7 @@ def test_slo_sizing_decides_from_the_batchers_measured_cost(tmp_path: Path) -> N
     assert "sized for the p99 within 0.25 s" in run.stdout
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
     """Also the fallback without Prometheus: the autoscaler reads the embedded window."""
     report_dir = tmp_path / "report"
@@ -223,7 +223,7 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
             text=True,
         )
         try:
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + 180
             while not online_work_seen(log_path.read_text()):
                 assert proc.poll() is None, log_path.read_text()[-3000:]
                 if time.monotonic() >= deadline:
