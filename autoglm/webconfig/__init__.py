@@ -4,9 +4,9 @@ Operators of Prometheus exporters already keep ``web-config.yml`` files (``--web
 with ``tls_server_config``, ``http_server_config.headers`` and ``basic_auth_users`` (bcrypt
 hashes); every component here takes the same file so those files can be reused as they are.
 
-One module per job: :mod:`~autoglm.webconfig.parse` reads and validates the file (with
-:mod:`~autoglm.webconfig.sections` for each section's keys and values),
-:mod:`~autoglm.webconfig.tls` builds the TLS context, :mod:`~autoglm.webconfig.basic_auth`
+One module per job: :mod:`~autoglm.webconfig.parse` reads and validates the file against its schema,
+:mod:`~autoglm.webconfig.tls` checks the TLS block and builds the context (with
+:mod:`~autoglm.webconfig.sections` for its keys and values), :mod:`~autoglm.webconfig.basic_auth`
 checks credentials, :mod:`~autoglm.webconfig.reload` notices changed files, and
 :mod:`~autoglm.webconfig.loaded` holds the config a server asks (:class:`WebConfig`).
 """

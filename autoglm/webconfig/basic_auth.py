@@ -12,13 +12,11 @@ import base64
 import binascii
 import hashlib
 import hmac
-import re
 import secrets
 from collections.abc import Mapping
 
 import bcrypt
 
-BCRYPT_HASH = re.compile(r"^\$2[abxy]\$(\d\d)\$[./A-Za-z0-9]{53}$")
 # bcrypt only reads the first 72 bytes of a password; Go's bcrypt (and htpasswd) truncate.
 _BCRYPT_MAX_PASSWORD = 72
 # Compared against when the user is unknown so that a wrong user costs as much as a wrong password.

@@ -13,13 +13,6 @@ from typing import Any
 from autoglm.config import ConfigError
 
 
-def mapping(value: Any, where: str, key: str) -> dict[str, Any]:
-    """``value`` when it is a mapping, else a ConfigError naming ``key``."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: {key} must be a mapping of key: value")
-    return value
-
-
 def reject_unknown(section: Mapping[str, Any], known: set[str], where: str, prefix: str) -> None:
     """A ConfigError for the first key of ``section`` not in ``known``, listing the valid ones."""
     for key in section:

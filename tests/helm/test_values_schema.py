@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from autoglm.config import ConfigError, build_config, settings_json_schema
-from autoglm.webconfig.parse import settings_from_mapping
+from autoglm.webconfig.parse import WebConfigFile, settings_from_mapping
 from autoscaler.config import AutoscalerConfig
 from batcher.config import BatcherConfig
 from exporter.config import ExporterConfig
@@ -104,22 +104,56 @@ def test_the_chart_defaults_load_as_settings():
                 assert holds(default, schema[bound]), f"{component}.{value}: {default}"
 
 
-def test_the_web_config_values_are_what_the_servers_read():
-    """``<component>.webConfig.config`` becomes the --web-config-file the servers read: every
-    section the chart takes is one the parser knows, the one the parser refuses the chart
-    refuses too, and a bcrypt hash the parser takes fits the chart's pattern."""
-    chart = _values_schema()["properties"]["exporter"]["properties"]["webConfig"]
-    config = chart["properties"]["config"]
-    for section in config["properties"]:
-        settings_from_mapping({section: None})  # known: no "unknown key" error
-    assert config.get("additionalProperties") is False
+def _chart_form(node: dict, defs: dict) -> dict:
+    """A pydantic JSON schema as the chart writes it: references inlined, ``X | None`` as
+    ``X`` (a null value drops the key in Helm), no titles, defaults or descriptions."""
+    if "$ref" in node:
+        node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **node}
+        del node["$ref"]
+    branches = [b for b in node.get("anyOf", ()) if b.get("type") != "null"]
+    if len(branches) == 1:
+        node = {**{k: v for k, v in node.items() if k != "anyOf"}, **branches[0]}
+        return _chart_form(node, defs)
+    out = {k: v for k, v in node.items() if k not in ("title", "default", "description")}
+    if out.get("additionalProperties") is True:
+        del out["additionalProperties"]
+    for key in ("properties", "patternProperties"):
+        if key in out:
+            out[key] = {name: _chart_form(sub, defs) for name, sub in out[key].items()}
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = _chart_form(out["additionalProperties"], defs)
+    return out
+
+
+def _without_descriptions(node: object) -> object:
+    if isinstance(node, dict):
+        return {k: _without_descriptions(v) for k, v in node.items() if k != "description"}
+    return node
+
+
+@pytest.mark.parametrize("component", ["exporter", "predictor", "autoscaler"])
+def test_the_web_config_values_have_the_web_config_schema(component):
+    """``<component>.webConfig.config`` becomes the --web-config-file the servers read: the
+    chart constrains it as the servers' schema does (sections, header names and values, user
+    names, the bcrypt pattern; ``rate_limit`` is refused by both)."""
+    chart = _values_schema()["properties"][component]["properties"]["webConfig"]
+    config = _without_descriptions(chart["properties"]["config"])
+    schema = WebConfigFile.model_json_schema(by_alias=True)
+    wanted = _chart_form(schema, schema.pop("$defs"))
+    assert config == wanted, (
+        f"values.schema.json {component}.webConfig.config should be "
+        f"{json.dumps(wanted, indent=2)} (from autoglm.webconfig.parse.WebConfigFile)"
+    )
     assert "rate_limit" not in config["properties"]
     with pytest.raises(ConfigError, match="rate_limit"):
         settings_from_mapping({"rate_limit": {}})
+
+
+def test_a_bcrypt_hash_the_servers_take_fits_the_chart_pattern():
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
     settings_from_mapping({"basic_auth_users": {"ops": hashed}})
-    pattern = config["properties"]["basic_auth_users"]["additionalProperties"]["pattern"]
-    assert re.search(pattern, hashed)
-    for component in ("predictor", "autoscaler"):
-        other = _values_schema()["properties"][component]["properties"]["webConfig"]
-        assert other["properties"]["config"] == config, component
+    chart = _values_schema()["properties"]["exporter"]["properties"]["webConfig"]
+    users = chart["properties"]["config"]["properties"]["basic_auth_users"]
+    (pattern,) = users["patternProperties"].values()
+    assert re.search(pattern["pattern"], hashed)
+    assert not re.search(pattern["pattern"], hashed.replace("$04$", "$03$", 1))
