@@ -24,6 +24,7 @@ COPY autoscaler ./autoscaler
 COPY batcher ./batcher
 COPY jobs ./jobs
 COPY dashboards ./dashboards
+COPY alerts ./alerts
 COPY stack ./stack
 RUN pip install .
 
