@@ -234,6 +234,12 @@ class ModelRepository:
         state, _ = self._states.get(name, (UNAVAILABLE, ""))
         if state == READY:
             return
+        if name not in source.names():
+            self._states.pop(name, None)  # its folder is gone: no longer in the index
+            raise NotInRepository(
+                f"no model {name!r} in the repository (it holds: "
+                f"{', '.join(source.names()) or 'none'})"
+            )
         if state in (LOADING, UNLOADING):
             raise RepositoryBusy(f"model {name!r} is {state.lower()}; retry once it is done")
         if self._draining:

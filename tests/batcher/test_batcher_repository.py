@@ -111,8 +111,9 @@ def test_index_lists_every_model_with_its_state_and_load_makes_one_ready(run_vir
             models.serving("b")
         with pytest.raises(UnknownModel, match="version '2'"):
             models.serving("a", "2")
-        with pytest.raises(NotInRepository):
+        with pytest.raises(NotInRepository, match=r"no model 'zzz' .* holds: a, b"):
             await models.load("zzz")
+        assert "zzz" not in states(models)  # a failed look-up leaves the index as it was
         await models.drain(10)
 
     run_virtual(main)

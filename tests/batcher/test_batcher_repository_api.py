@@ -120,6 +120,15 @@ def test_index_load_and_unload_through_tritonclient_http(repository_server) -> N
     )
     assert [entry["name"] for entry in ready.json()] == ["alpha", "beta"]
 
+    base = f"http://{http_url}/v2/repository"
+    garbled = requests.post(f"{base}/index", data=b"{not json", timeout=10)
+    assert garbled.status_code == 400 and "not JSON" in garbled.json()["error"]
+    override = requests.post(
+        f"{base}/models/gamma/load", json={"parameters": {"config": "{}"}}, timeout=10
+    )
+    assert override.status_code == 400 and "'config' is not supported" in override.json()["error"]
+    assert requests.post(f"{base}/models/nope/unload", timeout=10).status_code == 404
+
     client.unload_model("beta")
     assert states(client.get_model_repository_index())["beta"] == "UNAVAILABLE"
     assert not client.is_model_ready("beta")
