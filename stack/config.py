@@ -77,7 +77,10 @@ class UpConfig:
     )
     trace_file: str = field(
         default="",
-        metadata={"help": "CSV of offset_seconds,requests rows to replay instead of the excerpt"},
+        metadata={
+            "help": "with --profile trace: a dataset name (`autoglm datasets list`) or a CSV path "
+            "to replay instead of the shipped excerpt"
+        },
     )
     peak_rps: float = field(
         default=100.0, metadata={"help": "requests per second at the profile's highest point"}

@@ -12,12 +12,12 @@ import bisect
 import csv
 import math
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
 from autoglm.config import ConfigError
 from stack.config import DAY_SECONDS, UpConfig
+from stack.request_traces import FORMS, OWN_HEADER, counts_from_trace, trace_file
 
 EXCERPT = "genai_requests_15min.csv"
 # The trace replay starts at 15:00 of its first day, just before the service's busy evening
@@ -103,21 +103,31 @@ def ramp_level(day: float) -> float:
 
 
 def read_trace(path: str | Path | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """``(offsets, counts)`` from an ``offset_seconds,requests`` CSV (default: the excerpt)."""
-    where = str(path) if path else f"stack/data/{EXCERPT}"
+    """``(offsets, counts)`` to replay: the shipped excerpt without ``path``, else what
+    ``--trace-file`` names, a dataset or a file (:mod:`stack.request_traces`)."""
+    file = trace_file(str(path)) if path else Path(__file__).with_name("data") / EXCERPT
+    where = str(file) if path else f"stack/data/{EXCERPT}"
     try:
-        if path:
-            text = Path(path).read_text()
-        else:
-            text = resources.files("stack.data").joinpath(EXCERPT).read_text()
+        text = file.read_text()
     except OSError as exc:
         raise ConfigError(f"--trace-file: cannot read {where!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(f"--trace-file {where!r} is not a CSV file; give {FORMS}") from None
     rows = list(csv.reader(text.splitlines()))
-    if not rows or [c.strip() for c in rows[0]] != ["offset_seconds", "requests"]:
-        raise ConfigError(f"--trace-file {where!r}: the header must be offset_seconds,requests")
+    header = [c.strip() for c in rows[0]] if rows else []
+    if header == OWN_HEADER:
+        times, counts = _own_rows(rows[1:], where)
+    else:
+        times, counts = counts_from_trace(file, header)
+    if len(times) < 2 or max(counts) <= 0:
+        raise ConfigError(f"--trace-file {where!r}: needs at least two rows and some requests")
+    return tuple(times), tuple(counts)
+
+
+def _own_rows(rows: list[list[str]], where: str) -> tuple[list[float], list[float]]:
     times: list[float] = []
     counts: list[float] = []
-    for line, row in enumerate(rows[1:], start=2):
+    for line, row in enumerate(rows, start=2):
         try:
             t, n = float(row[0]), float(row[1])
         except (IndexError, ValueError):
@@ -128,9 +138,7 @@ def read_trace(path: str | Path | None) -> tuple[tuple[float, ...], tuple[float,
             raise ConfigError(f"--trace-file {where!r} line {line}: requests must be >= 0")
         times.append(t)
         counts.append(n)
-    if len(times) < 2 or max(counts) <= 0:
-        raise ConfigError(f"--trace-file {where!r}: needs at least two rows and some requests")
-    return tuple(times), tuple(counts)
+    return times, counts
 
 
 def profile_from_config(cfg: UpConfig) -> RateProfile:

@@ -133,7 +133,7 @@ def test_bad_trace_files_are_named(tmp_path: Path) -> None:
         bad.write_text(text)
         with pytest.raises(ConfigError, match=words):
             profile_from_config(UpConfig(profile="trace", trace_file=str(bad)))
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match=r"missing\.csv does not exist, and no trace or excerpt"):
         read_trace(tmp_path / "missing.csv")
 
 
