@@ -47,7 +47,7 @@ def _alert_cases() -> list[dict]:
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=ROOT, check=False
+        [PROMTOOL, *args], capture_output=True, text=True, timeout=240, cwd=ROOT, check=False
     )
 
 

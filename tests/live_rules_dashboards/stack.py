@@ -68,6 +68,7 @@ FORECAST_TARGET = "requests"  # the autoscaler's metric and the predictor's targ
 HORIZONS_S = (2, 4)
 STEADY_RATE = 20.0  # requests per second while nothing is overloaded
 SESSION_S = 360.0  # no load outlives this, whatever happens to the tests
+READY_S = 180.0  # a component's start on a busy machine, where importing alone can take a minute
 REQUEST_RATE = 'sum(rate(autoglm_batcher_requests_total{job="autoglm-batcher"}[5s]))'
 JOB_LINES = 60_000  # best-effort requests, more than the job answers within SESSION_S
 
@@ -308,7 +309,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
             ready_url=f"http://{autoscaler_address}/healthz",
             log_path=workdir / "autoscaler.log",
         )  # fmt: skip
-        autoscaler.start(ready_timeout=60)
+        autoscaler.start(ready_timeout=READY_S)
         started.append(autoscaler)
         kube, kubeconfig = _budget_cluster(workdir)
         started.append(kube)
@@ -322,7 +323,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
             ready_url=f"http://{budget_autoscaler_address}/healthz",
             log_path=workdir / "budget-autoscaler.log",
         )  # fmt: skip
-        budget_autoscaler.start(ready_timeout=60)
+        budget_autoscaler.start(ready_timeout=READY_S)
         started.append(budget_autoscaler)
         predictor = LiveProcess(
             [
@@ -333,12 +334,12 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
             ready_url=f"http://{predictor_address}/metrics",
             log_path=workdir / "predictor.log",
         )  # fmt: skip
-        predictor.start(ready_timeout=60)
+        predictor.start(ready_timeout=READY_S)
         started.append(predictor)
         stack = LiveStack(
             prometheus, alertmanager, webhook, exporter_a, exporter_b, workers[0], started_at
         )
-        _wait_ready(f"http://{workers[0]}/v2/health/ready", timeout=60)
+        _wait_ready(f"http://{workers[0]}/v2/health/ready", timeout=READY_S)
         job = LiveProcess(
             [
                 "autoglm-job", "run", "--input", str(_job_input(workdir / "job.jsonl")),
@@ -350,14 +351,14 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
             ready_url=f"http://{job_address}/metrics",
             log_path=workdir / "job.log",
         )  # fmt: skip
-        job.start(ready_timeout=30)
+        job.start(ready_timeout=READY_S)
         started.append(job)
         steady = Load.steady(stack.infer_url, STEADY_RATE, SESSION_S)
         started.append(steady)
         prometheus.wait_for(
             "count(namespace_workload_pod:DCGM_FI_DEV_GPU_UTIL:relabel) and count(up == 1) >= 5",
             lambda result: bool(result),
-            timeout=60,
+            timeout=READY_S,
         )
         yield stack
     finally:

@@ -37,7 +37,7 @@ from tests.live_rules_dashboards.stack import (
     LiveStack,
 )
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]  # the shared stack starts in the first
 
 ALERT_WAIT_S = 90.0  # a `for: 1m` alert, evaluated every second, plus delivery
 PANEL_WAIT_S = 100.0  # GPU-hour panels integrate in 1-minute steps: wait past one boundary
