@@ -10,8 +10,9 @@ to re-measure); a test module may still mark a test ``slow`` itself.
 Parallel runs (pytest-xdist, ``-n N --dist loadgroup``, as ``scripts/test`` runs them): tests
 that share a module- or session-scoped fixture of this suite (a real Prometheus, the live stack)
 are put in one ``xdist_group``, so that one worker starts it once and runs them in their order;
-the rest spread one by one. ``RUN_FIRST`` starts the longest tests before the short ones, so
-that they overlap the rest instead of trailing it.
+so are the CPU-bound ``BENCH_SMOKES``, one at a time; the rest spread one by one. ``RUN_FIRST``
+starts the longest tests before the short ones, so that they overlap the rest instead of
+trailing it (with ``--no-loadscope-reorder``, which keeps this order).
 
 Skips: the helm chart tests need the helm binary that ``scripts/install-helm`` puts in
 ``.tools/bin``; without it they are skipped with that reason instead of failing.
@@ -71,17 +72,27 @@ SLOW_TESTS = (
 # Fixtures that start a real process or a Prometheus server.
 SLOW_FIXTURES = frozenset({"start_exporter", "live_stack"})
 
-# The slow tier's longest tests (each runs a whole stack or a bench for a minute or more of wall
-# clock), moved to the front of the run in this order: in a parallel run they then overlap the
-# many short tests instead of starting last and trailing them (docs/testing.md).
+# The bench smokes: each keeps the CPU busy for a minute or more. A parallel run gives them one
+# worker between them, one after another, so that they do not starve each other and the
+# wall-clock runs (``autoglm up``, the live stack) beside them.
+BENCH_SMOKES = (
+    "bench/",
+    "autoscaler/test_budget_simulator.py::test_the_bench_smoke",
+    "autoscaler/test_fleet_backfill_bench.py",
+    "batcher/test_batcher_backfill_bench.py",
+    "batcher/test_batcher_gpu_bench.py",
+    "predictor/test_predictor_bench.py",
+)
+
+# The slow tier's longest tests (a whole stack, or a bench, for a minute or more of wall clock),
+# moved to the front of the run in this order: in a parallel run they then overlap the many
+# short tests instead of starting last and trailing them (docs/testing.md).
 RUN_FIRST = (
     "up/test_up_cli.py",
+    "live_rules_dashboards/",
+    *BENCH_SMOKES,
     "test_readme_examples.py::test_example_runs[README.md:",
     "alerts/test_promtool.py::test_unit_tests_pass_in_promtool",
-    "autoscaler/test_budget_simulator.py::test_the_bench_smoke",
-    "batcher/test_batcher_backfill_bench.py",
-    "bench/",
-    "batcher/test_batcher_gpu_bench.py",
     "test_readme_examples.py",
 )
 
@@ -140,7 +151,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if no_helm is not None and _relative_id(item).startswith("helm/"):
             item.add_marker(no_helm)
-        home = shared_fixture_home(item) if grouping else None
-        if home is not None and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(home))
+        if grouping and not item.get_closest_marker("xdist_group"):
+            bench = _relative_id(item).startswith(BENCH_SMOKES)
+            group = "bench smokes" if bench else shared_fixture_home(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=run_first_rank)  # stable: the order within each rank is kept
