@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from autoglm.schema_errors import first_error_line
 from autoscaler.budget_spec import BudgetPolicyModel, GPUBudgetSpecModel
-from autoscaler.controller.kube import _CLIENT_ERRORS, KubeAPI, KubeError, _wrap
+from autoscaler.controller.kube import KubeAPI, KubeError
 from autoscaler.controller.reconciler import Admission, rfc3339
 from autoscaler.core.behavior import ScalingState
 from autoscaler.core.budget import REASONS, Share, Tenant, admit, behavior_floor
@@ -44,12 +44,6 @@ BUDGET_LABEL = "autoscaling.autoglm.io/gpu-budget"
 CONDITION = "BudgetLimited"
 # The grant could not be recorded because another writer changed the budget first.
 CONTENDED = "Contended"
-
-_READ_TEMPLATE = {
-    "Deployment": "read_namespaced_deployment",
-    "StatefulSet": "read_namespaced_stateful_set",
-    "ReplicaSet": "read_namespaced_replica_set",
-}
 
 
 class BudgetSpecError(ValueError):
@@ -221,8 +215,10 @@ class BudgetCoordinator:
         """Read the budgets and their tenants. When they cannot be read, the last ones read
         stay in force (a read error must not lift every cap)."""
         try:
-            objects = self._list(PLURAL)
-            autoscalers = self._list(self.kube.plural) if objects else []
+            objects = self.kube.list_objects(self.namespace, PLURAL)
+            autoscalers = (
+                self.kube.list_objects(self.namespace, self.kube.plural) if objects else []
+            )
         except KubeError as exc:
             if exc.not_found:  # the GPUBudget CRD is not installed: there are no budgets
                 self.budgets, self.members = {}, {}
@@ -289,15 +285,6 @@ class BudgetCoordinator:
                     self.members[name] = member
                     self.proposals.setdefault(name, member.current)
 
-    def _list(self, plural: str) -> list[dict[str, Any]]:
-        try:
-            body = self.kube.custom.list_namespaced_custom_object(
-                self.kube.group, self.kube.version, self.namespace, plural
-            )
-        except _CLIENT_ERRORS as exc:
-            raise _wrap(f"list {plural} in {self.namespace}", exc) from exc
-        return list(body.get("items") or [])
-
     def _member(self, obj: dict[str, Any]) -> _Member | None:
         """The autoscaler's spec, current replicas and GPUs per replica; None when unreadable
         (it is then not admitted to grow, see :meth:`admit`)."""
@@ -318,12 +305,7 @@ class BudgetCoordinator:
     def _template_gpus(self, kind: str, name: str) -> dict[str, float]:
         """Requests summed over the pod template's containers (init containers run before and
         do not add to what a running replica holds)."""
-        if kind not in _READ_TEMPLATE:
-            raise KubeError(f"read {kind}", None, "UnsupportedKind", f"{kind} is not supported")
-        try:
-            workload = getattr(self.kube.apps, _READ_TEMPLATE[kind])(name, self.namespace)
-        except _CLIENT_ERRORS as exc:
-            raise _wrap(f"get {kind}/{name}", exc) from exc
+        workload = self.kube.read_workload(self.namespace, kind, name)
         out: dict[str, float] = {}
         template = workload.spec.template if workload.spec else None
         for container in (template.spec.containers if template and template.spec else None) or []:
@@ -529,12 +511,7 @@ class BudgetCoordinator:
             raise KubeError("patch gpubudget status", None, "NotLeader", "not the leader")
         meta = obj["metadata"]
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": status}
-        try:
-            obj = self.kube.custom.patch_namespaced_custom_object_status(
-                self.kube.group, self.kube.version, self.namespace, PLURAL, meta["name"], body
-            )
-        except _CLIENT_ERRORS as exc:
-            raise _wrap(f"patch {PLURAL}/{meta['name']}/status", exc) from exc
+        obj = self.kube.patch_object_status(self.namespace, PLURAL, meta["name"], body)
         meta.update(resourceVersion=obj["metadata"]["resourceVersion"])
         return obj
 

@@ -46,6 +46,12 @@ _SCALE_METHODS = {
     "StatefulSet": ("read_namespaced_stateful_set_scale", "replace_namespaced_stateful_set_scale"),
     "ReplicaSet": ("read_namespaced_replica_set_scale", "replace_namespaced_replica_set_scale"),
 }
+# scaleTargetRef.kind -> the AppsV1Api method that reads the workload
+_READ_WORKLOAD = {
+    "Deployment": "read_namespaced_deployment",
+    "StatefulSet": "read_namespaced_stateful_set",
+    "ReplicaSet": "read_namespaced_replica_set",
+}
 
 
 class KubeError(Exception):
@@ -124,13 +130,7 @@ class KubeAPI:
     # --- GPUAutoscaler objects -----------------------------------------------------------------
 
     def list_autoscalers(self, namespace: str) -> list[dict[str, Any]]:
-        try:
-            body = self.custom.list_namespaced_custom_object(
-                self.group, self.version, namespace, self.plural
-            )
-        except _CLIENT_ERRORS as exc:
-            raise _wrap(f"list {self.plural} in {namespace}", exc) from exc
-        return list(cast(dict[str, Any], body).get("items") or [])
+        return self.list_objects(namespace, self.plural)
 
     def get_autoscaler(self, namespace: str, name: str) -> dict[str, Any]:
         try:
@@ -147,15 +147,34 @@ class KubeAPI:
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any]:
         """Merge-patch ``.status`` through the status subresource."""
+        return self.patch_object_status(namespace, self.plural, name, {"status": dict(status)})
+
+    # --- other custom objects of the group (GPUBudgets) ----------------------------------------
+
+    def list_objects(self, namespace: str, plural: str) -> list[dict[str, Any]]:
+        """The objects of ``plural`` in this API group and version."""
+        try:
+            body = self.custom.list_namespaced_custom_object(
+                self.group, self.version, namespace, plural
+            )
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"list {plural} in {namespace}", exc) from exc
+        return list(cast(dict[str, Any], body).get("items") or [])
+
+    def patch_object_status(
+        self, namespace: str, plural: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch ``body`` through the status subresource; a ``metadata.resourceVersion``
+        in it makes a concurrent writer's change a 409 (``KubeError.conflict``)."""
         try:
             return cast(
                 dict[str, Any],
                 self.custom.patch_namespaced_custom_object_status(
-                    self.group, self.version, namespace, self.plural, name, {"status": dict(status)}
+                    self.group, self.version, namespace, plural, name, dict(body)
                 ),
             )
         except _CLIENT_ERRORS as exc:
-            raise _wrap(f"patch {self.plural}/{name}/status", exc) from exc
+            raise _wrap(f"patch {plural}/{name}/status", exc) from exc
 
     # --- scale subresource ---------------------------------------------------------------------
 
@@ -203,6 +222,16 @@ class KubeAPI:
         except _CLIENT_ERRORS as exc:
             raise _wrap(f"update {kind}/{name} scale", exc) from exc
         return _scale_info(scale)
+
+    def read_workload(self, namespace: str, kind: str, name: str) -> Any:
+        """The Deployment, StatefulSet or ReplicaSet itself (its pod template says what one
+        replica requests)."""
+        if kind not in _READ_WORKLOAD:
+            raise KubeError(f"read {kind}", None, "UnsupportedKind", f"{kind} is not supported")
+        try:
+            return getattr(self.apps, _READ_WORKLOAD[kind])(name, namespace)
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(f"get {kind}/{name}", exc) from exc
 
     # --- pods ----------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import yaml
 
 from autoscaler.controller.budget import BudgetCoordinator, BudgetMetrics, parse_budget
 from autoscaler.controller.controllers import KubernetesController
-from autoscaler.controller.kube import KubeAPI
+from autoscaler.controller.kube import KubeAPI, KubeError
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.loop import ReconcileLoop
 from autoscaler.controller.metrics_source import PrometheusMetricsSource
@@ -309,3 +309,23 @@ def test_the_example_budget_fits_the_crd_and_the_parser():
         jsonschema.validate(example, _as_json_schema(version["schema"]["openAPIV3Schema"]))
     with pytest.raises(ValueError, match="weight"):
         parse_budget(example)
+
+
+def test_what_budgets_read_and_write_goes_through_kube_api(h):
+    """The budget coordinator's calls (other custom objects, a workload's template, a status
+    patch guarded by resourceVersion) turn client errors into KubeErrors like the rest."""
+    h.fake.add_custom("gpubudgets", budget_object(total=4))
+    (budget,) = h.kube.list_objects(NS, "gpubudgets")
+    assert budget["spec"]["resources"] == {"nvidia.com/gpu": 4}
+    h.fake.add_workload(NS, "chat", 1, {"app": "chat"}, requests={"nvidia.com/gpu": "2"})
+    workload = h.kube.read_workload(NS, "Deployment", "chat")
+    assert workload.spec.template.spec.containers[0].resources.requests == {"nvidia.com/gpu": "2"}
+    with pytest.raises(KubeError) as missing:
+        h.kube.read_workload(NS, "Deployment", "absent")
+    assert missing.value.not_found
+    with pytest.raises(KubeError, match="UnsupportedKind"):
+        h.kube.read_workload(NS, "DaemonSet", "chat")
+    stale = {"metadata": {"resourceVersion": "0"}, "status": {"granted": []}}
+    with pytest.raises(KubeError) as conflict:
+        h.kube.patch_object_status(NS, "gpubudgets", "team", stale)
+    assert conflict.value.conflict
