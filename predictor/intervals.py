@@ -38,6 +38,8 @@ import numpy as np
 POWERS = (0.0, 0.5, 1.0)
 FLOOR_FRACTION = 0.1
 MIN_ERRORS_TO_CHOOSE = 20
+# Errors older than this many half-lives (weight under 0.4 %) are left out of the quantile.
+RECENCY_REACH = 8.0
 
 
 @dataclass(frozen=True)
@@ -188,32 +190,48 @@ class ResidualWindow:
         if not known:
             return out
         rows = np.asarray([sources[i] for i in known]) - 1
-        counts = self._count[rows]
-        width = int(counts.max())
-        values = self._values[rows, :width]
-        if scaling.power != 0.0:
-            values = values / scaling.scale(self._levels[rows, :width])
-        held = np.arange(width) < counts[:, None]
-        values = np.where(held, values, np.inf)
         q = np.broadcast_to(np.asarray(q, dtype=float), (len(horizons),))[known]
         if self.half_life is None:
-            ranks = np.minimum(counts, np.ceil((counts + 1) * q).astype(int)) - 1
-            ordered = np.partition(values, np.unique(ranks), axis=1)
-            quantiles = ordered[np.arange(len(rows)), ranks]
+            quantiles = self._plain_quantiles(rows, q, scaling)
         else:
-            weights = self._weights(rows, width)
-            quantiles = weighted_conformal_quantiles(values, weights, q)
+            quantiles = self._weighted_quantiles(rows, q, scaling)
         if scaling.power != 0.0:
             quantiles = quantiles * scaling.scale(np.asarray(points, dtype=float)[known])
         out[known] = quantiles
         return out
 
-    def _weights(self, rows: np.ndarray, width: int) -> np.ndarray:
-        """Each held error's weight by its age (the newest is age 0); 0 past a row's count."""
-        slots = np.arange(width)
-        counts, nexts = self._count[rows][:, None], self._next[rows][:, None]
-        age = np.where(counts < self.size, counts - 1 - slots, (nexts - 1 - slots) % self.size)
-        return np.where(slots < counts, self._decay[np.maximum(age, 0)], 0.0)
+    def _plain_quantiles(
+        self, rows: np.ndarray, q: np.ndarray, scaling: LevelScaling
+    ) -> np.ndarray:
+        """Rank ``ceil((n + 1) q)`` of each row's scaled errors, in one partial sort."""
+        counts = self._count[rows]
+        width = int(counts.max())
+        values = self._values[rows, :width]
+        if scaling.power != 0.0:
+            values = values / scaling.scale(self._levels[rows, :width])
+        values = np.where(np.arange(width) < counts[:, None], values, np.inf)
+        ranks = np.minimum(counts, np.ceil((counts + 1) * q).astype(int)) - 1
+        ordered = np.partition(values, np.unique(ranks), axis=1)
+        return ordered[np.arange(len(rows)), ranks]
+
+    def _weighted_quantiles(
+        self, rows: np.ndarray, q: np.ndarray, scaling: LevelScaling
+    ) -> np.ndarray:
+        """The recency-weighted quantile of each row's scaled errors, over the newest errors
+        whose weight is not negligible (``RECENCY_REACH`` half-lives): the bound is asked at
+        every update, and a shorter sort keeps that cheap."""
+        reach = min(self.size, int(np.ceil(RECENCY_REACH * (self.half_life or 0.0))))
+        keep = max(1, min(reach, int(self._count[rows].max())))
+        # slot of each of the newest ``keep`` errors, oldest first; a row not yet full has
+        # its next free slot at its count, so slots below 0 are errors it never had
+        slots = self._next[rows][:, None] + np.arange(-keep, 0)
+        held = (slots >= 0) | (self._count[rows] >= self.size)[:, None]
+        slots %= self.size
+        values = self._values[rows[:, None], slots]
+        if scaling.power != 0.0:
+            values = values / scaling.scale(self._levels[rows[:, None], slots])
+        weights = np.where(held, self._decay[keep - 1 :: -1][:keep], 0.0)
+        return weighted_conformal_quantiles(np.where(held, values, np.inf), weights, q)
 
     def best_scaling(
         self, q: float, floor: float, powers: tuple[float, ...] = POWERS
