@@ -5,11 +5,12 @@ same object in both. The decisions (when to start, how large, whom to refuse, ho
 are pure functions in :mod:`batcher.policy`; this module applies them to real requests and time.
 All times come from the event loop's clock, so a loop with a virtual clock runs the engine in
 simulated time (the tests do). What waits lives in :mod:`batcher.request_queue`, the arrival
-rate in :mod:`batcher.arrivals`, the cost model and the caps in :mod:`batcher.batch_sizing`, and
-why a request was not served in :mod:`batcher.errors` (the servers map those to HTTP statuses
-and gRPC codes). Each batch runs once this model holds the
-:class:`~batcher.device.SharedDevice`: a device of its own when the process serves one model, one
-shared with the other models' engines when it serves several (:mod:`batcher.repository`).
+rate in :mod:`batcher.arrivals`, the cost model and the caps in :mod:`batcher.batch_sizing`, the
+best-effort quantum, pacing and throttle in :mod:`batcher.best_effort_lane`, and why a request
+was not served in :mod:`batcher.errors` (the servers map those to HTTP statuses and gRPC codes).
+Each batch runs once this model holds the :class:`~batcher.device.SharedDevice`: a device of its
+own when the process serves one model, one shared with the other models' engines when it serves
+several (:mod:`batcher.repository`).
 
 Guarantees:
 * every accepted request is answered exactly once: a result, or an error saying why;
@@ -46,17 +47,11 @@ from batcher.arrivals import ArrivalTracker
 from batcher.batch_sizing import BatchSizer
 from batcher.best_effort import (
     BEST_EFFORT,
-    STEPS_PER_WINDOW,
-    LatencyWindow,
     PriorityError,
-    SlackController,
     classify_priority,
-    effective_quantum,
-    next_start_for_share,
-    quantum_batch_limit,
     queue_full_retry_after,
-    throttled_retry_after,
 )
+from batcher.best_effort_lane import BestEffortLane
 from batcher.busy_window import BusyWindow
 from batcher.config import BatcherConfig
 from batcher.device import SharedDevice
@@ -163,14 +158,17 @@ class Batcher:
         self._arrivals = ArrivalTracker()
         self.batches = 0
         self.best_effort_priority = best_effort_priority or priority_levels + 1
-        self.configured_quantum = best_effort_quantum_seconds
-        self.best_effort_max_queue = best_effort_max_queue
-        self.slack_margin = best_effort_slack_margin * slo_seconds
-        self.online_latencies = LatencyWindow(best_effort_window_seconds)
-        self.controller = SlackController(
-            self.slack_margin, best_effort_window_seconds / STEPS_PER_WINDOW
+        self.lane = BestEffortLane(
+            self.sizing,
+            self.metrics,
+            slo_seconds=slo_seconds,
+            quantum_seconds=best_effort_quantum_seconds,
+            max_queue=best_effort_max_queue,
+            slack_margin=best_effort_slack_margin,
+            window_seconds=best_effort_window_seconds,
         )
-        self._best_effort_last: tuple[float, float] = (-math.inf, 0.0)  # (end, seconds)
+        self.controller = self.lane.controller
+        self.online_latencies = self.lane.online_latencies
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -371,9 +369,9 @@ class Batcher:
         self._steer(now)
         if self.controller.throttled:
             self.metrics.refused_best_effort("throttled")
-            raise self._throttled(now)
+            raise self.lane.throttled_refusal(now)
         limit = self.best_effort_batch_limit()
-        bound = self.best_effort_max_queue or 2 * limit
+        bound = self.lane.queue_bound()
         waiting = self._waiting.best_effort_items
         if waiting and waiting + size > bound:
             self.metrics.refused_best_effort("queue_full")
@@ -412,62 +410,19 @@ class Batcher:
     @property
     def quantum(self) -> float:
         """The best-effort quantum in force (seconds): configured or derived, at least t(1)."""
-        return effective_quantum(
-            self.configured_quantum, self.slo_seconds, self.sizing.cost_with_margin(1)
-        )
+        return self.lane.quantum
 
     def best_effort_batch_limit(self, budget: float | None = None) -> int:
-        """Largest best-effort batch predicted to run within ``budget`` (default: the quantum).
-
-        With nothing measured yet: one item, the only size whose time is not a guess.
-        """
-        if not self.cost.known:
-            return 1
-        return quantum_batch_limit(
-            self.sizing.cost_with_margin,
-            self.quantum if budget is None else budget,
-            min(self.max_batch_size, self.cap_state.ceiling),
-            self.sizing.allowed,
-        )
+        """Largest best-effort batch predicted to run within ``budget`` (default: the quantum)."""
+        return self.lane.batch_limit(budget)
 
     def _steer(self, now: float) -> None:
-        """A slack-controller step, when one is due: the share follows the online slack."""
-        if now < self.controller.next_step_at():
-            return
-        p99 = self.online_latencies.p99(now)
-        slack = self.slo_seconds if p99 is None else self.slo_seconds - p99
-        change = self.controller.step(now, slack)
-        if change is None:
-            return
-        self.metrics.online_latency_slack.set(slack)
-        self.metrics.best_effort_share.set(change.after)
-        self.metrics.best_effort_throttled.set(1 if change.throttled else 0)
-        if change.throttle_changed:
-            fields = {
-                "slack_seconds": round(slack, 6),
-                "online_p99_seconds": None if p99 is None else round(p99, 6),
-                "margin_seconds": round(self.slack_margin, 6),
-                "share": round(change.after, 3),
-                "best_effort_queued_items": self._waiting.best_effort_items,
-            }
-            if change.throttled:
-                log.warning(
-                    "best-effort throttled: online latency slack under the margin", extra=fields
-                )
-                if not self._closing:  # a drain runs what it accepted
-                    self._shed_best_effort(now)
-            else:
-                log.info("best-effort resumed: online latency slack is back", extra=fields)
-
-    def _throttled(self, now: float) -> Rejected:
-        """The refusal of a best-effort request while throttled, with its Retry-After."""
-        clears = self.online_latencies.clears_at(now, self.slo_seconds - self.slack_margin)
-        return Rejected(
-            "best-effort work is paused: online latency is near its SLO; retry after the "
-            "Retry-After delay",
-            "throttled",
-            throttled_retry_after(clears, now, self.controller.interval),
-        )
+        """A slack-controller step, when due; waiting best-effort work is shed when the
+        throttle starts (a drain runs what it accepted)."""
+        change = self.lane.step(now, self._waiting.best_effort_items)
+        started = change is not None and change.throttle_changed and change.throttled
+        if started and not self._closing:
+            self._shed_best_effort(now)
 
     def _shed_best_effort(self, now: float) -> None:
         """Answer the waiting best-effort requests with the throttle's refusal.
@@ -477,7 +432,7 @@ class Batcher:
         """
         for request in self._pop_best_effort(self._waiting.best_effort_items):
             self.metrics.best_effort_refusals.labels(self.metrics.model, "throttled").inc()
-            self._fail(request, self._throttled(now))
+            self._fail(request, self.lane.throttled_refusal(now))
 
     def _judged_by_slo(self, timeout: float | None) -> bool:
         """Whether admission refuses this request when predicted to finish past the SLO.
@@ -645,12 +600,7 @@ class Batcher:
         return False
 
     def _best_effort_start(self, now: float) -> float:
-        """Earliest start of the next best-effort batch: the share's pacing and the utilization
-        cap (``inf`` while throttled); at once while draining, so everything accepted is run."""
-        if self._closing:
-            return now
-        end, seconds = self._best_effort_last
-        return max(next_start_for_share(end, seconds, self.controller.share), self._earliest_start)
+        return self.lane.start_at(now, self._earliest_start, self._closing)
 
     async def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
         due = self.memory.release_due(self._last_end) if self.memory else None
@@ -698,7 +648,7 @@ class Batcher:
         self.batches += 1
         self._account_busy(started, ended, outcome, batch[0].request_class)
         if best_effort:
-            self._best_effort_last = (ended, outcome.seconds)
+            self.lane.ran(ended, outcome.seconds)
         if outcome.out_of_memory:
             self._recover_from_oom(batch, items, outcome)
             return
