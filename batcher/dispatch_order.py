@@ -11,7 +11,9 @@ than one has a batch ready, the device goes to one of them by these rules, in or
    is optimal only while the admitted work is feasible; each model admits against its own
    backlog, so a burst on one model fills the device up to its own SLO, and another model's
    requests, arriving later with later deadlines, would then wait behind all of it and be late.
-   Serving the model that has used less first bounds that wait to the batch running now;
+   Serving the model that has used less first bounds that wait to the batch running now (with
+   two models the device already alternates under contention, since a model asks again only
+   after its batch; the rule decides among three or more);
 3. earliest dispatch deadline first (the most urgent request of each batch);
 4. the claim made first.
 
