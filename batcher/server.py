@@ -148,6 +148,10 @@ class BatcherServer:
             client_max_size=self.max_body_bytes,
         )
         model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
+        # aiohttp tries the routes under /v2/models in the order they were added: infer first,
+        # so the hot path matches on its first try
+        for base in model_paths:
+            app.router.add_post(base + "/infer", self._infer)
         app.router.add_get("/v2", self._server_metadata)
         app.router.add_get("/v2/health/live", self._live)
         app.router.add_get("/v2/health/ready", self._ready)
@@ -155,7 +159,6 @@ class BatcherServer:
         for base in model_paths:
             app.router.add_get(base, self._model_metadata)
             app.router.add_get(base + "/ready", self._model_ready)
-            app.router.add_post(base + "/infer", self._infer)
         RepositoryRoutes(self.models).register(app)
         return app
 
