@@ -231,7 +231,8 @@ def decide_main(argv: Sequence[str]) -> int:
         "--slo",
         default=None,
         help='with spec.slo, JSON: {"rate": REQ_PER_S, "forecast": REQ_PER_S (optional), '
-        '"serviceModel": {"fixedSeconds": C, "perItemSeconds": A, "maxBatch": B}}',
+        '"serviceModel": {"fixedSeconds": C, "perItemSeconds": A, "maxBatch": B, '
+        '"serviceScv": S (optional), "bestEffortQuantumSeconds": Q (optional)}}',
     )
     args = parser.parse_args(argv)
     try:
@@ -285,8 +286,12 @@ def _slo_from_json(raw: Any) -> SloInput:
             float(model.get("serviceScv", 0.0)),
         )
     forecast = raw.get("forecast")
+    quantum = (model or {}).get("bestEffortQuantumSeconds")
     return SloInput(
-        float(raw["rate"]), None if forecast is None else float(forecast), service_model
+        float(raw["rate"]),
+        None if forecast is None else float(forecast),
+        service_model,
+        best_effort_quantum_seconds=None if quantum is None else float(quantum),
     )
 
 
@@ -296,6 +301,7 @@ def _slo_json(outcome: SloOutcome | None) -> dict[str, Any] | None:
     sizing = outcome.sizing
     return {
         "sizingRate": outcome.sizing_rate,
+        "sizedLatencySeconds": outcome.sized_latency_seconds,
         "sizedReplicas": sizing.replicas if sizing else None,
         "modelledP99Seconds": sizing.modelled_p99_seconds if sizing else None,
         "feasible": sizing.feasible if sizing else None,

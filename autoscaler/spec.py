@@ -56,6 +56,7 @@ from autoglm.config import ConfigError, read_yaml_file
 from autoglm.schema_errors import Location, first_error_line
 from autoscaler.core.spec import (
     ALLOWED_TARGETS,
+    BATCHER_BEST_EFFORT_QUANTUM,
     BATCHER_COST_FIXED,
     BATCHER_COST_PER_ITEM,
     BATCHER_MAX_BATCH,
@@ -84,6 +85,7 @@ from autoscaler.core.spec import (
     SloSpec,
     SpecError,
     TargetType,
+    best_effort_quantum_query,
     default_behavior,
     default_scale_down_rules,
     default_scale_up_rules,
@@ -279,6 +281,12 @@ class ServiceModelQueries(WrittenSpec):
         default=None,
         description="Spread of one request's service time, a squared coefficient of variation "
         f"(default: max({BATCHER_SERVICE_SCV})); no series: taken as 0.",
+    )
+    best_effort_quantum_query: NonEmpty | None = Field(
+        default=None,
+        description="Longest best-effort slice in seconds, reserved out of the SLO: an online "
+        "request may wait one for the device (default: max(" + BATCHER_BEST_EFFORT_QUANTUM + ") "
+        "while the batchers' best-effort busy rate over 5m is > 0); no series: nothing reserved.",
     )
 
 
@@ -506,6 +514,8 @@ def _slo(slo: SloModel, path: str) -> SloSpec:
         or f"avg({BATCHER_COST_PER_ITEM}{selector})",
         max_batch_query=model.max_batch_query or f"min({BATCHER_MAX_BATCH}{selector})",
         service_scv_query=model.service_scv_query or f"max({BATCHER_SERVICE_SCV}{selector})",
+        best_effort_quantum_query=model.best_effort_quantum_query
+        or best_effort_quantum_query(selector),
         rate_name=slo.rate_name,
         prediction=_prediction(slo.prediction),
     )

@@ -298,10 +298,11 @@ class Reconciler:
             return SloInput(rate, upper, error="this controller has no service model source")
         try:
             model = self.service_models.read(spec.slo)
+            quantum = self.service_models.best_effort_quantum(spec.slo)
         except ServiceModelUnavailable as exc:
             count_error(exc.kind)
             return SloInput(rate, upper, error=f"service model: {exc.message}")
-        return SloInput(rate, upper, model)
+        return SloInput(rate, upper, model, best_effort_quantum_seconds=quantum)
 
     def _read(self, metric: MetricSpec, pods, count_error) -> MetricInput:
         reading = self.metrics_source.read(metric, pods, count_error)
@@ -446,13 +447,15 @@ def _metric_statuses(spec: GPUAutoscalerSpec, decision: Decision) -> list[dict[s
 
 
 def _slo_status(slo: SloOutcome) -> dict[str, Any]:
-    """``status.slo``: the modelled latency, the service model in use and why that many
-    replicas. Every key is always written (None removes it in the merge patch), so nothing
-    from an earlier reconcile lingers."""
+    """``status.slo``: the modelled latency, the service model in use (with the best-effort
+    slice reserved out of the SLO, None when no best-effort work runs), the latency sized for
+    and why that many replicas. Every key is always written (None removes it in the merge
+    patch), so nothing from an earlier reconcile lingers."""
     model, sizing = slo.service_model, slo.sizing
     return {
         "mode": "hpa_fallback" if slo.error else "slo",
         "latencySeconds": slo.latency_seconds,
+        "sizedLatencySeconds": slo.sized_latency_seconds,
         "quantile": slo.quantile,
         "rate": slo.rate,
         "forecastUpper": slo.forecast_upper,
@@ -463,6 +466,7 @@ def _slo_status(slo: SloOutcome) -> dict[str, Any]:
                 "perItemSeconds": model.per_item_seconds,
                 "maxBatch": model.max_batch,
                 "serviceScv": model.service_scv,
+                "bestEffortQuantumSeconds": slo.best_effort_quantum_seconds,
             }
             if model is not None
             else None

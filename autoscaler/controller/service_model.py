@@ -9,6 +9,11 @@ the smallest batch are kept, because a model that is too fast would size the fle
 A batcher from before the spread was exported answers no spread series: the model is then taken
 as deterministic (spread 0), as it was before, rather than not sized at all.
 
+With best-effort work on the fleet, an online request may also wait for one best-effort slice
+(``autoglm_batcher_best_effort_quantum_seconds``) and SLO sizing reserves it out of the SLO. The
+default query answers only while best-effort work ran recently; no series means no best-effort
+work and nothing is reserved. Of several batchers the longest slice is kept.
+
 No model yet is an expected state, not a failure: a fresh batcher exports zero costs until it
 has timed batches of two sizes. That, and any unreadable answer, raises
 :class:`ServiceModelUnavailable`, and the decision falls back to the HPA rule.
@@ -37,9 +42,15 @@ class ServiceModelSource(Protocol):
         """The fleet's service model now, or :class:`ServiceModelUnavailable`."""
         ...
 
+    def best_effort_quantum(self, slo: SloSpec) -> float | None:
+        """The longest best-effort slice in seconds, None when no best-effort work runs, or
+        :class:`ServiceModelUnavailable`."""
+        ...
+
 
 class PrometheusServiceModels:
-    """Reads the three terms with instant queries against one Prometheus."""
+    """Reads the model's terms and the best-effort slice with instant queries against one
+    Prometheus."""
 
     def __init__(self, client: PrometheusClient) -> None:
         self.client = client
@@ -62,6 +73,9 @@ class PrometheusServiceModels:
             return ServiceModel(fixed, per_item, math.floor(max_batch), spread)
         except ValueError as exc:
             raise ServiceModelUnavailable("service_model_invalid", str(exc)) from exc
+
+    def best_effort_quantum(self, slo: SloSpec) -> float | None:
+        return max(self._values(slo.best_effort_quantum_query, required=False), default=None)
 
     def _values(self, query: str, *, required: bool = True) -> list[float]:
         """The query's sample values; none is an error only for a ``required`` term."""

@@ -44,7 +44,12 @@ from autoscaler.core.replica_calculator import (
     resource_utilization_replicas,
     value_metric_replicas,
 )
-from autoscaler.core.slo_sizing import ServiceModel, SloSizing, replicas_for_slo
+from autoscaler.core.slo_sizing import (
+    ServiceModel,
+    SloSizing,
+    replicas_for_slo,
+    slo_less_best_effort_slice,
+)
 from autoscaler.core.spec import GPUAutoscalerSpec, MetricSpec
 
 Condition = tuple[bool, str, str]  # (status, reason, message) as the HPA writes a condition
@@ -109,12 +114,15 @@ class MetricOutcome:
 class SloInput:
     """What was read for ``spec.slo``: the online request rate (and its forecast's upper bound),
     and the batcher's service model. ``error`` says why sizing is not possible this time (no
-    service model yet, Prometheus down); the decision then falls back to the metrics."""
+    service model yet, Prometheus down); the decision then falls back to the metrics.
+    ``best_effort_quantum_seconds`` is the longest best-effort slice an online request may wait
+    for (None: no best-effort work runs), reserved out of the SLO."""
 
     rate: float | None = None
     forecast_upper: float | None = None
     service_model: ServiceModel | None = None
     error: str | None = None
+    best_effort_quantum_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,8 @@ class SloOutcome:
     sizing: SloSizing | None = None
     proposal: int | None = None  # after the tolerance, as an AverageValue of one per replica
     error: str | None = None
+    best_effort_quantum_seconds: float | None = None
+    sized_latency_seconds: float | None = None  # the SLO less the best-effort slice, as sized
 
     @property
     def sizing_rate(self) -> float | None:
@@ -385,27 +395,38 @@ def _size_for_slo(
         slo.rate,
         slo.forecast_upper,
         slo.service_model,
+        best_effort_quantum_seconds=slo.best_effort_quantum_seconds,
     )
     if slo.error is not None or slo.rate is None or slo.service_model is None:
         missing = "no request rate" if slo.rate is None else "no service model"
         return replace(outcome, error=slo.error or missing)
     rate = outcome.sizing_rate
     assert rate is not None
+    quantum = slo.best_effort_quantum_seconds
     try:
+        latency = slo_less_best_effort_slice(spec.slo.latency_seconds, quantum)
         sizing = replicas_for_slo(
             rate,
-            spec.slo.latency_seconds,
+            latency,
             slo.service_model,
             min_replicas=max(1, spec.min_replicas),
             max_replicas=spec.max_replicas,
             quantile=spec.slo.quantile,
         )
-    except ValueError as exc:  # a rate the model cannot take (negative, not finite)
+    except ValueError as exc:  # a rate the model cannot take, a slice longer than the SLO
         return replace(outcome, error=str(exc))
+    if quantum is not None:
+        sizing = replace(
+            sizing,
+            reason=f"{sizing.reason} ({quantum:.3g} s of the {spec.slo.latency_seconds:g} s "
+            "SLO reserved for a best-effort slice)",
+        )
     # The sized count is one more proposal: an AverageValue of one replica per replica, so the
     # tolerance holds back changes as small as it would for any metric.
     proposal = average_value_metric_replicas(float(sizing.replicas), counts.status, 1.0, tolerances)
-    return replace(outcome, sizing=sizing, proposal=proposal.replicas)
+    return replace(
+        outcome, sizing=sizing, proposal=proposal.replicas, sized_latency_seconds=latency
+    )
 
 
 def _slo_condition(outcome: SloOutcome | None) -> dict[str, Condition]:

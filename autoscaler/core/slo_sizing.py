@@ -150,6 +150,31 @@ def _service_spread(quantile: float, service_scv: float) -> float:
     return 1.0 + max(0.0, NormalDist().inv_cdf(quantile)) * math.sqrt(service_scv)
 
 
+def slo_less_best_effort_slice(slo_seconds: float, quantum_seconds: float | None) -> float:
+    """The latency the fleet is sized for when best-effort work shares its replicas.
+
+    An online request that arrives while a replica runs a best-effort slice waits up to one
+    ``quantum_seconds`` before that replica is free, on top of the queueing the model counts; a
+    fleet sized to the whole SLO lets each slice tip the requests at its edge over it. So the
+    model holds ``SLO - quantum``. ``None`` (no best-effort work) reserves nothing. A quantum
+    that leaves nothing of the SLO raises ``ValueError``: no replica count can help, the
+    quantum has to shrink.
+    """
+    if quantum_seconds is None:
+        return slo_seconds
+    if not (math.isfinite(quantum_seconds) and quantum_seconds >= 0):
+        raise ValueError(
+            f"the best-effort quantum must be a finite number of seconds >= 0, got "
+            f"{quantum_seconds!r}"
+        )
+    if quantum_seconds >= slo_seconds:
+        raise ValueError(
+            f"the best-effort quantum ({quantum_seconds:g} s) leaves nothing of the SLO "
+            f"({slo_seconds:g} s) to reserve it from; shorten the quantum"
+        )
+    return slo_seconds - quantum_seconds
+
+
 def replicas_for_slo(
     rate_rps: float,
     slo_seconds: float,

@@ -176,8 +176,24 @@ BATCHER_COST_PER_ITEM = "autoglm_batcher_cost_per_item_seconds"
 BATCHER_MAX_BATCH = "autoglm_batcher_max_batch_size_items"
 # ... and the spread of one request's service time (squared coefficient of variation)
 BATCHER_SERVICE_SCV = "autoglm_batcher_service_time_scv"
+# ... and, with best-effort work on the fleet, its slice length and the busy time by class
+BATCHER_BEST_EFFORT_QUANTUM = "autoglm_batcher_best_effort_quantum_seconds"
+BATCHER_CLASS_BUSY = "autoglm_batcher_class_busy_seconds_total"
 DEFAULT_SLO_QUANTILE = 0.99
 DEFAULT_SLO_RATE_NAME = "request_rate"
+
+
+def best_effort_quantum_query(selector: str = "") -> str:
+    """The batchers' longest best-effort slice, answered only while best-effort work ran in the
+    last five minutes: a batcher exports its quantum whether or not a job runs, and only a
+    running job makes an online request wait for a slice. Five minutes, not one, so that the
+    slack controller's throttling (best-effort work paused because the online SLO is tight) does
+    not lift the reservation just when it matters."""
+    matchers = ",".join(m for m in ('class="best_effort"', selector.strip()[1:-1].strip()) if m)
+    return (
+        f"max({BATCHER_BEST_EFFORT_QUANTUM}{selector}) and on() "
+        f"(sum(rate({BATCHER_CLASS_BUSY}{{{matchers}}}[5m])) > 0)"
+    )
 
 
 @dataclass(frozen=True)
@@ -187,7 +203,7 @@ class SloSpec:
     The fewest replicas whose modelled ``quantile`` latency, at the larger of the observed online
     request rate and its forecast's upper bound, stays within ``latency_seconds``. The service
     model (the batcher's fitted batch cost, its largest batch and the spread of its requests'
-    service times) and the rate are PromQL
+    service times), the best-effort slice reserved out of the SLO and the rate are PromQL
     queries; by default they read the batcher's own series, narrowed by ``selector``.
     ``rate_name`` is the rate's name as the predictor's forecast target.
     """
@@ -199,6 +215,7 @@ class SloSpec:
     per_item_seconds_query: str = f"avg({BATCHER_COST_PER_ITEM})"
     max_batch_query: str = f"min({BATCHER_MAX_BATCH})"
     service_scv_query: str = f"max({BATCHER_SERVICE_SCV})"
+    best_effort_quantum_query: str = best_effort_quantum_query()
     rate_name: str = DEFAULT_SLO_RATE_NAME
     prediction: Prediction | None = None
 

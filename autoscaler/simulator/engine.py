@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from autoscaler.core import MetricInput, ScalingState, decide, record_scale
-from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo
+from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo, slo_less_best_effort_slice
 from autoscaler.simulator.backfill import BackfillConfig, SlackController
 from autoscaler.simulator.fleet import Fleet
 from autoscaler.simulator.forecast import LoadForecaster, PredictorForecaster
@@ -99,12 +99,9 @@ class SimulationConfig:
         if self.sizing not in ("target", "slo"):
             raise ValueError(f"sizing must be 'target' or 'slo', got {self.sizing!r}")
         if self.backfill is not None and self.backfill.reserve_quantum:
-            quantum = self.backfill.quantum(self.service, self.slo_seconds)
-            if quantum >= self.slo_seconds:
-                raise ValueError(
-                    f"the best-effort quantum ({quantum:g} s) leaves nothing of the SLO "
-                    f"({self.slo_seconds:g} s) to reserve it from; shorten the quantum"
-                )
+            slo_less_best_effort_slice(
+                self.slo_seconds, self.backfill.quantum(self.service, self.slo_seconds)
+            )
         if self.sizing == "slo" and (self.slo_on != "latency" or self.slo_seconds <= 0):
             raise ValueError("SLO sizing needs an end-to-end latency SLO: slo_on='latency', > 0 s")
         if self.backfill is not None and self.slo_seconds <= 0:
@@ -374,12 +371,12 @@ def simulate(
 def sized_replicas(config: SimulationConfig, rate: float) -> int:
     """The replicas SLO sizing asks for at ``rate`` (its best effort when the SLO is out of
     reach)."""
-    slo = config.slo_seconds
+    quantum = None
     if config.backfill is not None and config.backfill.reserve_quantum:
-        slo -= config.backfill.quantum(config.service, config.slo_seconds)
+        quantum = config.backfill.quantum(config.service, config.slo_seconds)
     return _sized_replicas(
         rate,
-        slo,
+        slo_less_best_effort_slice(config.slo_seconds, quantum),
         replace(config.service, service_scv=config.slo_service_scv),
         config.min_replicas,
         config.max_replicas,

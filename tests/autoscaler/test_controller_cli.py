@@ -73,5 +73,13 @@ def test_decide_sizes_for_an_slo(tmp_path, capsys):
     assert 1 < sized.replicas <= 5  # reachable from 1 in one step of the default policy
     assert out["driver"] == "slo" and out["slo"]["sizedReplicas"] == sized.replicas
     assert out["desiredReplicas"] == sized.replicas and out["reason"] == sized.reason
+    assert out["slo"]["sizedLatencySeconds"] == 1.0
+    # a best-effort slice given with the model is reserved out of the SLO
+    slo["serviceModel"]["bestEffortQuantumSeconds"] = 0.8
+    assert main([*args, json.dumps(slo)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    held = replicas_for_slo(100, 0.2, model, min_replicas=1, max_replicas=20)
+    assert out["slo"]["sizedLatencySeconds"] == pytest.approx(0.2)
+    assert out["slo"]["sizedReplicas"] == held.replicas > sized.replicas
     assert main([*args, '{"serviceModel": {}}']) == 2
     assert "--slo must be" in capsys.readouterr().err

@@ -27,6 +27,11 @@ FIXED = f"avg(autoglm_batcher_cost_fixed_seconds{SELECTOR})"
 PER_ITEM = f"avg(autoglm_batcher_cost_per_item_seconds{SELECTOR})"
 MAX_BATCH = f"min(autoglm_batcher_max_batch_size_items{SELECTOR})"
 SPREAD = f"max(autoglm_batcher_service_time_scv{SELECTOR})"
+BEST_EFFORT_SLICE = (
+    f"max(autoglm_batcher_best_effort_quantum_seconds{SELECTOR}) and on() "
+    '(sum(rate(autoglm_batcher_class_busy_seconds_total{class="best_effort",namespace="ml"}'
+    "[5m])) > 0)"
+)
 MODEL = ServiceModel(fixed_seconds=0.05, per_item_seconds=0.01, max_batch=8)
 FALLBACK = [
     {
@@ -103,6 +108,7 @@ def test_the_fleet_is_sized_for_the_slo_and_says_why(h):
         "serviceScv": 0.0,  # no batcher exports a spread here: taken as deterministic
     }
     assert (slo["rate"], slo["sizingRate"], slo["sizedReplicas"]) == (rate, rate, 5)
+    assert slo["sizedLatencySeconds"] == 1.0  # no best-effort work: nothing reserved
     assert slo["feasible"] is True and "5 replicas" in slo["reason"]
     assert h.condition("SizedForSLO")["status"] == "True"
 
@@ -152,6 +158,45 @@ def test_a_spread_that_is_not_a_number_falls_back_to_the_hpa_rule(h):
     assert (cond["status"], cond["reason"]) == ("False", "FallbackToHPARule")
     assert "autoglm_batcher_service_time_scv" in cond["message"]
     assert h.fake.replicas(NS, "llm") == 4  # the utilization rule: ceil(2 * 140/70)
+
+
+def test_best_effort_work_on_the_batchers_reserves_its_slice_out_of_the_slo(h):
+    """While best-effort work runs, an online request may wait one slice for its replica: the
+    fleet is sized for the SLO less the longest slice any batcher runs, and status says so."""
+    h.deployment("llm", 4, [70.0] * 4)
+    serve_model(h, MODEL)
+    h.prom.answers[BEST_EFFORT_SLICE] = [({"pod": "a"}, 0.2), ({"pod": "b"}, 0.35)]
+    rate = rate_needing(4, latency=0.5)
+    h.prom.answers[RATE] = [({}, rate)]
+    h.fake.add_custom("gpuautoscalers", slo_object(latency=0.5))
+
+    h.controller.reconcile_all()
+
+    sizing = replicas_for_slo(rate, 0.15, MODEL, min_replicas=1, max_replicas=10)
+    assert sizing.replicas == 7  # 4 for the whole SLO
+    assert h.fake.replicas(NS, "llm") == 7
+    slo = h.status()["slo"]
+    assert slo["serviceModel"]["bestEffortQuantumSeconds"] == 0.35
+    assert (slo["latencySeconds"], slo["sizedLatencySeconds"]) == (0.5, pytest.approx(0.15))
+    assert slo["modelledP99Seconds"] == pytest.approx(sizing.modelled_p99_seconds)
+    assert "0.35 s of the 0.5 s SLO reserved for a best-effort slice" in slo["reason"]
+    assert h.condition("SizedForSLO")["status"] == "True"
+
+
+def test_a_best_effort_slice_that_is_not_a_number_falls_back_to_the_hpa_rule(h):
+    h.deployment("llm", 2, [140.0, 140.0])
+    serve_model(h, MODEL)
+    h.prom.answers[BEST_EFFORT_SLICE] = [({}, "NaN")]
+    h.prom.answers[RATE] = [({}, rate_needing(3))]
+    h.fake.add_custom("gpuautoscalers", slo_object())
+
+    h.controller.reconcile_all()
+
+    cond = h.condition("SizedForSLO")
+    assert (cond["status"], cond["reason"]) == ("False", "FallbackToHPARule")
+    assert "autoglm_batcher_best_effort_quantum_seconds" in cond["message"]
+    assert h.fake.replicas(NS, "llm") == 4  # the utilization rule: ceil(2 * 140/70)
+    assert h.status()["slo"]["mode"] == "hpa_fallback"
 
 
 def test_the_forecast_sizes_the_fleet_before_the_load_arrives(h):

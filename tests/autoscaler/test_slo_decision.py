@@ -132,6 +132,36 @@ def test_an_slo_no_count_can_meet_is_a_condition_not_a_crash():
     assert d.desired_replicas == 10 and "cannot keep up" in d.conditions["SizedForSLO"][2]
 
 
+def test_a_best_effort_slice_is_reserved_out_of_the_slo():
+    """With best-effort work on the batchers the fleet is sized for the SLO less one slice: more
+    replicas at the same rate, and the status says what was sized for and why."""
+    spec = slo_spec(latency=0.5, max_replicas=20)
+    rate = rate_needing(4, spec)
+    plain = decide(spec, 4, [], ScalingState(), 0.0, slo=SloInput(rate, service_model=MODEL))
+    held = SloInput(rate, service_model=MODEL, best_effort_quantum_seconds=0.35)
+    d = decide(spec, 4, [], ScalingState(), 0.0, slo=held)
+    expected = replicas_for_slo(rate, 0.15, MODEL, min_replicas=1, max_replicas=20)
+    assert d.slo.sizing.replicas == expected.replicas > plain.slo.sizing.replicas == 4
+    assert d.slo.sizing.modelled_p99_seconds == expected.modelled_p99_seconds
+    assert d.slo.sized_latency_seconds == pytest.approx(0.15)
+    assert plain.slo.sized_latency_seconds == 0.5
+    assert d.slo.best_effort_quantum_seconds == 0.35 and d.slo.latency_seconds == 0.5
+    ok, reason, message = d.conditions["SizedForSLO"]
+    assert (ok, reason) == (True, "SizedForSLO")
+    assert "0.35 s of the 0.5 s SLO reserved for a best-effort slice" in message
+
+
+def test_a_slice_as_long_as_the_slo_falls_back_to_the_hpa_rule():
+    spec = slo_spec(metrics=UTIL, latency=0.5)
+    metric = MetricInput(spec.metrics[0], pods=pods(30.0, 30.0))
+    held = SloInput(40.0, service_model=MODEL, best_effort_quantum_seconds=0.5)
+    d = decide(spec, 2, [metric], ScalingState(), 0.0, slo=held)
+    assert d.desired_replicas == 6 and d.driver == "metric:q/reactive"
+    ok, reason, message = d.conditions["SizedForSLO"]
+    assert (ok, reason) == (False, "FallbackToHPARule")
+    assert "shorten the quantum" in message
+
+
 @pytest.mark.parametrize(
     ("slo_input", "why"),
     [
@@ -166,6 +196,17 @@ def test_slo_spec_defaults_and_validation():
     assert spec.slo.rate_query == 'sum(rate(autoglm_batcher_requests_total{namespace="ml"}[1m]))'
     assert spec.slo.fixed_seconds_query == 'avg(autoglm_batcher_cost_fixed_seconds{namespace="ml"})'
     assert spec.slo.max_batch_query == 'min(autoglm_batcher_max_batch_size_items{namespace="ml"})'
+    assert spec.slo.best_effort_quantum_query == (
+        'max(autoglm_batcher_best_effort_quantum_seconds{namespace="ml"}) and on() '
+        '(sum(rate(autoglm_batcher_class_busy_seconds_total{class="best_effort",namespace="ml"}'
+        "[5m])) > 0)"
+    )
+    assert slo_spec().slo.best_effort_quantum_query == (
+        "max(autoglm_batcher_best_effort_quantum_seconds) and on() "
+        '(sum(rate(autoglm_batcher_class_busy_seconds_total{class="best_effort"}[5m])) > 0)'
+    )
+    own = slo_spec(serviceModel={"bestEffortQuantumQuery": "max(my_slice)"})
+    assert own.slo.best_effort_quantum_query == "max(my_slice)"
     assert spec.slo.rate_metric.source == "External"
     for bad, where in [
         ({"latency": 0}, "spec.slo.latencySeconds"),

@@ -16,6 +16,7 @@ from autoscaler.core.slo_sizing import (
     erlang_c,
     modelled_p99,
     replicas_for_slo,
+    slo_less_best_effort_slice,
 )
 from autoscaler.simulator.fleet import Fleet
 
@@ -221,3 +222,26 @@ def test_sizing_with_spread_is_monotone_in_rate(model, r1, r2, scv):
     a = replicas_for_slo(low, 30.0, model, min_replicas=1, max_replicas=40)
     b = replicas_for_slo(high, 30.0, model, min_replicas=1, max_replicas=40)
     assert a.replicas <= b.replicas
+
+
+def test_a_best_effort_slice_is_reserved_out_of_the_slo():
+    """An online request may wait one best-effort slice for its replica, so the fleet is sized
+    for what the SLO leaves after it; no best-effort work reserves nothing."""
+    assert slo_less_best_effort_slice(30.0, None) == 30.0
+    assert slo_less_best_effort_slice(30.0, 0.0) == 30.0
+    assert slo_less_best_effort_slice(30.0, 4.0) == 26.0
+    for quantum in (30.0, 45.0):
+        with pytest.raises(ValueError, match="leaves nothing of the SLO"):
+            slo_less_best_effort_slice(30.0, quantum)
+    for quantum in (math.nan, math.inf, -1.0):
+        with pytest.raises(ValueError, match="best-effort quantum"):
+            slo_less_best_effort_slice(30.0, quantum)
+
+
+@settings(max_examples=100, deadline=None)
+@given(models, st.floats(0.0, 200.0), st.floats(0.0, 20.0))
+def test_reserving_a_slice_never_asks_for_fewer_replicas(model, rate, quantum):
+    plain = replicas_for_slo(rate, 30.0, model, min_replicas=1, max_replicas=40)
+    held = slo_less_best_effort_slice(30.0, quantum)
+    reserved = replicas_for_slo(rate, held, model, min_replicas=1, max_replicas=40)
+    assert reserved.replicas >= plain.replicas
