@@ -107,7 +107,13 @@ def _undeclared(value, schema, path="") -> list[str]:
 def test_an_slo_autoscaler_and_its_status_fit_the_schema_without_pruning():
     from autoscaler.controller.service_model import PrometheusServiceModels
     from tests.autoscaler.test_controller import Harness
-    from tests.autoscaler.test_controller_slo import MODEL, RATE, serve_model, slo_object
+    from tests.autoscaler.test_controller_slo import (
+        BEST_EFFORT_SLICE,
+        MODEL,
+        RATE,
+        serve_model,
+        slo_object,
+    )
 
     h = Harness()
     h.reconciler.service_models = PrometheusServiceModels(h.client)
@@ -115,6 +121,7 @@ def test_an_slo_autoscaler_and_its_status_fit_the_schema_without_pruning():
         h.deployment("llm", 2, [70.0, 70.0])
         serve_model(h, MODEL)
         h.prom.answers[RATE] = [({}, 100.0)]
+        h.prom.answers[BEST_EFFORT_SLICE] = [({}, 0.1)]  # every status.slo field is written
         h.fake.add_custom("gpuautoscalers", slo_object(prediction={"horizonSeconds": 60}))
         h.controller.reconcile_all()
         obj = h.fake.get("gpuautoscalers", "ml", "llm")
@@ -122,6 +129,7 @@ def test_an_slo_autoscaler_and_its_status_fit_the_schema_without_pruning():
         h.close()
     jsonschema.validate(obj, _as_json_schema(_schema()))
     assert obj["status"]["slo"]["mode"] == "slo"
+    assert obj["status"]["slo"]["serviceModel"]["bestEffortQuantumSeconds"] == 0.1
     assert _undeclared(obj["spec"], _schema()["properties"]["spec"], "spec") == []
     assert _undeclared(obj["status"], _schema()["properties"]["status"], "status") == []
     parse_spec(obj)  # and the parser takes what the schema takes
