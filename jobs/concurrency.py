@@ -7,6 +7,13 @@ successes, halve it on a refusal. Refusals of requests sent before the last decr
 the same congestion event and do not halve again (each send carries the ``epoch`` it was made
 in), so one burst of refusals costs one halving, not ``limit`` of them.
 
+Refusals with no answer between them (a batcher throttling best-effort work while online latency
+is tight, or draining) drive the limit down to the minimum, yet say nothing about how much work
+fits once the throttle lifts. So, as TCP's slow start does after a timeout, the limit climbs by
+one per answer (doubling each window) back to a threshold of half the limit at which the last
+refusal after an answer arrived, then grows by one per window again. Only a refusal that follows
+an answer lowers that threshold: capacity measured smaller, not merely closed for a while.
+
 Pure state, no clock and no I/O: callers pass in what happened and read ``limit``.
 """
 
@@ -27,7 +34,9 @@ class AIMDLimit:
     decrease_factor: float = 0.5
     limit: int = field(init=False)
     epoch: int = field(init=False, default=0)
+    slow_start_threshold: int = field(init=False)
     _window_successes: int = field(init=False, default=0)
+    _answered_since_decrease: bool = field(init=False, default=True)
 
     def __post_init__(self) -> None:
         if not 1 <= self.minimum <= self.maximum:
@@ -35,11 +44,18 @@ class AIMDLimit:
         if not 0 < self.decrease_factor < 1:
             raise ValueError("decrease_factor must be in (0, 1)")
         self.limit = min(max(self.initial, self.minimum), self.maximum)
+        self.slow_start_threshold = self.limit
 
     def on_success(self) -> bool:
         """A request was answered; returns True when this success grew the limit."""
+        self._answered_since_decrease = True
+        if self.limit >= self.maximum:
+            return False
+        if self.limit < self.slow_start_threshold:
+            self.limit += 1
+            return True
         self._window_successes += 1
-        if self._window_successes < self.limit or self.limit >= self.maximum:
+        if self._window_successes < self.limit:
             return False
         self._window_successes = 0
         self.limit += 1
@@ -52,6 +68,9 @@ class AIMDLimit:
         self.epoch += 1
         self._window_successes = 0
         self.limit = max(self.minimum, math.floor(self.limit * self.decrease_factor))
+        if self._answered_since_decrease:
+            self.slow_start_threshold = self.limit
+        self._answered_since_decrease = False
         return True
 
 

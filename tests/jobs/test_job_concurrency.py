@@ -50,6 +50,31 @@ def test_a_refusal_restarts_the_success_window() -> None:
     assert not limit.on_success() and limit.on_success() and limit.limit == 3
 
 
+def test_after_refusals_with_no_answer_between_the_limit_climbs_fast_to_half_its_old_level() -> (
+    None
+):
+    limit = AIMDLimit(minimum=1, maximum=64, initial=16)
+    limit.on_success()
+    for _ in range(4):  # throttled: every request refused, none answered
+        limit.on_refusal(limit.epoch)
+    assert limit.limit == 1 and limit.slow_start_threshold == 8
+    grew = [limit.on_success() for _ in range(7)]
+    assert all(grew) and limit.limit == 8  # one per answer up to the threshold
+    assert [limit.on_success() for _ in range(8)] == [False] * 7 + [True]  # then one per window
+    assert limit.limit == 9
+
+
+def test_a_refusal_after_an_answer_lowers_the_threshold() -> None:
+    limit = AIMDLimit(minimum=1, maximum=64, initial=16)
+    limit.on_refusal(limit.epoch)
+    assert limit.slow_start_threshold == 8
+    limit.on_refusal(limit.epoch)  # no answer between: capacity closed, not measured smaller
+    assert limit.limit == 4 and limit.slow_start_threshold == 8
+    limit.on_success()  # 5
+    limit.on_refusal(limit.epoch)  # refused after an answer: this much no longer fits
+    assert limit.limit == 2 and limit.slow_start_threshold == 2
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
