@@ -81,6 +81,7 @@ BENCH_SMOKES = (
     "autoscaler/test_fleet_backfill_bench.py",
     "batcher/test_batcher_backfill_bench.py",
     "batcher/test_batcher_gpu_bench.py",
+    "batcher/test_batcher_models_bench.py",
     "predictor/test_predictor_bench.py",
 )
 
