@@ -239,7 +239,7 @@ def server_metadata(version: str) -> dict:
     return {
         "name": "autoglm-batcher",
         "version": version,
-        "extensions": ["binary_tensor_data", "schedule_policy"],
+        "extensions": ["binary_tensor_data", "schedule_policy", "model_repository"],
     }
 
 

@@ -47,7 +47,8 @@ def test_health_and_metadata_with_requests_and_tritonclient(serve) -> None:
     assert requests.get(f"{server.url}/v2/health/live", timeout=5).status_code == 200
     assert requests.get(f"{server.url}/v2/health/ready", timeout=5).json() == {"ready": True}
     meta = requests.get(f"{server.url}/v2", timeout=5).json()
-    assert meta["name"] == "autoglm-batcher" and "binary_tensor_data" in meta["extensions"]
+    assert meta["name"] == "autoglm-batcher"
+    assert {"binary_tensor_data", "model_repository"} <= set(meta["extensions"])
 
     client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))
     try:
