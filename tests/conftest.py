@@ -72,7 +72,7 @@ SLOW_TESTS = (
 # Fixtures that start a real process or a Prometheus server.
 SLOW_FIXTURES = frozenset({"start_exporter", "live_stack"})
 
-# The bench smokes: each keeps the CPU busy for a minute or more. A parallel run gives them one
+# The bench smokes: each keeps the CPU busy while it runs. A parallel run gives them one
 # worker between them, one after another, so that they do not starve each other and the
 # wall-clock runs (``autoglm up``, the live stack) beside them.
 BENCH_SMOKES = (
