@@ -67,6 +67,7 @@ SLOW_TESTS = (
     "predictor/test_predictor_backtest.py::test_the_chosen_model_is_calibrated_with_the_backtests",
     "predictor/test_predictor_backtest.py::test_a_combination_is_scored_from_its_members",
     "predictor/test_predictor_models.py::test_the_gru_learns_a_seasonal_series_from_a_poor_start",
+    "helm/test_values_schema.py::test_the_predictor_config_values_are_the_predictor_settings",
 )
 
 # Fixtures that start a real process or a Prometheus server.

@@ -135,7 +135,10 @@ def test_the_exporter_serves_only_the_files_fields(start_exporter, tmp_path) -> 
     wait_until(
         lambda: requests.get(f"{exporter.url}/readyz", timeout=5).status_code == 200, what="ready"
     )
-    assert len(metric_lines(exporter.url, "DCGM_FI_DEV_GPU_UTIL{")) == 2
+    # A GPU whose read misses a cycle's deadline on a busy machine is absent from that cycle.
+    wait_until(
+        lambda: len(metric_lines(exporter.url, "DCGM_FI_DEV_GPU_UTIL{")) == 2, what="both GPUs"
+    )
     assert metric_lines(exporter.url, "DCGM_FI_DEV_POWER_USAGE{") == []
     assert metric_lines(exporter.url, "autoglm_gpu_xid_errors_total{")  # the exporter's own
 

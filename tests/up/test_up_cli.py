@@ -130,10 +130,12 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     assert f"{summary['scale_ups']} up, {summary['scale_downs']} down" in out
     # The scaling read the local Prometheus, with the GPUAutoscaler's PromQL on online work.
     assert "the autoscaler and the predictor read Prometheus at" in run.stderr
-    # Each move is the metric's, or a behavior policy limiting the metric's move (the HPA's
-    # scale-down rate limit can cut a large scale-down into steps).
+    # Each move is the metric's, or a limit on the metric's move: a behavior policy (the HPA's
+    # scale-down rate limit can cut a large scale-down into steps) or the replica bounds (a
+    # scale-up the metric asks past --max-workers is capped there).
     drivers = [e["driver"] for e in summary["scale_events"]]
-    assert all(d.startswith(("metric:online_busy/", "policy:")) for d in drivers), drivers
+    limits = ("metric:online_busy/", "policy:", "max_replicas", "min_replicas")
+    assert all(d.startswith(limits) for d in drivers), drivers
     assert any(d.startswith("metric:online_busy/") for d in drivers), drivers
     config = (report_dir / "prometheus" / "prometheus.yml").read_text()
     assert "autoglm-batcher" in config and "autoglm-job" in config
