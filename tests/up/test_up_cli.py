@@ -131,10 +131,11 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     # The scaling read the local Prometheus, with the GPUAutoscaler's PromQL on online work.
     assert "the autoscaler and the predictor read Prometheus at" in run.stderr
     # Each move is the metric's, or a limit on the metric's move: a behavior policy (the HPA's
-    # scale-down rate limit can cut a large scale-down into steps) or the replica bounds (a
-    # scale-up the metric asks past --max-workers is capped there).
+    # scale-down rate limit can cut a large scale-down into steps), the scale-down stabilization
+    # window (a step down to the highest recommendation still inside the window) or the replica
+    # bounds (a scale-up the metric asks past --max-workers is capped there).
     drivers = [e["driver"] for e in summary["scale_events"]]
-    limits = ("metric:online_busy/", "policy:", "max_replicas", "min_replicas")
+    limits = ("metric:online_busy/", "policy:", "stabilization", "max_replicas", "min_replicas")
     assert all(d.startswith(limits) for d in drivers), drivers
     assert any(d.startswith("metric:online_busy/") for d in drivers), drivers
     config = (report_dir / "prometheus" / "prometheus.yml").read_text()
