@@ -68,13 +68,8 @@ import argparse
 import asyncio
 import json
 import math
-import os
-import queue
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -95,6 +90,7 @@ from batcher.metrics import BatcherMetrics  # noqa: E402
 from batcher.models.simulated import SimulatedModel  # noqa: E402
 from batcher.policy import FixedDelayPolicy  # noqa: E402
 from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E402
+from bench.batcher_process import BatcherProcess  # noqa: E402
 
 MODEL = "batcher.models.demo:bench_factory"
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
@@ -467,59 +463,16 @@ class Server:
     """
 
     def __init__(self, args: list[str], model: str = MODEL, device: str = "cpu") -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "batcher.cli",
-                "--model",
-                model,
-                "--device",
-                device,
-                "--listen",
-                "127.0.0.1:0",
-                "--torch-threads",
-                "1",
-                "--log-format",
-                "json",
-                *args,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[dict] = queue.Queue()
-        self.warmup: dict[int, float] = {}
-        self.buckets: list[int] | None = None
-        threading.Thread(target=self._read, daemon=True).start()
-        self.port = self._wait_port()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            try:
-                self.lines.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.lines.put({"msg": line.strip()})
-
-    def _wait_port(self) -> int:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                record = self.lines.get(timeout=1)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if record.get("msg") == "warm-up timed the model":
-                self.warmup = {int(b): t for b, t in record["seconds_by_size"].items()}
-                self.buckets = record["pad_buckets"]
-            if record.get("msg") == "serving":
-                return int(record["port"])
-        raise RuntimeError("batcher did not start")
+        self.process = BatcherProcess(
+            ["--model", model, "--device", device, "--listen", "127.0.0.1:0",
+             "--torch-threads", "1", *args]
+        )  # fmt: skip
+        self.port = self.process.port
+        warmup = self.process.startup_record("warm-up timed the model") or {}
+        self.warmup: dict[int, float] = {
+            int(b): t for b, t in warmup.get("seconds_by_size", {}).items()
+        }
+        self.buckets: list[int] | None = warmup.get("pad_buckets")
 
     @property
     def peak(self) -> tuple[float, int]:
@@ -538,12 +491,7 @@ class Server:
         return totals["sum"], totals["count"]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.process.stop()
 
 
 def aiohttp_get(url: str) -> str:

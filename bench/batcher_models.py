@@ -39,13 +39,9 @@ import asyncio
 import json
 import logging
 import os
-import queue
 import random
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +62,7 @@ from batcher.execution import ThreadExecutor  # noqa: E402
 from batcher.metrics import BatcherMetrics  # noqa: E402
 from batcher.models.simulated import SimPayload, SimulatedModel  # noqa: E402
 from batcher.simulation import VirtualTimeLoop  # noqa: E402
+from bench.batcher_process import BatcherProcess  # noqa: E402
 from bench.sleeping_models import FEATURES, SleepingModel  # noqa: E402
 
 GOAL = 0.99  # share of the steady model's requests within its SLO during the burst
@@ -228,46 +225,17 @@ class RepositoryServer:
     """One ``autoglm-batcher --model-repository`` process on 127.0.0.1 with a free port."""
 
     def __init__(self, folder: Path, args: argparse.Namespace) -> None:
-        self.proc = subprocess.Popen(
+        self.process = BatcherProcess(
             [
-                sys.executable, "-m", "batcher.cli",
                 "--model-repository", str(folder),
                 "--device", "cpu",
                 "--torch-threads", "1",
                 "--listen", "127.0.0.1:0",
-                "--log-format", "json",
                 "--warmup-repeats", str(args.warmup_repeats),
             ],
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+            start_timeout=600,
         )  # fmt: skip
-        self.lines: queue.Queue[dict] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.port = self._wait_port()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            try:
-                self.lines.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.lines.put({"msg": line.strip()})
-
-    def _wait_port(self) -> int:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            try:
-                record = self.lines.get(timeout=1)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if record.get("msg") == "serving":
-                return int(record["port"])
-        raise RuntimeError("the batcher did not start")
+        self.port = self.process.port
 
     def gauge(self, name: str, model: str) -> float:
         async def get() -> str:
@@ -282,12 +250,7 @@ class RepositoryServer:
         raise RuntimeError(f"no {prefix.strip()} series")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.process.stop()
 
 
 def write_repository(folder: Path, args: argparse.Namespace) -> None:

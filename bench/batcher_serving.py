@@ -43,7 +43,6 @@ import collections
 import json
 import math
 import os
-import queue
 import shutil
 import signal
 import socket
@@ -51,7 +50,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Generator
@@ -62,6 +60,13 @@ import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
+# Run as a script, this file's folder comes first on sys.path and ``bench/batcher.py`` would
+# shadow the ``batcher`` package; import from the repository root instead.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+from bench.batcher_process import BatcherProcess  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "batcher_serving.json"
 MLSERVER_BIN = ROOT / ".venv-mlserver" / "bin" / "mlserver"
 BATCHER_MODES = ("rest-json", "rest-binary", "grpc")
@@ -131,48 +136,18 @@ class BatcherServer(Served):
     name = "batcher"
 
     def __init__(self, extra: list[str], model: str = REFERENCE) -> None:
-        command = [
-            *(sys.executable, "-m", "batcher.cli"),
-            *("--model", model, "--model-name", MODEL_NAME),
-            *("--device", "cpu", "--torch-threads", "1", "--log-format", "json"),
-            *("--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"),
-            *extra,
-        ]
-        self.proc = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+        process = BatcherProcess(
+            [
+                *("--model", model, "--model-name", MODEL_NAME),
+                *("--device", "cpu", "--torch-threads", "1"),
+                *("--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"),
+                *extra,
+            ]
         )
-        self.lines: queue.Queue[dict] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.http_port, self.grpc_port = self._wait_ports()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            try:
-                self.lines.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.lines.put({"msg": line.strip()})
-
-    def _wait_ports(self) -> tuple[int, int]:
-        grpc_port = 0
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                record = self.lines.get(timeout=1)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if record.get("msg") == "serving grpc":
-                grpc_port = int(record["port"])
-            if record.get("msg") == "serving":
-                return int(record["port"]), grpc_port
-        raise RuntimeError("batcher did not start")
+        self.proc = process.proc
+        self.http_port = process.port
+        grpc = process.startup_record("serving grpc")
+        self.grpc_port = int(grpc["port"]) if grpc else 0
 
 
 class MLServer(Served):

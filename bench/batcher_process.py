@@ -1,0 +1,79 @@
+"""One ``autoglm-batcher`` child process for the benchmarks, its JSON log followed.
+
+A batcher told to listen on ``127.0.0.1:0`` says where it listens only in its log, and the
+benches also read their start-up facts there (the warm-up's batch timings, the gRPC port), so
+every bench that starts one needs the same three things: start it, follow its log on a thread,
+and wait for its ``serving`` line. This is that, once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class BatcherProcess:
+    """``python -m batcher.cli ARGS --log-format json`` from the repository root.
+
+    ``startup`` holds the log records up to and including the ``serving`` line; ``port`` is the
+    HTTP port that line names. A process that exits or stays silent past ``start_timeout``
+    seconds raises RuntimeError (and is stopped).
+    """
+
+    def __init__(self, args: Sequence[str], start_timeout: float = 300.0) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "batcher.cli", *args, "--log-format", "json"],
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[dict] = queue.Queue()
+        self.startup: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.port = self._wait_serving(start_timeout)
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                self.lines.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.lines.put({"msg": line.strip()})
+
+    def _wait_serving(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                record = self.lines.get(timeout=1)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.startup.append(record)
+            if record.get("msg") == "serving":
+                return int(record["port"])
+        self.stop()
+        raise RuntimeError("the batcher did not start")
+
+    def startup_record(self, msg: str) -> dict | None:
+        """The last start-up log record with this message, if the process logged one."""
+        return next((r for r in reversed(self.startup) if r.get("msg") == msg), None)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
