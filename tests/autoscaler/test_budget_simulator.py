@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autoglm.datasets import expected_path, fetch_hint
 from autoscaler.core.slo_sizing import ServiceModel
 from autoscaler.simulator.cli import simulate_main
 from autoscaler.simulator.engine import SimulationConfig
@@ -133,6 +134,10 @@ def test_the_tenant_flag_is_parsed_and_bad_ones_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not expected_path("azure-llm-conv").is_file(),
+    reason=f"needs the whole trace: {fetch_hint('azure-llm-conv')}",
+)
 def test_the_bench_smoke_prints_the_table_and_writes_the_goals(tmp_path):
     out = tmp_path / "budget.json"
     done = subprocess.run(
