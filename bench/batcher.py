@@ -91,6 +91,7 @@ from batcher.models.simulated import SimulatedModel  # noqa: E402
 from batcher.policy import FixedDelayPolicy  # noqa: E402
 from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E402
 from bench.batcher_process import BatcherProcess  # noqa: E402
+from bench.report_json import finite  # noqa: E402
 
 MODEL = "batcher.models.demo:bench_factory"
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
@@ -705,17 +706,6 @@ def http_section(
     }
 
 
-def _finite(value: object) -> object:
-    """JSON has no infinity: a p99 of a point where everything failed is written as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", default=str(ROOT / "bench/results/batcher.json"))
@@ -755,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "http"):
         report["http"] = http_section(args, fractions=args.fractions)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_finite(report), indent=2))
+    out.write_text(json.dumps(finite(report), indent=2))
     print(f"wrote {out}")
     return 0
 

@@ -65,7 +65,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.batcher_process import BatcherProcess  # noqa: E402
+from bench.batcher_process import BatcherProcess, stop_process  # noqa: E402
+from bench.report_json import finite  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "batcher_serving.json"
 MLSERVER_BIN = ROOT / ".venv-mlserver" / "bin" / "mlserver"
@@ -122,12 +123,7 @@ class Served:
         return tree_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
 
 
 class BatcherServer(Served):
@@ -619,17 +615,6 @@ def print_summary(result: dict) -> None:
     for name, ratio in result["ratios"].items():
         print(f"  {name:<32} {ratio['median']:6.2f}  ({ratio['min']:.2f}-{ratio['max']:.2f})")
     print("req/CPU-s: requests per server CPU-second at the highest held rate, model included")
-
-
-def finite(value: object) -> object:
-    """JSON has no infinity or NaN: written as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
 
 
 # --- main --------------------------------------------------------------------------------------
