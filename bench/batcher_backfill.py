@@ -510,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"]["loadavg_end"] = bench.loadavg()
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(bench._finite(report), indent=2))
+    path.write_text(json.dumps(bench.finite(report), indent=2))
     print(f"wrote {path}")
     return 0
 

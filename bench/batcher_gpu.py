@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     report["load_average_at_end"] = bench.loadavg()
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(bench._finite(report), indent=2))
+    out.write_text(json.dumps(bench.finite(report), indent=2))
     print(f"wrote {out}")
     return 0
 
