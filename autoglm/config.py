@@ -44,7 +44,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -52,7 +52,11 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from autoglm.schema_errors import Location, first_error_line
 from autoglm.version import add_version_argument
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+# A settings class is a dataclass: its fields are the flags and the file's keys.
+T = TypeVar("T", bound="DataclassInstance")
 
 EXIT_USAGE = 2
 
@@ -142,7 +146,7 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
     """Validate raw values (flag strings, YAML scalars) into ``cls`` with pydantic; a problem is
     a :class:`ConfigError` naming the flag."""
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(
@@ -186,7 +190,7 @@ def settings_json_schema(cls: type) -> dict[str, Any]:
     return schema
 
 
-def check_fields(settings: Any) -> None:
+def check_fields(settings: DataclassInstance) -> None:
     """:class:`ConfigError` when a field of ``settings`` breaks its ``Field`` constraints.
 
     Called first in a settings dataclass's ``__post_init__``, so settings built in code (the
