@@ -257,9 +257,11 @@ class BudgetCoordinator:
             for member in members:
                 claimed.setdefault(member, []).append(name)
             granted = {
-                t.get("autoscaler"): int(t.get("granted") or 0)
+                t["autoscaler"]: int(t.get("granted") or 0)
                 for t in (obj.get("status") or {}).get("tenants") or []
-                if isinstance(t, Mapping) and t.get("autoscaler")
+                if isinstance(t, Mapping)
+                and isinstance(t.get("autoscaler"), str)
+                and t["autoscaler"]
             }
             self.budgets[name] = _Budget(spec, obj, members, granted)
         for budget in self.budgets.values():
