@@ -36,21 +36,9 @@ import torch
 
 from autoglm.config import ConfigError
 from batcher.memory import bucket_size
+from batcher.tensor_spec import TensorSpec
 
 Payload = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One named tensor of the model's signature, per item (without the batch dimension)."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-    def metadata(self) -> dict[str, Any]:
-        """KServe v2 tensor metadata: the shape includes the batch dimension as -1."""
-        return {"name": self.name, "datatype": self.datatype, "shape": [-1, *self.shape]}
 
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)

@@ -40,7 +40,7 @@ import ml_dtypes
 import numpy as np
 import orjson
 
-from batcher.model import TensorSpec
+from batcher.tensor_spec import TensorSpec
 
 DATATYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
