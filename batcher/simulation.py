@@ -13,7 +13,7 @@ import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -24,8 +24,23 @@ from batcher.warmup import choose_buckets, padding_tolerance, warmup_sizes
 
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from collections import deque
 
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    class _SchedulingEventLoop(asyncio.SelectorEventLoop):
+        """The scheduler state CPython's event loop keeps, which typeshed leaves out as private:
+        what :class:`VirtualTimeLoop` reads to know whether it may jump its clock."""
+
+        _ready: deque[asyncio.Handle]
+        _scheduled: list[asyncio.TimerHandle]
+
+        def _run_once(self) -> None: ...
+
+else:
+    _SchedulingEventLoop = asyncio.SelectorEventLoop
+
+
+class VirtualTimeLoop(_SchedulingEventLoop):
     """An event loop whose clock jumps to the next timer whenever nothing is ready to run.
 
     The engine reads time only through its loop, so under this loop a simulated model that
