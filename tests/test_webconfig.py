@@ -170,38 +170,38 @@ def test_long_password_is_truncated_like_go_bcrypt(tmp_path: Path) -> None:
     assert config.authorized(basic("alice", password + "ignored by bcrypt"))
 
 
-def test_successful_checks_are_cached_failures_are_not(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
-    calls = []
-    real_checkpw = bcrypt.checkpw
-
-    def counting_checkpw(password: bytes, hashed: bytes) -> bool:
-        calls.append(password)
-        return real_checkpw(password, hashed)
-
-    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", counting_checkpw)
-    for _ in range(5):
-        assert config.authorized(basic("alice", "wonderland"))
-    assert len(calls) == 1
-    for _ in range(3):
-        assert not config.authorized(basic("alice", "guess"))
-    assert len(calls) == 4
-
-
-def test_unknown_user_still_costs_a_bcrypt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
-    hashes_checked = []
+@pytest.fixture
+def bcrypt_checks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bytes]]:
+    """Every (password, hash) that basic auth hands to bcrypt, which still does the check."""
+    checks: list[tuple[bytes, bytes]] = []
     real_checkpw = bcrypt.checkpw
 
     def recording_checkpw(password: bytes, hashed: bytes) -> bool:
-        hashes_checked.append(hashed)
+        checks.append((password, hashed))
         return real_checkpw(password, hashed)
 
     monkeypatch.setattr(basic_auth.bcrypt, "checkpw", recording_checkpw)
+    return checks
+
+
+def test_successful_checks_are_cached_failures_are_not(
+    tmp_path: Path, bcrypt_checks: list[tuple[bytes, bytes]]
+) -> None:
+    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
+    for _ in range(5):
+        assert config.authorized(basic("alice", "wonderland"))
+    assert len(bcrypt_checks) == 1
+    for _ in range(3):
+        assert not config.authorized(basic("alice", "guess"))
+    assert len(bcrypt_checks) == 4
+
+
+def test_unknown_user_still_costs_a_bcrypt(
+    tmp_path: Path, bcrypt_checks: list[tuple[bytes, bytes]]
+) -> None:
+    config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
     assert not config.authorized(basic("mallory", "wonderland"))
-    assert len(hashes_checked) == 1
+    assert len(bcrypt_checks) == 1
 
 
 def test_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
