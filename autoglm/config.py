@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 
 from autoglm.schema_errors import Location, first_error_line
 from autoglm.version import add_version_argument
@@ -175,7 +175,7 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
 @functools.cache
 def _adapter(cls: type[T]) -> TypeAdapter[T]:
     if "__pydantic_config__" not in vars(cls):
-        cls.__pydantic_config__ = SETTINGS_CONFIG  # type: ignore[attr-defined]
+        with_config(SETTINGS_CONFIG)(cls)
     return TypeAdapter(cls)
 
 
