@@ -237,7 +237,16 @@ async def _serve_until_stopped(
     """Listen, wait for SIGTERM or SIGINT (or an orphaning), then drain; exit code 0 when the
     drain finished, 1 when it timed out, 2 when the server could not listen."""
     from batcher.server import BatcherServer
+    from batcher.worker_pool import WorkerSettings
 
+    workers = WorkerSettings(
+        count=config.workers,
+        web_config_file=config.web_config_file,
+        max_body_bytes=config.max_body_bytes,
+        drain_timeout_seconds=config.drain_timeout_seconds,
+        log_level=config.log_level,
+        log_format=config.log_format,
+    )
     server = BatcherServer(
         models,
         registry,
@@ -245,6 +254,7 @@ async def _serve_until_stopped(
         web_config=web_config,
         max_body_bytes=config.max_body_bytes,
         grpc_listen=config.grpc_listen,
+        workers=workers,
     )
     try:
         await server.start()
@@ -256,7 +266,7 @@ async def _serve_until_stopped(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    watch = asyncio.create_task(_stop_when_orphaned(stop)) if config.exit_with_parent else None
+    watch = asyncio.create_task(stop_when_orphaned(stop)) if config.exit_with_parent else None
     await stop.wait()
     if watch is not None:
         watch.cancel()
@@ -264,10 +274,11 @@ async def _serve_until_stopped(
     return 0 if finished else 1
 
 
-async def _stop_when_orphaned(stop: asyncio.Event, every_seconds: float = 1.0) -> None:
+async def stop_when_orphaned(stop: asyncio.Event, every_seconds: float = 1.0) -> None:
     """Set ``stop`` once this process's parent is gone (it is re-parented, so the id changes).
 
-    A supervisor killed with SIGKILL cannot stop its workers; this way they stop themselves.
+    A supervisor killed with SIGKILL cannot stop its workers; this way they stop themselves (and
+    the front workers of ``--workers`` so stop when their engine is killed).
     """
     parent = os.getppid()
     while os.getppid() == parent:

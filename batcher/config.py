@@ -16,6 +16,7 @@ from pydantic import Field
 from autoglm.config import ConfigError, check_fields, parse_listen
 
 MAX_SUPPORTED_BATCH = 4096
+MAX_WORKERS = 64
 
 AtLeastZero = Annotated[int, Field(ge=0)]
 AtLeastOne = Annotated[int, Field(ge=1)]
@@ -45,6 +46,14 @@ class BatcherConfig:
         metadata={
             "help": "HOST:PORT to also serve KServe v2 gRPC on (inference.GRPCInferenceService, "
             "same model, batches and admission), e.g. :8001; empty: no gRPC"
+        },
+    )
+    workers: Annotated[int, Field(ge=0, le=MAX_WORKERS)] = field(
+        default=0,
+        metadata={
+            "help": "front worker processes that serve --listen beside the engine (HTTP, TLS, "
+            "auth and JSON decoding off the process that batches; batches still form across "
+            "all of them); 0: one process serves everything"
         },
     )
     model_repository: str = field(

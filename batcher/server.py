@@ -18,15 +18,23 @@ several with ``--model-repository``, whose load and unload routes are
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import json
 import logging
 import math
+import os
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from autoglm.config import ConfigError, parse_listen
 from autoglm.web.binding import bind_socket
@@ -34,6 +42,7 @@ from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.webconfig import WebConfig
 from batcher import oip
+from batcher.engine_channel import EngineEnd, Envelope
 from batcher.errors import (
     BatcherError,
     DrainTimedOut,
@@ -43,10 +52,19 @@ from batcher.errors import (
     ShuttingDown,
     UnknownModel,
 )
+from batcher.forwarding import SIGNATURE_CHANGED, signature_tag
 from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
 from batcher.repository import LoadedModel, ModelRepository
 from batcher.repository_http import RepositoryRoutes
+from batcher.request_body import read_body
+from batcher.worker_pool import (
+    CHANNEL_SOCKET,
+    HTTP_SOCKET,
+    METRICS_FOLDER,
+    WorkerPool,
+    WorkerSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +112,39 @@ def _unauthorized() -> web.Response:
     return _error("authentication required", 401)
 
 
+# A frame carries one request or answer body plus its envelope.
+_FRAME_ALLOWANCE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class InferAnswer:
+    """How the engine answered one inference, whichever way it came in."""
+
+    status: int
+    body: bytes
+    header_length: int | None = None  # set for a binary answer: its JSON header's length
+    retry_after: str | None = None
+
+    def response(self) -> web.Response:
+        if self.status != 200:
+            headers = {"Retry-After": self.retry_after} if self.retry_after else None
+            return web.Response(
+                status=self.status, body=self.body, content_type="application/json", headers=headers
+            )
+        if self.header_length is None:
+            return web.Response(body=self.body, content_type="application/json")
+        return web.Response(
+            body=self.body,
+            content_type="application/octet-stream",
+            headers={oip.HEADER_LENGTH: str(self.header_length)},
+        )
+
+
+def _refused(message: str, status: int, error: BatcherError | None = None) -> InferAnswer:
+    headers = _refusal_headers(error) if error is not None else None
+    return InferAnswer(status, oip.error_body(message), None, (headers or {}).get("Retry-After"))
+
+
 def _refusal_headers(error: BatcherError) -> dict[str, str] | None:
     """``Retry-After`` (whole seconds, at least 1) for a request refused at admission."""
     if not isinstance(error, Rejected) or error.retry_after is None:
@@ -114,6 +165,7 @@ class BatcherServer:
         web_config: WebConfig | None = None,
         max_body_bytes: int = 16 << 20,
         grpc_listen: str = "",
+        workers: WorkerSettings | None = None,
     ) -> None:
         self.models = models
         self.registry = registry
@@ -125,7 +177,16 @@ class BatcherServer:
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._listener: Listener | None = None
-        self.connection_metrics = ConnectionMetrics(registry)
+        # With workers, they accept (and count) connections; the engine listens only privately.
+        self.workers = (
+            WorkerPool(workers, registry) if workers is not None and workers.count else None
+        )
+        self.connection_metrics = ConnectionMetrics(registry) if self.workers is None else None
+        self._reservation: socket.socket | None = None
+        self._private_dir: Path | None = None
+        self._channel: asyncio.Server | None = None
+        self._channel_calls: set[asyncio.Task[None]] = set()
+        self._signature_tags: dict[str, tuple[ServedModel, str]] = {}
         self._version = _version()
         self.grpc = (
             GrpcInferenceServer(
@@ -142,9 +203,13 @@ class BatcherServer:
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def app(self) -> web.Application:
+    def app(self, guarded: bool = True) -> web.Application:
+        """The routes; ``guarded``: behind basic auth and the configured headers (all but the
+        private socket the front workers pass requests through)."""
         app = web.Application(
-            middlewares=[guard(self.web_config, "autoglm-batcher", _unauthorized)],
+            middlewares=[guard(self.web_config, "autoglm-batcher", _unauthorized)]
+            if guarded
+            else [],
             client_max_size=self.max_body_bytes,
         )
         model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
@@ -164,23 +229,34 @@ class BatcherServer:
 
     async def start(self) -> None:
         """Start the engine and listen; raises :class:`ConfigError` if the port is taken."""
-        sock = bind_socket(*parse_listen(self.listen))
+        host, port = parse_listen(self.listen)
+        sock = bind_socket(host, port, reuse_port=self.workers is not None)
         await self.models.start()
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        server = self._runner.server
-        assert server is not None
-        self._listener = Listener(
-            server, lambda: len(server.connections), self.web_config, self.connection_metrics
-        )
-        await self._listener.start(sock)
+        if self.workers is None:
+            self._runner = web.AppRunner(self.app(), access_log=None)
+            await self._runner.setup()
+            server = self._runner.server
+            assert server is not None
+            assert self.connection_metrics is not None
+            self._listener = Listener(
+                server, lambda: len(server.connections), self.web_config, self.connection_metrics
+            )
+            await self._listener.start(sock)
+            self.port = self._listener.port
+        else:
+            self._reservation = sock  # bound, never listening: the workers' port stays ours
+            self.port = sock.getsockname()[1]
+            try:
+                await self._start_workers(host)
+            except ConfigError:
+                await self._close_http()
+                raise
         if self.grpc is not None:
             try:
                 await self.grpc.start()
             except ConfigError:
                 await self._close_http()
                 raise
-        self.port = self._listener.port
         log.info(
             "serving",
             extra={
@@ -188,13 +264,39 @@ class BatcherServer:
                 "port": self.port,
                 "models": self.models.names,
                 "tls": self.web_config.ssl_context() is not None,
+                "workers": self.workers.pids if self.workers is not None else [],
             },
         )
+
+    async def _start_workers(self, host: str) -> None:
+        """The private folder (mode 0700) with the channel and HTTP sockets (0600), the
+        workers' metrics read from there, then the workers themselves."""
+        assert self.workers is not None
+        private = self._private_dir = Path(tempfile.mkdtemp(prefix="autoglm-batcher-"))
+        metrics_dir = private / METRICS_FOLDER
+        metrics_dir.mkdir(mode=0o700)
+        MultiProcessCollector(self.registry, path=str(metrics_dir))
+        self._runner = web.AppRunner(self.app(guarded=False), access_log=None)
+        await self._runner.setup()
+        await web.UnixSite(self._runner, str(private / HTTP_SOCKET)).start()
+        frame_limit = self.max_body_bytes + _FRAME_ALLOWANCE_BYTES
+        self._channel = await asyncio.get_running_loop().create_unix_server(
+            lambda: EngineEnd(
+                self._channel_call, self._channel_notice, self._channel_calls, frame_limit
+            ),
+            str(private / CHANNEL_SOCKET),
+        )
+        for name in (HTTP_SOCKET, CHANNEL_SOCKET):
+            os.chmod(private / name, 0o600)
+        await self.workers.start(host, self.port, private)
 
     async def shutdown(self, drain_timeout: float) -> bool:
         """Refuse new work, answer everything accepted, then close; True if all finished."""
         log.info("draining", extra={"queued_items": self.models.queued_items})
-        finished = await self.models.drain(drain_timeout)
+        workers_finished = True
+        if self.workers is not None:  # they finish what they hold; the engine still answers
+            workers_finished = await self.workers.stop(drain_timeout)
+        finished = await self.models.drain(drain_timeout) and workers_finished
         if self.grpc is not None:
             await self.grpc.stop()
         await self._close_http()
@@ -204,8 +306,14 @@ class BatcherServer:
     async def _close_http(self) -> None:
         if self._listener is not None:
             await self._listener.close()
+        if self._channel is not None:
+            self._channel.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._reservation is not None:
+            self._reservation.close()
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
 
     # --- handlers --------------------------------------------------------------------------
 
@@ -251,14 +359,24 @@ class BatcherServer:
             serving = self._serving(request)
         except UnknownModel as exc:
             return _error(str(exc), 404)
-        model, batcher = serving.model, serving.batcher
-        metrics = batcher.metrics
-        slo = batcher.slo_seconds
         try:
-            parsed = await self._parse(request, model)
+            body = await read_body(request, self.max_body_bytes)
         except oip.ProtocolError as exc:
-            metrics.answered("invalid", None, slo)
+            serving.batcher.metrics.answered("invalid", None, serving.batcher.slo_seconds)
             return _error(str(exc), 400)
+        answer = await self._run_infer(serving, body, request.headers.get(oip.HEADER_LENGTH))
+        return answer.response()
+
+    async def _run_infer(
+        self, serving: LoadedModel, body: bytes, header_length: str | None
+    ) -> InferAnswer:
+        """Decode, batch, run and encode one request of ``serving``'s model."""
+        model, batcher = serving.model, serving.batcher
+        try:
+            parsed = oip.parse_infer_request(body, header_length, model.inputs, model.outputs)
+        except oip.ProtocolError as exc:
+            batcher.metrics.answered("invalid", None, batcher.slo_seconds)
+            return _refused(str(exc), 400)
         try:
             result = await batcher.submit(
                 parsed.inputs,
@@ -267,34 +385,50 @@ class BatcherServer:
                 timeout=parsed.timeout_seconds,
             )
         except BatcherError as exc:
-            return _error(str(exc), http_status(exc), _refusal_headers(exc))
+            return _refused(str(exc), http_status(exc), exc)
         try:
-            body, header_length = oip.encode_infer_response(model.name, parsed, result)
+            encoded, encoded_header_length = oip.encode_infer_response(model.name, parsed, result)
         except oip.ProtocolError as exc:
             log.error("model output cannot be encoded", extra={"error": str(exc)})
-            return _error(str(exc), 500)
-        if header_length is None:
-            return web.Response(body=body, content_type="application/json")
-        return web.Response(
-            body=body,
-            content_type="application/octet-stream",
-            headers={oip.HEADER_LENGTH: str(header_length)},
-        )
+            return _refused(str(exc), 500)
+        return InferAnswer(200, encoded, encoded_header_length)
 
-    async def _parse(self, request: web.Request, model: ServedModel) -> oip.InferRequest:
-        length = request.content_length
-        if length is not None and length > self.max_body_bytes:
-            raise oip.ProtocolError(
-                f"request body is {length} bytes; the limit is {self.max_body_bytes} "
-                "(--max-body-bytes); send fewer items per request"
-            )
+    # --- the front workers' channel ------------------------------------------------------------
+
+    async def _channel_call(self, envelope: Envelope, payload: bytes) -> tuple[Envelope, bytes]:
+        """One inference a worker decoded and sent in binary form (:mod:`batcher.forwarding`)."""
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise oip.ProtocolError(
-                f"request body exceeds {self.max_body_bytes} bytes (--max-body-bytes); "
-                "send fewer items per request"
-            ) from None
-        return oip.parse_infer_request(
-            body, request.headers.get(oip.HEADER_LENGTH), model.inputs, model.outputs
-        )
+            serving = self.models.serving(envelope["model"], envelope["version"])
+        except UnknownModel as exc:
+            answer = _refused(str(exc), 404)
+        else:
+            if envelope["signature"] != self._signature_tag(serving.model):
+                answer = _refused(
+                    "the model's signature changed; check the request again", SIGNATURE_CHANGED
+                )
+            else:
+                answer = await self._run_infer(serving, payload, str(envelope["header_length"]))
+        head = {
+            "status": answer.status,
+            "header_length": answer.header_length,
+            "retry_after": answer.retry_after,
+        }
+        return head, answer.body
+
+    def _channel_notice(self, envelope: Envelope) -> None:
+        """A worker refused a request as invalid: counted as if the engine had."""
+        try:
+            batcher = self.models.serving(envelope["invalid"], "1").batcher
+        except UnknownModel:
+            return
+        batcher.metrics.answered("invalid", None, batcher.slo_seconds)
+
+    def _signature_tag(self, model: ServedModel) -> str:
+        """The tag of ``model``'s metadata, as the workers compute it from ``GET`` (kept per
+        model object, so a reloaded model gets its own)."""
+        known = self._signature_tags.get(model.name)
+        if known is not None and known[0] is model:
+            return known[1]
+        tag = signature_tag(oip.model_metadata(model.name, model.inputs, model.outputs))
+        self._signature_tags[model.name] = (model, tag)
+        return tag

@@ -11,11 +11,13 @@ import socket
 from autoglm.config import ConfigError
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """A TCP socket bound to ``host:port`` (port 0 picks a free one), not yet listening.
 
     ``::`` takes IPv4 connections too, as ``0.0.0.0`` would, so ``--listen [::]:PORT`` serves
-    both families.
+    both families. With ``reuse_port`` (``SO_REUSEPORT``) other sockets of this user may bind the
+    same port with it too, and the kernel spreads new connections over those listening: how
+    several processes serve one port (the batcher's ``--workers``).
     """
     where = f"{host}:{port}"
     try:
@@ -29,6 +31,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(address)

@@ -1,0 +1,162 @@
+"""What a front worker and the engine say to each other about one inference, as bytes.
+
+With ``--workers N`` (:mod:`batcher.worker_pool`) the front worker processes decode the client's
+request (JSON numbers included) and the engine process only batches. A decoded request travels to
+the engine in the binary tensor data extension's own layout (a small JSON header, then each input's
+raw little-endian bytes), every output asked for as binary, so the engine parses a header of a few
+hundred bytes and calls ``numpy.frombuffer``: never a JSON float. The worker then reads the
+engine's binary answer back into arrays and encodes it as the client asked, with the same
+:func:`batcher.oip.encode_infer_response` a one-process server uses, so both answer alike.
+
+Each message is a frame on a private Unix socket (:mod:`batcher.engine_channel`): a fixed
+header (call id, envelope length, payload length), an envelope (a JSON object: which model,
+which signature, the answer's status) and the payload (the request or answer body). JSON and raw
+bytes only: nothing on the channel is pickled, so neither side runs code the other sent.
+
+A worker checks a request against the model's signature as the engine served it when the worker
+last asked (``GET /v2/models/NAME``); :func:`signature_tag` names that signature, the engine
+answers :data:`SIGNATURE_CHANGED` when the model now served under that name has another one (a
+repository reload), and the worker asks again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from batcher import oip
+from batcher.tensor_spec import TensorSpec
+
+FRAME_HEADER = struct.Struct("<III")  # call id, envelope length, payload length
+# The engine answers this status when the request's signature tag is not the served model's.
+SIGNATURE_CHANGED = 409
+# A call id for a message that expects no answer (a worker telling the engine it refused a
+# request as invalid, so the engine's request counters see every request).
+NO_ANSWER = 0
+
+
+class ChannelError(ConnectionError):
+    """The private channel to the engine broke or carried something that is not a frame."""
+
+
+def frame(call_id: int, envelope: Mapping[str, Any], payload: bytes = b"") -> bytes:
+    """One message: header, JSON envelope, payload."""
+    head = orjson.dumps(envelope)
+    return FRAME_HEADER.pack(call_id, len(head), len(payload)) + head + payload
+
+
+class FrameReader:
+    """Cuts a byte stream into frames; a frame larger than ``max_frame_bytes`` is a
+    :class:`ChannelError` (the stream cannot be trusted past it)."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._buffer = bytearray()
+        self._max = max_frame_bytes
+
+    def feed(self, data: bytes) -> list[tuple[int, dict[str, Any], bytes]]:
+        """The frames completed by ``data``, in order."""
+        self._buffer += data
+        frames = []
+        start = 0
+        size = FRAME_HEADER.size
+        while len(self._buffer) - start >= size:
+            call_id, head_length, payload_length = FRAME_HEADER.unpack_from(self._buffer, start)
+            if head_length + payload_length > self._max:
+                raise ChannelError(
+                    f"a frame of {head_length + payload_length} bytes is over the channel's "
+                    f"limit of {self._max}"
+                )
+            end = start + size + head_length + payload_length
+            if len(self._buffer) < end:
+                break
+            head = bytes(self._buffer[start + size : start + size + head_length])
+            envelope = orjson.loads(head)
+            if not isinstance(envelope, dict):
+                raise ChannelError("a frame's envelope is not a JSON object")
+            frames.append((call_id, envelope, bytes(self._buffer[end - payload_length : end])))
+            start = end
+        del self._buffer[:start]
+        return frames
+
+
+def signature_tag(metadata: Mapping[str, Any]) -> str:
+    """A short name for a model's metadata (``GET /v2/models/NAME``): equal tags, equal
+    signatures, whichever side computes it."""
+    canonical = json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(canonical, digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A model's name, inputs and outputs as its metadata gives them, and their tag."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    tag: str
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> Signature:
+        """Read the engine's own metadata answer (``oip.model_metadata``)."""
+
+        def specs(key: str) -> tuple[TensorSpec, ...]:
+            return tuple(
+                TensorSpec(t["name"], t["datatype"], tuple(t["shape"][1:])) for t in metadata[key]
+            )
+
+        return cls(metadata["name"], specs("inputs"), specs("outputs"), signature_tag(metadata))
+
+
+def engine_request(request: oip.InferRequest, signature: Signature) -> tuple[bytes, int]:
+    """The body of the binary request that carries ``request``'s decoded inputs, and its JSON
+    header's length: inputs as raw bytes, every requested output asked for as binary, the
+    priority and timeout as the client gave them."""
+    datatypes = {spec.name: spec.datatype for spec in signature.inputs}
+    tensors = []
+    buffers = []
+    for name, array in request.inputs.items():
+        datatype = datatypes[name]
+        raw = oip.encode_binary_output(name, datatype, np.ascontiguousarray(array))
+        tensors.append(
+            {
+                "name": name,
+                "datatype": datatype,
+                "shape": list(array.shape),
+                "parameters": {"binary_data_size": len(raw)},
+            }
+        )
+        buffers.append(raw)
+    parameters: dict[str, Any] = {"priority": request.priority}
+    if request.timeout_seconds is not None:
+        parameters["timeout"] = round(request.timeout_seconds / oip.MICROSECONDS)
+    header = orjson.dumps(
+        {
+            "inputs": tensors,
+            "outputs": [
+                {"name": name, "parameters": {"binary_data": True}} for name in request.outputs
+            ],
+            "parameters": parameters,
+        }
+    )
+    return header + b"".join(buffers), len(header)
+
+
+def read_binary_answer(body: bytes, header_length: int) -> dict[str, np.ndarray]:
+    """The outputs of the engine's answer to :func:`engine_request` (all binary), as arrays."""
+    header = orjson.loads(body[:header_length])
+    outputs: dict[str, np.ndarray] = {}
+    offset = header_length
+    for tensor in header["outputs"]:
+        name, datatype, shape = tensor["name"], tensor["datatype"], tensor["shape"]
+        size = tensor["parameters"]["binary_data_size"]
+        raw = body[offset : offset + size]
+        outputs[name] = oip.decode_binary_data(raw, name, datatype, oip.DATATYPES[datatype], shape)
+        offset += size
+    return outputs

@@ -1,0 +1,350 @@
+"""A front worker process of ``--workers N``: HTTP, TLS, auth and the JSON codec, off the engine.
+
+The engine process (:mod:`batcher.server`) starts these through :mod:`batcher.worker_pool`; each
+binds the public port with ``SO_REUSEPORT`` and serves it as a one-process server would, with the
+shared web config (TLS through the :mod:`autoglm.web.listener`, basic auth and headers through the
+:mod:`autoglm.web.guard`). An inference request is decoded here, checked against the model's
+signature, and sent to the engine over the private channel in binary form
+(:mod:`batcher.forwarding`), so the engine's loop never parses a JSON number and batches form
+across the requests of every worker; the answer is encoded here in the form the client asked for.
+Every other request (health, metadata, the repository API, ``/metrics``) is passed to the engine
+over its private HTTP socket, so there is one truth for readiness, models and metrics.
+
+Not meant to be started by hand: the engine gives it its arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import aiohttp
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
+
+from autoglm.logs import setup_logging
+from autoglm.web.binding import bind_socket
+from autoglm.web.guard import guard
+from autoglm.web.listener import ConnectionMetrics, Listener
+from autoglm.webconfig import WebConfig
+from batcher import oip
+from batcher.engine_channel import WorkerEnd
+from batcher.forwarding import (
+    SIGNATURE_CHANGED,
+    ChannelError,
+    Signature,
+    engine_request,
+    read_binary_answer,
+)
+from batcher.request_body import read_body
+from batcher.worker_pool import CHANNEL_SOCKET, HTTP_SOCKET, READY_LINE
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler
+
+log = logging.getLogger("batcher.front_worker")  # not __main__: it runs with -m
+
+# A frame carries one request or answer body plus its envelope.
+FRAME_ALLOWANCE_BYTES = 1 << 20
+_PASSED_REQUEST_HEADERS = ("Accept", "Content-Type", oip.HEADER_LENGTH)
+_PASSED_ANSWER_HEADERS = ("Content-Type", "Retry-After", oip.HEADER_LENGTH)
+
+
+def _error(message: str, status: int) -> web.Response:
+    return web.Response(
+        status=status, body=oip.error_body(message), content_type="application/json"
+    )
+
+
+def _unauthorized() -> web.Response:
+    return _error("authentication required", 401)
+
+
+class FrontServer:
+    """The HTTP face of one worker, talking to the engine through ``channel_dir``'s sockets."""
+
+    def __init__(
+        self,
+        worker: int,
+        channel_dir: Path,
+        web_config: WebConfig,
+        *,
+        max_body_bytes: int,
+        drain_timeout_seconds: float,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.worker = str(worker)
+        self.channel_dir = channel_dir
+        self.web_config = web_config
+        self.max_body_bytes = max_body_bytes
+        self.drain_timeout_seconds = drain_timeout_seconds
+        self.connection_metrics = ConnectionMetrics(registry)
+        self.requests = Counter(
+            "autoglm_batcher_worker_requests",
+            "HTTP requests answered by each front worker (--workers), by status code.",
+            ["worker", "code"],
+            registry=registry,
+        )
+        self._signatures: dict[tuple[str, str], Signature] = {}
+        self._engine: WorkerEnd | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
+
+    @property
+    def engine_gone(self) -> asyncio.Future[None]:
+        """Done when the engine's channel closes (the engine exited)."""
+        assert self._engine is not None
+        return self._engine.closed
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[self._count, guard(self.web_config, "autoglm-batcher", _unauthorized)],
+            client_max_size=self.max_body_bytes,
+        )
+        for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+            app.router.add_post(base + "/infer", self._infer)
+        app.router.add_route("*", "/{path:.*}", self._pass_to_engine)
+        return app
+
+    async def start(self, host: str, port: int) -> None:
+        """Connect to the engine, then listen on ``host:port`` beside the other workers."""
+        self._engine = await WorkerEnd.connect(
+            str(self.channel_dir / CHANNEL_SOCKET), self.max_body_bytes + FRAME_ALLOWANCE_BYTES
+        )
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=str(self.channel_dir / HTTP_SOCKET)),
+            auto_decompress=False,
+        )
+        sock = bind_socket(host, port, reuse_port=True)
+        self._runner = web.AppRunner(
+            self.app(), access_log=None, shutdown_timeout=self.drain_timeout_seconds
+        )
+        await self._runner.setup()
+        server = self._runner.server
+        assert server is not None
+        self._listener = Listener(
+            server, lambda: len(server.connections), self.web_config, self.connection_metrics
+        )
+        await self._listener.start(sock)
+
+    async def stop(self) -> None:
+        """Stop accepting, finish the requests in progress (each answered), then disconnect."""
+        if self._listener is not None:
+            await self._listener.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        if self._engine is not None:
+            self._engine.close()
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        self.requests.labels(self.worker, str(response.status)).inc()
+        return response
+
+    # --- inference ---------------------------------------------------------------------------
+
+    async def _infer(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        version = request.match_info.get("version")
+        signature = await self._signature(name, version, request)
+        if isinstance(signature, web.Response):
+            return signature  # the engine's own answer: unknown model or version
+        engine = self._engine
+        assert engine is not None
+        try:
+            body = await read_body(request, self.max_body_bytes)
+            parsed = oip.parse_infer_request(
+                body, request.headers.get(oip.HEADER_LENGTH), signature.inputs, signature.outputs
+            )
+        except oip.ProtocolError as exc:
+            engine.notify({"invalid": name})
+            return _error(str(exc), 400)
+        try:
+            answer, payload = await self._call(engine, name, version, signature, parsed)
+            if answer["status"] == SIGNATURE_CHANGED:  # the model was reloaded: check it again
+                self._signatures.pop((name, version or "1"), None)
+                return await self._infer_again(request, body, name, version)
+        except ChannelError as exc:
+            return _error(f"the engine is not answering ({exc}); try again", 503)
+        return self._answer(signature, parsed, answer, payload)
+
+    async def _infer_again(
+        self, request: web.Request, body: bytes, name: str, version: str | None
+    ) -> web.StreamResponse:
+        signature = await self._signature(name, version, request)
+        if isinstance(signature, web.Response):
+            return signature
+        try:
+            parsed = oip.parse_infer_request(
+                body, request.headers.get(oip.HEADER_LENGTH), signature.inputs, signature.outputs
+            )
+        except oip.ProtocolError as exc:
+            assert self._engine is not None
+            self._engine.notify({"invalid": name})
+            return _error(str(exc), 400)
+        assert self._engine is not None
+        answer, payload = await self._call(self._engine, name, version, signature, parsed)
+        return self._answer(signature, parsed, answer, payload)
+
+    @staticmethod
+    async def _call(
+        engine: WorkerEnd,
+        name: str,
+        version: str | None,
+        signature: Signature,
+        parsed: oip.InferRequest,
+    ) -> tuple[dict, bytes]:
+        payload, header_length = engine_request(parsed, signature)
+        envelope = {
+            "model": name,
+            "version": version or "1",
+            "signature": signature.tag,
+            "header_length": header_length,
+        }
+        return await engine.call(envelope, payload)
+
+    @staticmethod
+    def _answer(
+        signature: Signature, parsed: oip.InferRequest, answer: dict, payload: bytes
+    ) -> web.Response:
+        status = answer["status"]
+        if status != 200:
+            headers = {"Retry-After": answer["retry_after"]} if answer.get("retry_after") else None
+            return web.Response(
+                status=status, body=payload, content_type="application/json", headers=headers
+            )
+        outputs = read_binary_answer(payload, answer["header_length"])
+        try:
+            body, header_length = oip.encode_infer_response(signature.name, parsed, outputs)
+        except oip.ProtocolError as exc:
+            log.error("model output cannot be encoded", extra={"error": str(exc)})
+            return _error(str(exc), 500)
+        if header_length is None:
+            return web.Response(body=body, content_type="application/json")
+        return web.Response(
+            body=body,
+            content_type="application/octet-stream",
+            headers={oip.HEADER_LENGTH: str(header_length)},
+        )
+
+    async def _signature(
+        self, name: str, version: str | None, request: web.Request
+    ) -> Signature | web.Response:
+        """The model's signature as the engine serves it, asked once and kept; the engine's
+        answer itself when it has no such model or version."""
+        key = (name, version or "1")
+        known = self._signatures.get(key)
+        if known is not None:
+            return known
+        path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "")
+        try:
+            status, body, headers = await self._engine_http("GET", path, b"", {})
+        except (aiohttp.ClientError, OSError) as exc:
+            return _error(f"the engine is not answering ({exc}); try again", 503)
+        if status != 200:
+            return web.Response(status=status, body=body, headers=headers)
+        signature = Signature.from_metadata(orjson.loads(body))
+        self._signatures[key] = signature
+        return signature
+
+    # --- everything else ---------------------------------------------------------------------
+
+    async def _pass_to_engine(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {k: request.headers[k] for k in _PASSED_REQUEST_HEADERS if k in request.headers}
+        try:
+            status, answer, answer_headers = await self._engine_http(
+                request.method, request.path_qs, body, headers
+            )
+        except (aiohttp.ClientError, OSError) as exc:
+            return _error(f"the engine is not answering ({exc}); try again", 503)
+        return web.Response(status=status, body=answer, headers=answer_headers)
+
+    async def _engine_http(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, bytes, dict[str, str]]:
+        assert self._session is not None
+        async with self._session.request(
+            method, "http://engine" + path, data=body, headers=headers
+        ) as answer:
+            payload = await answer.read()
+            kept = {k: answer.headers[k] for k in _PASSED_ANSWER_HEADERS if k in answer.headers}
+            return answer.status, payload, kept
+
+
+class _WorkerField(logging.Filter):
+    """Adds ``worker`` to every log record of this process."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.worker
+        return True
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="batcher.front_worker", description=__doc__)
+    parser.add_argument("--worker", type=int, required=True)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--channel-dir", type=Path, required=True)
+    parser.add_argument("--web-config-file", default="")
+    parser.add_argument("--max-body-bytes", type=int, required=True)
+    parser.add_argument("--drain-timeout-seconds", type=float, required=True)
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-format", default="json")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
+    setup_logging("batcher", args.log_level, args.log_format)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_WorkerField(args.worker))
+    web_config = WebConfig.load(args.web_config_file or None)
+    return asyncio.run(_serve(args, web_config))
+
+
+async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
+    from batcher.cli import stop_when_orphaned
+
+    server = FrontServer(
+        args.worker,
+        args.channel_dir,
+        web_config,
+        max_body_bytes=args.max_body_bytes,
+        drain_timeout_seconds=args.drain_timeout_seconds,
+        registry=CollectorRegistry(),  # multiprocess mode: the engine's /metrics reads the files
+    )
+    await server.start(args.host, args.port)
+    sys.stdout.buffer.write(READY_LINE)
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server.engine_gone.add_done_callback(lambda _: stop.set())
+    orphaned = loop.create_task(stop_when_orphaned(stop))
+    await stop.wait()
+    orphaned.cancel()
+    log.info("draining")
+    await server.stop()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
