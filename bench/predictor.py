@@ -12,11 +12,15 @@ In each window the service's behaviour is replayed: once a day (every 10 minutes
 selection runs on the history so far (predictor.selection, the previous choice as incumbent),
 the chosen models are fitted and calibrated with the selection's out-of-sample errors, and then
 only updated. Every candidate is also scored alone with the same refits. Per cell: the selected
-WAPE as a ratio to the best baseline (naive or seasonal copy), the coverage of the 0.9 upper
-bound, and the oracle ratio (the best candidate in that cell, picked in hindsight: the bound on
-what any selection among these candidates could do). The summary gives the worst cell and the
-geometric mean of the ratios, separately for the design windows (all but the last of each
-series; the design was chosen on them) and the check windows (the last of each series).
+WAPE as a ratio to the best baseline (naive or seasonal copy); the coverage of the 0.9 upper
+bound with its Wilson 95 % interval (the binomial spread at that cell's number of points); and
+bounds from hindsight (predictor.hindsight) on what selection among these candidates could do:
+the best candidate of the cell, the best per re-selection block, the best fixed convex weights
+over the cell and per block, and the best candidate per point. The summary gives the worst cell
+and the geometric mean of the ratios, and the cells outside the coverage band both as measured
+and beyond binomial noise (interval clear of the band), separately for the design windows (all
+but the last of each series; the design was chosen on them) and the check windows (the last of
+each series).
 
 Also the cost on 2,000 15-min points: selection over every candidate and block (CPU seconds)
 and one update plus forecast of the chosen models (CPU ms, mean of 100; and the median wall
@@ -41,13 +45,20 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from scipy.stats import binom  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # this file is named predictor.py: keep it from shadowing the package
 
 from autoglm.datasets import expected_path, fetch_hint, traces_dir  # noqa: E402
-from predictor.backtest import forecast_targets, replay_with_selection, wape  # noqa: E402
+from predictor.backtest import (  # noqa: E402
+    coverage_interval,
+    forecast_targets,
+    replay_with_selection,
+    wape,
+)
 from predictor.fitting import fit_chosen  # noqa: E402
+from predictor.hindsight import best_pick_wape, best_weights_wape  # noqa: E402
 from predictor.models import BASELINES, candidate_factories, shortest_cycle  # noqa: E402
 from predictor.selection import Selection, candidate_forecasts, select_model  # noqa: E402
 from predictor.series import bin_events  # noqa: E402
@@ -58,6 +69,14 @@ HORIZONS = tuple(range(1, 9))
 DAY, WEEK = 86400, 7 * 86400
 GOAL_RATIO, GOAL_GEOMEAN, GOAL_COVERAGE = 0.85, 0.8, (85.0, 95.0)
 TIMING_REPEATS = 3
+# Bounds from hindsight (the cells' own actuals) on selection among the candidates, loosest last.
+ORACLES = {
+    "oracle": "best candidate per cell",
+    "block_oracle": "best candidate per re-selection block",
+    "cell_weights_oracle": "best fixed convex weights per cell",
+    "block_weights_oracle": "best convex weights per re-selection block",
+    "point_oracle": "best candidate per point",
+}
 
 
 def series_specs(traces: Path, smoke: bool) -> list[dict]:
@@ -126,6 +145,23 @@ def run_window(spec: dict, start: int, smoke: bool) -> dict:
     baselines = [n for n in alone if n in BASELINES]
     best_baseline = {h: min(alone[n][h] for n in baselines) for h in HORIZONS}
     oracle = {h: min(alone, key=lambda n, h=h: alone[n][h]) for h in HORIZONS}
+    # Bounds from hindsight on any selection among these candidates (predictor.hindsight): the
+    # best one per re-selection block (what a rule that picks one model a day could at most
+    # reach), the best fixed convex weights over the window (any fixed stack) and per block (a
+    # combination chosen a day), and the best one per point.
+    blocks = [r - start for r in refits]
+    every_point = list(range(len(actual)))
+    bounds = {}
+    for label, bound, starts in (
+        ("block_oracle", best_pick_wape, blocks),
+        ("cell_weights_oracle", best_weights_wape, [0]),
+        ("block_weights_oracle", best_weights_wape, blocks),
+        ("point_oracle", best_pick_wape, every_point),
+    ):
+        bounds[label] = {
+            h: bound(actual[:, h - 1], {n: forecasts[n].point[:, h - 1] for n in alone}, starts)
+            for h in HORIZONS
+        }
 
     selections: list[Selection] = []
     seconds: list[float] = []
@@ -147,6 +183,8 @@ def run_window(spec: dict, start: int, smoke: bool) -> dict:
         return {h: fitted[name] for h, name in selection.per_horizon.items()}
 
     replay = replay_with_selection(select, y, HORIZONS, start, reselect, QUANTILE)
+    covered = {h: int((replay.actual[h] <= replay.upper[h]).sum()) for h in HORIZONS}
+    points = {h: len(replay.actual[h]) for h in HORIZONS}
     return {
         "start": start,
         "history_points": start,
@@ -155,10 +193,19 @@ def run_window(spec: dict, start: int, smoke: bool) -> dict:
         "best_baseline": _rounded(best_baseline),
         "selected": _rounded(replay.wape),
         "coverage": _rounded(replay.coverage),
+        "coverage_points": {str(h): points[h] for h in HORIZONS},
+        "coverage_interval": {
+            str(h): [round(v, 1) for v in coverage_interval(covered[h], points[h])]
+            for h in HORIZONS
+        },
         "ratio": {str(h): round(replay.wape[h] / best_baseline[h], 3) for h in HORIZONS},
         "oracle_model": {str(h): oracle[h] for h in HORIZONS},
         "oracle_ratio": {
             str(h): round(alone[oracle[h]][h] / best_baseline[h], 3) for h in HORIZONS
+        },
+        **{
+            f"{label}_ratio": {str(h): round(wapes[h] / best_baseline[h], 3) for h in HORIZONS}
+            for label, wapes in bounds.items()
         },
         "chosen": [{str(h): s.per_horizon[h] for h in HORIZONS} for s in selections],
         "selection_cpu_seconds_mean": round(float(np.mean(seconds)), 2),
@@ -175,28 +222,49 @@ def _rounded(values: dict) -> dict:
 
 
 def summarise(cells: list[dict]) -> dict:
-    """Worst cell and geometric mean of the ratios, coverage range, and the oracle's."""
+    """Worst cell and geometric mean of the ratios and of the three oracles' (see
+    :func:`run_window`), the coverage range and the cells outside the goal band: as measured,
+    and beyond the binomial spread of their window (Wilson interval clear of the band)."""
     if not cells:
         return {}
     ratios = np.array([c["ratio"] for c in cells])
-    oracle = np.array([c["oracle_ratio"] for c in cells])
     cover = np.array([c["coverage"] for c in cells])
+    low, high = np.array([c["coverage_interval"] for c in cells]).T
     worst = cells[int(np.argmax(ratios))]
-    return {
+    summary = {
         "cells": len(cells),
         "geomean_ratio": round(float(np.exp(np.mean(np.log(ratios)))), 3),
         "worst_ratio": round(float(ratios.max()), 3),
         "worst_cell": f"{worst['series']} window {worst['window']} h{worst['h']}",
         "cells_over_goal_ratio": int((ratios > GOAL_RATIO).sum()),
-        "oracle_geomean_ratio": round(float(np.exp(np.mean(np.log(oracle)))), 3),
-        "oracle_worst_ratio": round(float(oracle.max()), 3),
-        "oracle_cells_over_goal_ratio": int((oracle > GOAL_RATIO).sum()),
-        "coverage_min": round(float(cover.min()), 1),
-        "coverage_max": round(float(cover.max()), 1),
-        "cells_outside_coverage_goal": int(
-            ((cover < GOAL_COVERAGE[0]) | (cover > GOAL_COVERAGE[1])).sum()
-        ),
     }
+    for oracle in ORACLES:
+        r = np.array([c[f"{oracle}_ratio"] for c in cells])
+        summary[f"{oracle}_geomean_ratio"] = round(float(np.exp(np.mean(np.log(r)))), 3)
+        summary[f"{oracle}_worst_ratio"] = round(float(r.max()), 3)
+        summary[f"{oracle}_cells_over_goal_ratio"] = int((r > GOAL_RATIO).sum())
+    summary["coverage_min"] = round(float(cover.min()), 1)
+    summary["coverage_max"] = round(float(cover.max()), 1)
+    summary["cells_outside_coverage_goal"] = int(
+        ((cover < GOAL_COVERAGE[0]) | (cover > GOAL_COVERAGE[1])).sum()
+    )
+    summary["cells_outside_coverage_goal_beyond_noise"] = int(
+        ((high < GOAL_COVERAGE[0]) | (low > GOAL_COVERAGE[1])).sum()
+    )
+    summary["cells_outside_coverage_goal_if_calibrated"] = round(
+        sum(_chance_outside_band(c["coverage_points"]) for c in cells), 1
+    )
+    return summary
+
+
+def _chance_outside_band(points: int) -> float:
+    """How likely a bound that covers exactly QUANTILE of the time measures a coverage outside
+    the goal band on ``points`` points (binomial): summed over cells, how many cells outside
+    the band a perfectly calibrated bound would leave."""
+    covered = np.arange(points + 1)
+    rate = 100.0 * covered / points
+    outside = (rate < GOAL_COVERAGE[0]) | (rate > GOAL_COVERAGE[1])
+    return float(binom.pmf(covered[outside], points, QUANTILE).sum())
 
 
 def timing_2000(traces: Path) -> dict:
@@ -255,10 +323,18 @@ def print_report(report: dict) -> None:
                 ("selected (daily reselect)", w["selected"], ".1f"),
                 ("  ratio to best baseline", w["ratio"], ".2f"),
                 ("  oracle ratio", w["oracle_ratio"], ".2f"),
+                ("  block oracle ratio", w["block_oracle_ratio"], ".2f"),
+                ("  cell weights oracle", w["cell_weights_oracle_ratio"], ".2f"),
+                ("  block weights oracle", w["block_weights_oracle_ratio"], ".2f"),
+                ("  point oracle ratio", w["point_oracle_ratio"], ".2f"),
                 ("  coverage of 0.9 upper", w["coverage"], ".1f"),
             )
             for label, v, fmt in rows:
                 print(f"{label:<26}" + "".join(f"{format(v[h], fmt):>7}" for h in hs))
+            print(
+                f"{'  coverage 95 % interval':<26}"
+                + "".join(f"{lo:>4.0f}-{hi:<2.0f}" for lo, hi in w["coverage_interval"].values())
+            )
             print(
                 "  chosen at first selection: "
                 + ", ".join(f"h{h}={m}" for h, m in w["chosen"][0].items())
@@ -272,15 +348,19 @@ def print_report(report: dict) -> None:
             f"{GOAL_GEOMEAN}), worst {s['worst_ratio']:.3f} at {s['worst_cell']} (goal <= "
             f"{GOAL_RATIO}), cells over {GOAL_RATIO}: {s['cells_over_goal_ratio']}"
         )
-        print(
-            f"  oracle (best candidate per cell in hindsight): geomean "
-            f"{s['oracle_geomean_ratio']:.3f}, worst {s['oracle_worst_ratio']:.3f}, "
-            f"cells over {GOAL_RATIO}: {s['oracle_cells_over_goal_ratio']}"
-        )
+        for oracle, label in ORACLES.items():
+            print(
+                f"  oracle, {label} in hindsight: geomean "
+                f"{s[f'{oracle}_geomean_ratio']:.3f}, worst {s[f'{oracle}_worst_ratio']:.3f}, "
+                f"cells over {GOAL_RATIO}: {s[f'{oracle}_cells_over_goal_ratio']}"
+            )
         print(
             f"  coverage of the 0.9 upper bound: {s['coverage_min']:.1f}-"
             f"{s['coverage_max']:.1f} %, cells outside 85-95 %: "
-            f"{s['cells_outside_coverage_goal']}"
+            f"{s['cells_outside_coverage_goal']} as measured, "
+            f"{s['cells_outside_coverage_goal_beyond_noise']} beyond binomial noise (Wilson "
+            f"95 % interval clear of the band); a bound covering exactly {QUANTILE:.0%} would "
+            f"leave {s['cells_outside_coverage_goal_if_calibrated']} outside on average"
         )
     t = report.get("timing_2000_points")
     if t:
@@ -344,7 +424,13 @@ def main(argv: list[str] | None = None) -> int:
                         h=h,
                         ratio=w["ratio"][h],
                         oracle_ratio=w["oracle_ratio"][h],
+                        block_oracle_ratio=w["block_oracle_ratio"][h],
+                        cell_weights_oracle_ratio=w["cell_weights_oracle_ratio"][h],
+                        block_weights_oracle_ratio=w["block_weights_oracle_ratio"][h],
+                        point_oracle_ratio=w["point_oracle_ratio"][h],
                         coverage=w["coverage"][h],
+                        coverage_interval=w["coverage_interval"][h],
+                        coverage_points=w["coverage_points"][h],
                     )
                 )
         print(f"{spec['name']} done after {time.perf_counter() - started:.0f} s", file=sys.stderr)

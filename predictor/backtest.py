@@ -59,6 +59,20 @@ def coverage(actual: np.ndarray, upper: np.ndarray, weights: np.ndarray | None =
     return float(100.0 * np.average(actual <= upper, weights=_weights(actual, weights)))
 
 
+def coverage_interval(covered: int, n: int, confidence_z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval (percent) for a coverage of ``covered`` out of ``n`` points: the
+    true coverage levels that a score test at that z would not reject. A bound that covers 90 %
+    on average still lands anywhere in a few points of it on a short window (the binomial
+    spread); a figure whose whole interval lies outside a goal band is off by more than that."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = covered / n
+    z2 = confidence_z**2
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = confidence_z / (1 + z2 / n) * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return float(100.0 * (centre - half)), float(100.0 * (centre + half))
+
+
 @dataclass
 class BacktestResult:
     """Scores of one model per horizon (percent), and what fitting and updating cost."""

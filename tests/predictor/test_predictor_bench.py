@@ -12,6 +12,15 @@ import pytest
 from autoglm.datasets import expected_path, fetch_hint
 
 ROOT = Path(__file__).resolve().parents[2]
+# The bench's bounds from hindsight as (narrower, wider) choices: a choice per block can do what
+# one per cell does, weights what a single pick does, a pick per point what one per block does.
+ORACLE_ORDER = (
+    ("oracle", "block_oracle"),
+    ("oracle", "cell_weights_oracle"),
+    ("block_oracle", "block_weights_oracle"),
+    ("cell_weights_oracle", "block_weights_oracle"),
+    ("block_oracle", "point_oracle"),
+)
 TRACE = expected_path("genai-requests")
 
 
@@ -41,6 +50,12 @@ def test_smoke_bench_scores_every_horizon_against_the_best_baseline(tmp_path):
         oracle = min(v[h] for v in window["models"].values())
         assert window["oracle_ratio"][h] == pytest.approx(oracle / baseline, abs=2e-3)
         assert 0 < window["coverage"][h] <= 100
+        low, high = window["coverage_interval"][h]
+        assert low <= window["coverage"][h] <= high
+        for narrower, wider in ORACLE_ORDER:
+            assert window[f"{wider}_ratio"][h] <= window[f"{narrower}_ratio"][h] + 2e-3
     check = report["summary"]["check"]
     assert check["cells"] == len(horizons)
     assert check["worst_ratio"] == max(window["ratio"].values())
+    assert check["cells_outside_coverage_goal_beyond_noise"] >= 0
+    assert check["cells_outside_coverage_goal_beyond_noise"] <= check["cells_outside_coverage_goal"]
