@@ -25,15 +25,18 @@ class BatcherProcess:
     """``python -m batcher.cli ARGS --log-format json`` from the repository root.
 
     ``startup`` holds the log records up to and including the ``serving`` line; ``port`` is the
-    HTTP port that line names. A process that exits or stays silent past ``start_timeout``
+    HTTP port that line names; ``root`` is the source tree it runs from (another revision's, for an
+    A/B comparison). A process that exits or stays silent past ``start_timeout``
     seconds raises RuntimeError (and is stopped).
     """
 
-    def __init__(self, args: Sequence[str], start_timeout: float = 300.0) -> None:
+    def __init__(
+        self, args: Sequence[str], start_timeout: float = 300.0, root: Path = ROOT
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "batcher.cli", *args, "--log-format", "json"],
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            cwd=root,
+            env=dict(os.environ, PYTHONPATH=str(root)),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

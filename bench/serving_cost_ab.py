@@ -1,0 +1,171 @@
+"""What one request costs the server, two source trees side by side: an A/B for the serving path.
+
+Two ``autoglm-batcher`` processes run at once, one from each tree (``--old``: a directory, or a
+git revision exported to a temporary one; ``--new``: this checkout by default), serving the same
+model (``bench.reference_mlp:identity`` by default: the reference MLP's signature with no work in
+it, so what is measured is the serving path alone). Each round sends every way in (REST JSON,
+REST binary, gRPC) to each server in turn, one open-loop point at ``--rate`` each, alternating
+old and new, so a machine whose load drifts hits both alike; the figure is **server CPU
+microseconds per answered request** (user + system of the process, from ``/proc``), per round
+and as the median over the rounds, with the per-round new/old ratio.
+
+    python bench/serving_cost_ab.py --old HEAD                 # this tree against its last commit
+    python bench/serving_cost_ab.py --old /tmp/a --new /tmp/b --modes grpc --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+from bench.batcher_process import BatcherProcess  # noqa: E402
+from bench.batcher_serving import (  # noqa: E402
+    BATCHER_MODES,
+    MODEL_NAME,
+    Served,
+    loadavg,
+    targets_for,
+)
+
+IDENTITY = "bench.reference_mlp:identity"
+
+
+class TreeServer(Served):
+    """A batcher run from ``root``'s sources, HTTP and gRPC on free ports."""
+
+    def __init__(self, root: Path, model: str, extra: list[str]) -> None:
+        self.name = root.name
+        process = BatcherProcess(
+            [
+                *("--model", model, "--model-name", MODEL_NAME),
+                *("--device", "cpu", "--torch-threads", "1"),
+                *("--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"),
+                *extra,
+            ],
+            root=root,
+        )
+        self.proc = process.proc
+        self.http_port = process.port
+        grpc = process.startup_record("serving grpc")
+        self.grpc_port = int(grpc["port"]) if grpc else 0
+
+
+def export_revision(revision: str, into: Path) -> Path:
+    """The tree of ``revision`` (``git archive``) under ``into``; the repository is untouched."""
+    folder = into / revision.replace("/", "_")
+    folder.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tempfile.TemporaryFile() as raw:
+        raw.write(archive)
+        raw.seek(0)
+        with tarfile.open(fileobj=raw) as tar:
+            tar.extractall(folder, filter="data")
+    return folder
+
+
+async def rounds(
+    servers: dict[str, TreeServer], modes: tuple[str, ...], args: argparse.Namespace
+) -> dict[str, dict[str, list[float]]]:
+    """Per mode and tree, the server CPU microseconds per answered request of each round."""
+    targets = {}
+    closers = []
+    for label, server in servers.items():
+        found, close = await targets_for(server, None, modes)  # type: ignore[arg-type]
+        closers.append(close)
+        for mode, target in found.items():
+            targets[(mode, label)] = target
+    costs: dict[str, dict[str, list[float]]] = {m: {s: [] for s in servers} for m in modes}
+    try:
+        for target in targets.values():  # open the connections, warm every path
+            await target.point(args.rate / 4, 1.0, 1.0, seed=0)
+        for index in range(1, args.rounds + 1):
+            before = loadavg()
+            order = list(servers) if index % 2 else list(reversed(servers))
+            for mode in modes:
+                for label in order:
+                    point = await targets[(mode, label)].point(
+                        args.rate, args.seconds, 1.0, seed=index
+                    )
+                    micros = 1e6 * point["server_cpu_seconds"] / max(1, point["answered"])
+                    costs[mode][label].append(micros)
+                    print(
+                        f"  round {index} {mode:<12} {label:<12} {micros:7.0f} us/req  "
+                        f"p99 {point['p99_ms']:6.1f} ms  failed {point['failures']}",
+                        flush=True,
+                    )
+            print(f"round {index}: load average {before} -> {loadavg()}", flush=True)
+    finally:
+        for close in closers:
+            await close()
+    return costs
+
+
+def report(costs: dict[str, dict[str, list[float]]], old: str, new: str) -> None:
+    print(f"{'way in':<12} {old + ' us/req':>18} {new + ' us/req':>18} {'new/old per round':>24}")
+    for mode, by_tree in costs.items():
+        ratios = [n / o for o, n in zip(by_tree[old], by_tree[new], strict=True) if o > 0]
+        print(
+            f"{mode:<12} {statistics.median(by_tree[old]):>18.0f} "
+            f"{statistics.median(by_tree[new]):>18.0f} "
+            f"{statistics.median(ratios):>10.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--old", required=True, help="a source directory or a git revision")
+    parser.add_argument("--new", type=Path, default=ROOT, help="a source directory")
+    parser.add_argument("--modes", default=",".join(BATCHER_MODES))
+    parser.add_argument("--model", default=IDENTITY)
+    parser.add_argument("--rate", type=float, default=400.0, help="requests per second per point")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per point")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-batch-size", type=int, default=128)
+    args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = [m for m in modes if m not in BATCHER_MODES]
+    if unknown or not modes:
+        parser.error(f"--modes takes {','.join(BATCHER_MODES)}; got {args.modes!r}")
+    extra = [
+        *("--max-batch-size", str(args.max_batch_size), "--max-queue", "4096"),
+        *("--warmup-repeats", "1"),
+    ]
+    with tempfile.TemporaryDirectory(prefix="serving-ab-") as scratch:
+        old = Path(args.old)
+        if not old.is_dir():
+            try:
+                old = export_revision(args.old, Path(scratch))
+            except subprocess.CalledProcessError:
+                parser.error(f"--old {args.old!r} is neither a directory nor a git revision")
+        trees = {"old": old, "new": args.new.resolve()}
+        servers: dict[str, TreeServer] = {}
+        try:
+            for label, root in trees.items():
+                servers[label] = TreeServer(root, args.model, extra)
+            print(f"old: {trees['old']}  new: {trees['new']}  model {args.model}, {args.rate}/s")
+            load_before = loadavg()
+            costs = asyncio.run(rounds(servers, modes, args))
+        finally:
+            for server in servers.values():
+                server.stop()
+    print(f"server CPU per answered request, load average {load_before} -> {loadavg()}")
+    report(costs, "old", "new")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
