@@ -169,6 +169,14 @@ class Batcher:
         )
         self.controller = self.lane.controller
         self.online_latencies = self.lane.online_latencies
+        self._in_flight = 0  # requests in the batch running now
+        self.metrics.follow_engine(
+            queue_items=lambda: self._waiting.online_items,
+            queue_requests=lambda: len(self._waiting.online),
+            best_effort_queue_items=lambda: self._waiting.best_effort_items,
+            in_flight_requests=lambda: self._in_flight,
+            cap=lambda: self.cap,
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -228,7 +236,6 @@ class Batcher:
         self._accepting = True
         self.metrics.ready.set(1)
         self.metrics.best_effort_share.set(self.controller.share)
-        self._publish()
 
     @property
     def accepting(self) -> bool:
@@ -487,26 +494,18 @@ class Batcher:
 
     def _enqueue(self, request: QueuedRequest) -> None:
         self._waiting.add(request)
-        self._publish()
         self._wakeup.set()
 
     def _unqueue(self, request: QueuedRequest) -> bool:
         """Take a request out of the queue (timeout, cancellation); False if it already left."""
-        if not self._waiting.remove(request):
-            return False
-        self._publish()
-        return True
+        return self._waiting.remove(request)
 
     def _pop_online(self, count: int) -> list[QueuedRequest]:
-        batch = self._waiting.pop_online(count)
-        self._publish()
-        return batch
+        return self._waiting.pop_online(count)
 
     def _pop_best_effort(self, limit: int) -> list[QueuedRequest]:
         """The next best-effort batch: the longest queue prefix within ``limit`` items."""
-        batch = self._waiting.pop_best_effort(limit)
-        self._publish()
-        return batch
+        return self._waiting.pop_best_effort(limit)
 
     def _expire(self, request: QueuedRequest) -> None:
         """A queued request reached its timeout without starting: answer it now."""
@@ -518,11 +517,6 @@ class Batcher:
                     f"{request.expiry - request.arrival:.3f} s; retry later or raise the timeout"
                 ),
             )
-
-    def _publish(self) -> None:
-        self.metrics.queue_items.set(self._waiting.online_items)
-        self.metrics.queue_requests.set(len(self._waiting.online))
-        self.metrics.best_effort_queue_items.set(self._waiting.best_effort_items)
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -550,7 +544,6 @@ class Batcher:
                 await self._idle(loop)
                 continue
             cap = self.cap
-            self.metrics.cap.set(cap)
             urgent = self._waiting.online[0].deadline
             if self._closing:
                 if await self._hold_device(False, urgent):
@@ -634,7 +627,7 @@ class Batcher:
         planned = self.cost.estimate(executed)
         # admission (this model's and the others') predicts with the mean
         self.device.busy_until = started + self.cost.mean(executed)
-        self.metrics.in_flight_requests.set(len(batch))
+        self._in_flight = len(batch)
         try:
             outcome = await self.executor.execute([r.payload for r in batch])
         except Exception as exc:  # the executor itself broke: fail this batch, keep serving
@@ -644,7 +637,7 @@ class Batcher:
             self.device.release(self.name)
         ended = loop.time()
         self.device.busy_until = ended
-        self.metrics.in_flight_requests.set(0)
+        self._in_flight = 0
         self.batches += 1
         self._account_busy(started, ended, outcome, batch[0].request_class)
         if best_effort:
@@ -658,9 +651,7 @@ class Batcher:
         if outcome.peak_bytes is not None:
             self.footprint.observe(executed, outcome.peak_bytes)
             self.sizing.refresh_memory_cap()
-        self.metrics.class_batch_size.labels(self.metrics.model, batch[0].request_class).observe(
-            items
-        )
+        self.metrics.batch_ran(batch[0].request_class, items)
         if not best_effort:
             self.metrics.batch_size.observe(items)
             self.metrics.compute_latency.observe(outcome.seconds)
@@ -698,7 +689,6 @@ class Batcher:
                         "cap": self.cap,
                     },
                 )
-            self.metrics.cap.set(self.cap)
 
     def _account_busy(
         self, started: float, ended: float, outcome: Outcome, request_class: str

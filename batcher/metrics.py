@@ -9,6 +9,7 @@ Memory statistics are read from the allocator at scrape time and exist only wher
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -95,6 +96,23 @@ def _counter_by(
     for value in values:
         counter.labels(model, value)
     return counter
+
+
+class _Children:
+    """A labelled metric's children for one model, looked up once per label values: ``labels()``
+    validates its arguments and takes a lock at every call, which on the request path costs more
+    than the increment it leads to."""
+
+    def __init__(self, metric: Counter | Histogram, model: str) -> None:
+        self._metric = metric
+        self._model = model
+        self._found: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._found.get(values)
+        if child is None:
+            child = self._found[values] = self._metric.labels(self._model, *values)
+        return child
 
 
 class BatcherMetrics:
@@ -338,6 +356,12 @@ class BatcherMetrics:
             label,
             registry=registry,
         ).labels(model)
+        self._requests = _Children(self.requests, model)
+        self._rejections = _Children(self.rejections, model)
+        self._class_requests = _Children(self.class_requests, model)
+        self._class_busy_seconds = _Children(self.class_busy_seconds, model)
+        self._class_batch_size = _Children(self.class_batch_size, model)
+        self._best_effort_refusals = _Children(self.best_effort_refusals, model)
 
     def memory_capped(self, cap: int, reason: str) -> None:
         """Export the memory cap in force and its reason (one of MEMORY_CAP_REASONS)."""
@@ -345,33 +369,54 @@ class BatcherMetrics:
         for known in ("unlearned", "fits", "memory"):
             self.memory_cap_reason.labels(self.model, known).set(1 if known == reason else 0)
 
+    def follow_engine(
+        self,
+        *,
+        queue_items: Callable[[], float],
+        queue_requests: Callable[[], float],
+        best_effort_queue_items: Callable[[], float],
+        in_flight_requests: Callable[[], float],
+        cap: Callable[[], float],
+    ) -> None:
+        """Read the engine's live gauges at each scrape instead of setting them as they move:
+        they change at every request and every batch, and a scrape is rare next to those."""
+        self.queue_items.set_function(queue_items)
+        self.queue_requests.set_function(queue_requests)
+        self.best_effort_queue_items.set_function(best_effort_queue_items)
+        self.in_flight_requests.set_function(in_flight_requests)
+        self.cap.set_function(cap)
+
     def watch_memory(self, read: Callable[[], dict[str, float]]) -> None:
         """Export allocator statistics from ``read`` at each scrape."""
         self.registry.register(_MemoryCollector(self.model, read))
 
     def rejected(self, reason: str, slo_seconds: float) -> None:
         """Count one online request refused at admission for ``reason`` (of REJECTION_REASONS)."""
-        self.rejections.labels(self.model, reason).inc()
+        self._rejections(reason).inc()
         self.answered("rejected", None, slo_seconds)
 
     def refused_best_effort(self, reason: str) -> None:
         """Count one best-effort request refused at once (one of BEST_EFFORT_REFUSAL_REASONS)."""
-        self.best_effort_refusals.labels(self.model, reason).inc()
+        self._best_effort_refusals(reason).inc()
         self.answered_best_effort("rejected")
 
     def answered_best_effort(self, outcome: str) -> None:
         """Count one answered best-effort request: never in the online series or SLO misses."""
-        self.class_requests.labels(self.model, "best_effort", outcome).inc()
+        self._class_requests("best_effort", outcome).inc()
+
+    def batch_ran(self, request_class: str, items: int) -> None:
+        """Count one executed batch of ``items`` items in its class's size histogram."""
+        self._class_batch_size(request_class).observe(items)
 
     def busy(self, request_class: str, seconds: float) -> None:
         """Count ``seconds`` of device time spent on a batch of ``request_class``."""
         self.busy_seconds.inc(seconds)
-        self.class_busy_seconds.labels(self.model, request_class).inc(seconds)
+        self._class_busy_seconds(request_class).inc(seconds)
 
     def answered(self, outcome: str, total_seconds: float | None, slo_seconds: float) -> None:
         """Count one answered online request; ``total_seconds`` only for those with a result."""
-        self.requests.labels(self.model, outcome).inc()
-        self.class_requests.labels(self.model, "online", outcome).inc()
+        self._requests(outcome).inc()
+        self._class_requests("online", outcome).inc()
         if total_seconds is not None:
             self.request_latency.observe(total_seconds)
         if outcome in ("invalid", "cancelled"):
