@@ -27,6 +27,7 @@ from pathlib import Path
 
 from autoglm.config import ConfigError
 from stack.loadgen import Totals
+from stack.paid_time import STATES, PaidTime, breakdown, by_phase
 
 REPORT_FILES = ("report.html", "summary.json")
 
@@ -51,6 +52,10 @@ class Sample:
     # request rate with --sizing slo
     forecast_for: float | None  # the elapsed time the forecast is for
     p99_seconds: float | None  # client-side, online requests, over the last seconds
+    # idle GPU time of the ready workers whose batcher held best-effort work at zero (throttled)
+    # or at part of the device's time (share cut): why the job did not fill it
+    idle_throttled_work: float | None = None
+    idle_share_cut_work: float | None = None
 
     @property
     def busy_share(self) -> float | None:
@@ -101,6 +106,14 @@ class Summary:
     # online requests within the SLO by the batchers' own clock, out of those they answered or
     # refused (None without Prometheus): the product's part of slo_attainment
     batcher_slo_attainment: float | None = None
+    # of the paid GPU-seconds, the share idle on ready workers: with best-effort work throttled
+    # (online p99 near the SLO), with its share cut, or allowed (the job did not fill it)
+    idle_throttled_share: float | None = None
+    idle_share_cut_share: float | None = None
+    idle_allowed_share: float | None = None
+    # per phase of the load (steady, rising, falling): its seconds, paid GPU-seconds and the
+    # share of them in each state (stack.paid_time)
+    phases: dict[str, dict[str, float | None]] = field(default_factory=dict)
     scale_events: list[dict] = field(default_factory=list)
 
 
@@ -117,20 +130,13 @@ def summarize(
     batcher_slo_attainment: float | None = None,
 ) -> Summary:
     """The run's figures; GPU-seconds, busy time and utilization integrate the samples."""
-    gpu_seconds = online_seconds = best_effort_seconds = starting_seconds = 0.0
+    paid = breakdown(samples)
     ready_busy = ready_seconds = 0.0
     for before, after in itertools.pairwise(samples):
         dt = after.elapsed - before.elapsed
-        gpu_seconds += before.workers * dt
-        starting_seconds += max(0, before.workers - before.ready_workers) * dt
-        online_seconds += (before.online_work or 0.0) / 100.0 * dt
-        best_effort_seconds += (before.best_effort_work or 0.0) / 100.0 * dt
         if before.online_utilization is not None and before.ready_workers:
             ready_busy += before.online_utilization / 100.0 * before.ready_workers * dt
             ready_seconds += before.ready_workers * dt
-
-    def share(seconds: float) -> float | None:
-        return seconds / gpu_seconds if gpu_seconds else None
 
     return Summary(
         duration_seconds=samples[-1].elapsed if samples else 0.0,
@@ -140,10 +146,12 @@ def summarize(
         slo_seconds=slo_seconds,
         slo_attainment=totals.attainment,
         p99_seconds=p99_seconds,
-        gpu_seconds=gpu_seconds,
-        busy_share=share(online_seconds + best_effort_seconds),
-        online_busy_share=share(online_seconds),
-        best_effort_busy_share=share(best_effort_seconds),
+        gpu_seconds=paid.gpu_seconds,
+        busy_share=(paid.online + paid.best_effort) / paid.gpu_seconds
+        if paid.gpu_seconds
+        else None,
+        online_busy_share=paid.share("online"),
+        best_effort_busy_share=paid.share("best_effort"),
         best_effort_done=samples[-1].best_effort_done if samples else 0,
         online_utilization=100.0 * ready_busy / ready_seconds if ready_seconds else None,
         target_utilization=target_utilization,
@@ -152,10 +160,46 @@ def summarize(
         scale_downs=sum(1 for e in events if e.direction == "down"),
         peak_workers=max((s.workers for s in samples), default=0),
         load_average=load_average,
-        starting_share=share(starting_seconds),
+        starting_share=paid.share("starting"),
         cpu_wait_per_run=cpu_wait_per_run,
         batcher_slo_attainment=batcher_slo_attainment,
+        idle_throttled_share=paid.share("idle_throttled"),
+        idle_share_cut_share=paid.share("idle_share_cut"),
+        idle_allowed_share=paid.share("idle_allowed"),
+        phases={name: phase_figures(part) for name, part in by_phase(samples).items()},
         scale_events=[{**asdict(e), "direction": e.direction} for e in events],
+    )
+
+
+def phase_figures(part: PaidTime) -> dict[str, float | None]:
+    """One phase's entry in the summary: its seconds, paid GPU-seconds and share per state."""
+    return {
+        "seconds": part.seconds,
+        "gpu_seconds": part.gpu_seconds,
+        **{f"{state}_share": part.share(state) for state in STATES},
+    }
+
+
+def idle_share(summary: Summary) -> float | None:
+    """The share of the paid GPU-time idle on ready workers, for whatever reason."""
+    parts = (summary.idle_throttled_share, summary.idle_share_cut_share, summary.idle_allowed_share)
+    return None if any(p is None for p in parts) else sum(p or 0.0 for p in parts)
+
+
+def phase_line(name: str, figures: dict[str, float | None]) -> str:
+    """One phase of the load on one line: how long, what it paid, where the time went."""
+
+    def pct(state: str) -> str:
+        value = figures.get(f"{state}_share")
+        return "n/a" if value is None else f"{100 * value:.1f} %"
+
+    online, best_effort = figures.get("online_share"), figures.get("best_effort_share")
+    busy = None if online is None or best_effort is None else online + best_effort
+    return (
+        f"  {name:<8}        {figures['seconds']:.0f} s, {figures['gpu_seconds']:.0f} GPU-s: "
+        f"busy {'n/a' if busy is None else f'{100 * busy:.1f} %'}, starting {pct('starting')}, "
+        f"idle throttled {pct('idle_throttled')}, share cut {pct('idle_share_cut')}, "
+        f"allowed {pct('idle_allowed')}"
     )
 
 
@@ -185,6 +229,11 @@ def summary_lines(summary: Summary) -> list[str]:
         f"(online {pct(summary.online_busy_share)}, "
         f"best-effort {pct(summary.best_effort_busy_share)}; "
         f"{pct(summary.starting_share)} was workers starting)",
+        f"idle              {pct(idle_share(summary))} of paid GPU-time on ready workers: "
+        f"{pct(summary.idle_throttled_share)} with best-effort throttled (online p99 near the "
+        f"SLO), {pct(summary.idle_share_cut_share)} with its share cut, "
+        f"{pct(summary.idle_allowed_share)} with best-effort allowed",
+        *(phase_line(name, figures) for name, figures in summary.phases.items()),
         f"best-effort work  {summary.best_effort_done} job requests answered",
         f"utilization       {pct(summary.online_utilization, 1.0)} online, mean over ready "
         + (
@@ -267,9 +316,19 @@ def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Sum
     ax.fill_between(
         t, online, combined, label="best-effort", color="tab:green", alpha=0.4, step="post"
     )
+    layers = (
+        ("starting worker", "0.5", [100.0 * (s.workers - s.ready_workers) for s in samples]),
+        ("idle, best-effort throttled", "tab:red", [s.idle_throttled_work for s in samples]),
+        ("idle, best-effort share cut", "tab:orange", [s.idle_share_cut_work for s in samples]),
+    )
+    bottom = combined
+    for label, color, values in layers:
+        top = [b + (v or 0.0) for b, v in zip(bottom, values, strict=True)]
+        ax.fill_between(t, bottom, top, label=label, color=color, alpha=0.3, step="post")
+        bottom = top
     ax.step(t, [100 * s.workers for s in samples], where="post", label="paid GPUs", color="0.3")
     ax.set_ylabel("GPU work (100 = one GPU busy)")
-    ax.set_title("Paid GPUs and the work filling them")
+    ax.set_title("Paid GPUs: the work filling them and why the rest was idle")
     if forecast:
         axes[forecast_axis].plot(
             [f[0] for f in forecast],

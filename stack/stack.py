@@ -92,6 +92,7 @@ P99_WINDOW_SECONDS = 10.0
 RATE_WINDOW_SECONDS = 3.0
 PROMETHEUS_TIMEOUT_SECONDS = 2.0
 BEST_EFFORT_QUEUE_ITEMS = 16
+SHARE_GAUGE = "autoglm_batcher_best_effort_share"  # the batcher's slack controller, 0..1
 # The predictor's series: one point a second; horizons (in steps) up to the default warm-up,
 # as few as cover it, because the history a refit needs grows with the deepest horizon
 # (predictor.selection.minimum_history) and the demo's first ramp comes within a minute.
@@ -154,6 +155,26 @@ def class_percent(
 def online_percent(window: MetricsWindow, worker: str, now: float) -> float | None:
     """What :func:`online_busy_query` asks Prometheus for one worker, read from the window."""
     return class_percent(window, worker, ONLINE, now)
+
+
+def idle_held_back(
+    ready: dict[str, tuple[float | None, float | None, float | None]],
+) -> tuple[float, float]:
+    """``(throttled, share cut)``: the ready workers' idle GPU time, in percent of one GPU,
+    on those whose batcher holds best-effort work at zero and on those where it allows it only
+    part of the device's time. ``ready`` maps each ready worker to its online and best-effort
+    percent and its best-effort share (0..1); a worker with any of them unknown counts in
+    neither."""
+    throttled = share_cut = 0.0
+    for online, best_effort, share in ready.values():
+        if online is None or best_effort is None or share is None:
+            continue
+        idle = max(0.0, 100.0 - online - best_effort)
+        if share <= 0.0:
+            throttled += idle
+        elif share < 1.0:
+            share_cut += idle
+    return throttled, share_cut
 
 
 class Stopped(Exception):
@@ -679,14 +700,20 @@ class Stack:
         if self.loadgen is None or self.loadgen.started_at is None:
             return
         ready_online = [v for w in ready if (v := online.get(w)) is not None]
-        best_effort = [class_percent(self.window, w, BEST_EFFORT, now) for w in workers]
-        best_effort_known = [v for v in best_effort if v is not None]
+        best_effort = {w: class_percent(self.window, w, BEST_EFFORT, now) for w in workers}
+        best_effort_known = [v for v in best_effort.values() if v is not None]
         self._record(
             now,
             ready,
             sum(ready_online) / len(ready_online) if ready_online else None,
             online_total,
             sum(best_effort_known) if best_effort_known else None,
+            idle_held_back(
+                {
+                    w: (online.get(w), best_effort.get(w), self.window.latest(w, SHARE_GAUGE))
+                    for w in ready
+                }
+            ),
         )
 
     def _record(
@@ -696,6 +723,7 @@ class Stack:
         online_utilization: float | None,
         online_work: float | None,
         best_effort_work: float | None,
+        held_back: tuple[float, float],
     ) -> None:
         assert self.loadgen is not None and self.predictor is not None and self.routed
         elapsed = self.loadgen.elapsed()
@@ -717,6 +745,8 @@ class Stack:
             forecast_upper=forecast.upper if forecast else None,
             forecast_for=elapsed + forecast.horizon_seconds if forecast else None,
             p99_seconds=recent.p99_seconds,
+            idle_throttled_work=held_back[0],
+            idle_share_cut_work=held_back[1],
         )
         self.samples.append(sample)
         if self.view is not None:

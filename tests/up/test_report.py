@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -130,3 +131,21 @@ def test_report_dir_that_cannot_hold_the_report_is_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=words):
         check_report_dir(make(tmp_path))
+
+
+def test_summary_says_where_the_idle_paid_time_went_and_in_which_phase() -> None:
+    throttled = [
+        SAMPLES[0],
+        dataclasses.replace(SAMPLES[1], idle_throttled_work=10.0),  # the ready one throttled
+        *SAMPLES[2:],
+    ]
+    s = summarize(throttled, EVENTS, totals(), 0.25, 0.7, 0.2)
+    # paid 50 GPU-s: busy 35, starting 10; idle 1 (allowed) + 1 (throttled) + 3 (allowed)
+    assert s.idle_throttled_share == pytest.approx(1 / 50)
+    assert s.idle_share_cut_share == pytest.approx(0.0)
+    assert s.idle_allowed_share == pytest.approx(4 / 50)
+    assert set(s.phases) == {"steady"}  # the target rate never moved
+    assert s.phases["steady"]["gpu_seconds"] == pytest.approx(50)
+    lines = "\n".join(summary_lines(s))
+    assert "10.0 % of paid GPU-time on ready workers: 2.0 % with best-effort throttled" in lines
+    assert "steady          30 s, 50 GPU-s: busy 70.0 %, starting 20.0 %" in lines
