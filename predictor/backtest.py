@@ -140,8 +140,8 @@ def rolling_origin(
     started = clock()
     model.fit(y[:test_start])
     fit_times.append(clock() - started)
-    pred_point = {h: [] for h in hs}
-    pred_upper = {h: [] for h in hs}
+    pred_point: dict[int, list[float]] = {h: [] for h in hs}
+    pred_upper: dict[int, list[float]] = {h: [] for h in hs}
     update_time = 0.0
     updates = 0
     for origin in range(test_start, len(y)):
@@ -184,9 +184,10 @@ def replay_with_selection(
     point, and each horizon is forecast by its own model."""
     y = as_series(series)
     hs = tuple(sorted(set(int(h) for h in horizons)))
-    pred_point = {h: [] for h in hs}
-    pred_upper = {h: [] for h in hs}
-    fit_times, update_time, updates = [], 0.0, 0
+    pred_point: dict[int, list[float]] = {h: [] for h in hs}
+    pred_upper: dict[int, list[float]] = {h: [] for h in hs}
+    fit_times: list[float] = []
+    update_time, updates = 0.0, 0
     chosen: Mapping[int, ForecastModel] = {}
     for origin in range(test_start, len(y)):
         if origin == test_start or (reselect_every and (origin - test_start) % reselect_every == 0):

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from predictor.backtest import BacktestResult
     from predictor.selection import Selection
+    from predictor.series import Aggregate
 
 PROG = "autoglm-predictor"
 USAGE = f"""%(prog)s [serve] [--config FILE] [flags]
@@ -183,7 +184,7 @@ def load_csv_series(
     time_column: str,
     freq: str,
     value_column: str | None = None,
-    aggregate: str | None = None,
+    aggregate: Aggregate | None = None,
 ) -> pd.Series:
     """Read a CSV and bin it into a regular, gap-free series."""
     import pandas as pd

@@ -56,7 +56,8 @@ class LevelScaling:
     def scale(self, level: np.ndarray | float) -> np.ndarray:
         if self.power == 0.0:
             return np.ones_like(np.asarray(level, dtype=float))
-        return np.maximum(np.asarray(level, dtype=float), self.floor) ** self.power
+        scaled: np.ndarray = np.maximum(np.asarray(level, dtype=float), self.floor) ** self.power
+        return scaled
 
     @staticmethod
     def floor_for(series: np.ndarray) -> float:
@@ -100,7 +101,10 @@ def weighted_conformal_quantiles(
     below = np.maximum(above - 1, 0)
     low, high = share[rows, below], share[rows, above]
     fraction = np.clip((q - low) / np.where(high > low, high - low, 1.0), 0.0, 1.0)
-    return ordered[rows, below] + fraction * (ordered[rows, above] - ordered[rows, below])
+    quantiles: np.ndarray = ordered[rows, below] + fraction * (
+        ordered[rows, above] - ordered[rows, below]
+    )
+    return quantiles
 
 
 class ResidualWindow:
@@ -212,7 +216,8 @@ class ResidualWindow:
         values = np.where(np.arange(width) < counts[:, None], values, np.inf)
         ranks = np.minimum(counts, np.ceil((counts + 1) * q).astype(int)) - 1
         ordered = np.partition(values, np.unique(ranks), axis=1)
-        return ordered[np.arange(len(rows)), ranks]
+        at_rank: np.ndarray = ordered[np.arange(len(rows)), ranks]
+        return at_rank
 
     def _weighted_quantiles(
         self, rows: np.ndarray, q: np.ndarray, scaling: LevelScaling

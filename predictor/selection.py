@@ -45,6 +45,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import NormalDist
 
 import numpy as np
@@ -182,11 +183,14 @@ def choose(
                 return chosen
         return next((n for n in PREFERRED if n in results), None)
 
+    def pooled_wape(name: str, h: int) -> float:
+        return results[name].wape[h]
+
     per_h = {
         h: _keep_or_switch(
             names,
-            lambda n, h=h: results[n].wape[h],
-            lambda n, h=h: block_scores(n, h),
+            partial(pooled_wape, h=h),
+            partial(block_scores, h=h),
             incumbent(h),
             weights,
         )
@@ -339,12 +343,13 @@ def candidate_forecasts(
     }
     for composite in composites.values():
         for member in composite.members:
-            makers.setdefault(member.name, lambda m=member: copy.deepcopy(m))
+            makers.setdefault(member.name, partial(copy.deepcopy, member))
     forecasts: dict[str, OriginForecasts] = {}
     for name, make in makers.items():
         forecasts[name] = expanding_origin(make, y, first, starts, max_horizon)
-        if forecasts[name].error:
-            errors.setdefault(name, forecasts[name].error)
+        error = forecasts[name].error
+        if error:
+            errors.setdefault(name, error)
     for name, composite in composites.items():
         members = composite.member_names()
         point = np.full((len(y) - first, max_horizon), np.nan)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from predictor.models.autoregressive import RECENT_WINDOWS, AutoregressiveModel
 from predictor.models.base import ForecastModel
@@ -103,8 +104,8 @@ def candidate_factories(
     day_period = round(DAY / step_seconds)
     factories: dict[str, ModelFactory] = {"naive": lambda: NaiveModel(max_horizon)}
     for name, period in seasons:
-        factories[f"seasonal_naive_{name}"] = lambda p=period, n=name: SeasonalNaiveModel(
-            p, max_horizon, name=f"seasonal_naive_{n}"
+        factories[f"seasonal_naive_{name}"] = partial(
+            SeasonalNaiveModel, period, max_horizon, name=f"seasonal_naive_{name}"
         )
     longest = seasons[-1] if seasons else None
     if longest is not None:

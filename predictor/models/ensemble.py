@@ -74,11 +74,11 @@ def inverse_error_weights(
             weights[i] = 1.0 / len(names)
             continue
         order = np.argsort(error, kind="stable")
-        chosen = set(order[:top].tolist())
+        picked = set(order[:top].tolist())
         anchors = [j for j in order if names[j].startswith(ANCHOR_PREFIX)]
         if anchors and np.isfinite(error[anchors[0]]):
-            chosen.add(anchors[0])
-        chosen = [j for j in chosen if np.isfinite(error[j])]
+            picked.add(int(anchors[0]))
+        chosen = [j for j in sorted(picked) if np.isfinite(error[j])]
         inverse = np.maximum(error[chosen], 1e-9 * max(float(error[chosen].max()), 1.0)) ** -power
         weights[i, chosen] = inverse / inverse.sum()
     return weights

@@ -64,8 +64,9 @@ class ETSModel(ForecastModel):
         z = np.log1p(y) if self._use_log else y
         # Four parameters hardly overfit: estimate on all of y, start from y[:state_at].
         fitting = [p for p in self.periods if len(z) >= 2 * p + 10 and state_at >= p]
-        self.period = fitting[-1] if fitting else None
-        seasonal = self.period is not None
+        period = fitting[-1] if fitting else None
+        self.period = period
+        seasonal = period is not None
         init = "heuristic" if seasonal else "estimated"
         model = ExponentialSmoothing(
             z,
@@ -92,10 +93,8 @@ class ETSModel(ForecastModel):
         last = state_at - 1
         self._level = float(result.level[last])
         self._trend = float(result.trend[last])
-        if seasonal:
-            self._season = np.asarray(
-                result.season[state_at - self.period : state_at], dtype=float
-            ).copy()
+        if period is not None:
+            self._season = np.array(result.season[state_at - period : state_at], dtype=np.float64)
         else:
             self._season = np.zeros(1)
         self._season_pos = 0

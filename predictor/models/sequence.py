@@ -33,6 +33,9 @@ MIN_HOLDOUT = 8
 
 
 class _Net(nn.Module):
+    gru: nn.GRU
+    head: nn.Linear
+
     def __init__(self, hidden: int, extra: int, horizons: int) -> None:
         super().__init__()
         self.gru = nn.GRU(input_size=1, hidden_size=hidden, batch_first=True)
@@ -51,10 +54,10 @@ def _inference_weights(net: _Net) -> tuple[np.ndarray, ...]:
     return tuple(
         t.detach().numpy().astype(float)
         for t in (
-            gru.weight_ih_l0[:, 0],
-            gru.weight_hh_l0,
-            gru.bias_ih_l0,
-            gru.bias_hh_l0,
+            gru.get_parameter("weight_ih_l0")[:, 0],
+            gru.get_parameter("weight_hh_l0"),
+            gru.get_parameter("bias_ih_l0"),
+            gru.get_parameter("bias_hh_l0"),
             net.head.weight,
             net.head.bias,
         )
@@ -146,9 +149,10 @@ class SequenceModel(ForecastModel):
         starts = [(False, _copy(net))]
         # A refit of the same model may start from its previous weights instead (when the
         # features still match): a few steps then adapt them to the new points.
-        warm = self.net is not None and self._same_shape(self.net, net)
-        if warm:
-            starts.append((True, _copy(self.net)))
+        last_net = self.net
+        warm = last_net is not None and self._same_shape(last_net, net)
+        if warm and last_net is not None:
+            starts.append((True, _copy(last_net)))
         x_w = torch.tensor(windows, dtype=torch.float32)
         x_e = torch.tensor(extra, dtype=torch.float32)
         t = torch.tensor(targets, dtype=torch.float32)
