@@ -385,6 +385,17 @@ def decode_values(
         raise ProtocolError(
             f"input {name!r}: data is ragged; nested lists must all have the same length"
         ) from None
+    if loose.dtype.kind == "f" and datatype == "UINT64":
+        loose = _unsigned_64(loose, data)  # numpy made floats of ints past int64
+    return cast_values(loose, name, datatype, dtype, shape, count)
+
+
+def cast_values(
+    loose: np.ndarray, name: str, datatype: str, dtype: np.dtype, shape: list[int], count: int
+) -> np.ndarray:
+    """``loose`` (numbers or booleans as read) as ``datatype`` in ``shape``, checked against the
+    datatype's kind and range: what :func:`decode_values` does once it has an array, and what
+    gRPC's typed contents need (read straight into an array of their field's type)."""
     if loose.size != count:
         raise ProtocolError(
             f"input {name!r}: data has {loose.size} values but shape {shape} needs {count}"
@@ -396,9 +407,6 @@ def decode_values(
         if kind != "b":
             raise ProtocolError(f"input {name!r}: BOOL data must be true/false values")
     elif dtype.kind in "iu":
-        if kind == "f" and datatype == "UINT64":
-            loose = _unsigned_64(loose, data)  # numpy made floats of ints past int64
-            kind = loose.dtype.kind
         if kind not in "iu":
             raise ProtocolError(f"input {name!r}: {datatype} data must be integers")
         info = np.iinfo(dtype)
