@@ -89,6 +89,14 @@ class AutoscalerMetrics:
             _AS,
             registry=r,
         )
+        self.slo_best_effort_reserve = Gauge(
+            "autoglm_autoscaler_slo_best_effort_reserve_seconds",
+            "Seconds of the latency SLO the sizing left for a best-effort slice an online "
+            "request may wait for (the longest batcher quantum while best-effort work runs); "
+            "0 when nothing is reserved, NaN when not sized.",
+            _AS,
+            registry=r,
+        )
         self.sizing_mode = Gauge(
             "autoglm_autoscaler_sizing_mode",
             "1 for the rule that sized the fleet at the last reconcile: slo, hpa_fallback (the "

@@ -148,7 +148,36 @@ def runs(
         ("slo-no-up-tolerance", "hpa", replace(slo, behavior={"scaleUp": {"tolerance": 0}}), None),
         ("slo-q0.999", "hpa", replace(slo, slo_quantile=0.999), None),
     ]
-    return planned + with_backfill + frontier + ablations
+    # A bound, not a product setting: SLO sizing fed the exact future rate and told the spread,
+    # at stricter quantiles (and once without the scale-up tolerance): the breach minutes that
+    # sizing from the rate can buy at each GPU-hour cost when the forecast is perfect.
+    no_up_tolerance = {**window, "scaleUp": {"tolerance": 0}}
+    bound = [
+        (
+            f"clairvoyant-slo-spread-q{q:g}",
+            "predictive",
+            replace(spread, slo_quantile=q, behavior=window),
+            "exact",
+        )
+        for q in CLAIRVOYANT_FRONTIER_QUANTILES
+    ] + [
+        (
+            "clairvoyant-slo-spread-no-up-tolerance",
+            "predictive",
+            replace(spread, behavior=no_up_tolerance),
+            "exact",
+        )
+    ]
+    return planned + with_backfill + frontier + ablations + bound
+
+
+CLAIRVOYANT_FRONTIER_QUANTILES = (0.995, 0.999, 0.9999)
+# ``--only clairvoyant-frontier`` runs the bound's curve: the rows above with the spread
+CLAIRVOYANT_FRONTIER = (
+    "clairvoyant-slo-spread",
+    *(f"clairvoyant-slo-spread-q{q:g}" for q in CLAIRVOYANT_FRONTIER_QUANTILES),
+    "clairvoyant-slo-spread-no-up-tolerance",
+)
 
 
 ABLATIONS = (
@@ -156,9 +185,9 @@ ABLATIONS = (
     "slo-q0.999",
     "slo-spread",
     "slo-spread+bf",
-    "clairvoyant-slo-spread",
     "slo+bf-reserve",
     "slo-spread+bf-reserve",
+    *CLAIRVOYANT_FRONTIER,
 )
 
 
@@ -263,17 +292,36 @@ CHECK_MODELS = {
     "one-by-one (Alibaba)": ServiceModel(22.0, 2.5, 1),
     "fast": ServiceModel(0.05, 0.01, 32),
 }
+CHECK_REPLICAS = (1, 2, 4, 8, 16, 32, 64)
+CHECK_LOADS = (0.3, 0.5, 0.7, 0.85, 0.95)
+
+
+def check_cases() -> list[tuple[str, ServiceModel, np.ndarray | None]]:
+    """(name, model, request sizes to draw from or None for identical requests) of the check.
+
+    Beside three cost models with identical requests, the Alibaba fleets' own service: their
+    cost terms and the trace's mix of request sizes (one to eight images), whose spread the
+    model is told (``service_scv``), as the controller is told the batcher's measured one."""
+    cases: list[tuple[str, ServiceModel, np.ndarray | None]] = [
+        (name, model, None) for name, model in CHECK_MODELS.items()
+    ]
+    trace, config, _ = fleet_setup("alibaba-8t-120s", False)
+    told = replace(config.service, service_scv=service_scv(config, trace))
+    cases.append(("Alibaba fleet, request mix", told, trace.work))
+    return cases
 
 
 def model_check(requests: int = 30000) -> list[dict]:
     """Modelled over simulated p99 for Poisson load on the fleet model (first tenth dropped)."""
     rows = []
-    for name, model in CHECK_MODELS.items():
-        for replicas in (1, 2, 4, 8, 16, 32):
-            for load in (0.3, 0.5, 0.7, 0.85, 0.95):
+    for name, model, sizes in check_cases():
+        for replicas in CHECK_REPLICAS:
+            for load in CHECK_LOADS:
                 rate = load * replicas * model.capacity_rps
-                arrivals = np.cumsum(np.random.default_rng(7).exponential(1 / rate, requests))
-                fleet = Fleet(arrivals, np.ones(requests), model, 0.0, replicas)
+                rng = np.random.default_rng(7)
+                arrivals = np.cumsum(rng.exponential(1 / rate, requests))
+                work = np.ones(requests) if sizes is None else rng.choice(sizes, requests)
+                fleet = Fleet(arrivals, work, model, 0.0, replicas)
                 fleet.advance(float(arrivals[-1]) + 1e7)
                 latency = (fleet.finished - arrivals)[requests // 10 :]
                 simulated = float(np.percentile(latency, 99))
@@ -281,6 +329,7 @@ def model_check(requests: int = 30000) -> list[dict]:
                 rows.append(
                     dict(
                         model=name,
+                        service_scv=model.service_scv,
                         replicas=replicas,
                         load=load,
                         simulated_p99=simulated,
@@ -289,7 +338,7 @@ def model_check(requests: int = 30000) -> list[dict]:
                     )
                 )
                 print(
-                    f"{name:<21} n={replicas:<3d} load {load:.2f}: simulated {simulated:8.3f} s "
+                    f"{name:<26} n={replicas:<3d} load {load:.2f}: simulated {simulated:8.3f} s "
                     f"modelled {modelled:8.3f} s ratio {modelled / simulated:5.2f}",
                     flush=True,
                 )
@@ -375,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="run only these labels, comma-separated (also the ablations: "
         + ", ".join(ABLATIONS)
+        + "; clairvoyant-frontier names the bound's curve: "
+        + ", ".join(CLAIRVOYANT_FRONTIER)
         + ")",
     )
     parser.add_argument(
@@ -414,7 +465,12 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     progress = Path(args.json).with_suffix(".partial.jsonl")
-    only = tuple(x for x in args.only.split(",") if x.strip())
+    only = tuple(
+        label
+        for x in args.only.split(",")
+        if x.strip()
+        for label in (CLAIRVOYANT_FRONTIER if x.strip() == "clairvoyant-frontier" else (x.strip(),))
+    )
     rows = run_fleets(fleets, args.smoke, targets, args.workers, progress, only)
     print()
     print_table(rows)

@@ -412,6 +412,10 @@ class Reconciler:
         )
         self.m.slo_proposal.labels(*labels).set(nan_if_none(slo.proposal if slo else None))
         self.m.slo_rate.labels(*labels).set(nan_if_none(slo.sizing_rate if slo else None))
+        reserved = None
+        if slo is not None and slo.sized_latency_seconds is not None:
+            reserved = slo.latency_seconds - slo.sized_latency_seconds
+        self.m.slo_best_effort_reserve.labels(*labels).set(nan_if_none(reserved))
 
     def _export_conditions(self, labels, conditions: _Conditions) -> None:
         for ctype, cond in conditions.by_type.items():

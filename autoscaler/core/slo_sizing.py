@@ -10,16 +10,20 @@ the question the SLO poses directly: the fewest replicas whose modelled p99 late
 Why an Erlang C approximation (M/G/n with a Kingman-style tail) rather than a look-ahead
 simulation: the answer must be monotone in the rate and in the replica count (or the autoscaler
 flaps on noise), cost microseconds (the simulator asks every tick of a month-long replay), and
-be explainable in one status line. The model is built so that it errs on the side of capacity:
+be explainable in one status line. The model:
 
-* a request that has to wait is served in a full batch (``t(max_batch)``), the slowest kind;
-* the fleet drains a backlog at full-batch throughput, and the chance that a request waits at
-  all is Erlang C at the offered load in full-batch replicas;
-* the wait beyond that decays exponentially at the backlog's drain rate, halved for
-  deterministic batch times as in Kingman's formula (the model's ``service_scv`` adds service
-  variance, which also lengthens the request's own service to its quantile);
-* once batches form (one replica could not keep up serving requests one by one), every replica
-  is busy and a request also waits for the next one to free up.
+* the chance that a request waits at all is Erlang C at the load of requests served one by one
+  (1 once batches form: one replica could not keep up serving them one by one);
+* the wait beyond that decays exponentially at the backlog's drain rate at full-batch
+  throughput, scaled by Kingman's ``2 / (1 + scv)``. For one-by-one service this is exact for
+  exponential service times (Erlang C's tail) and gives Pollaczek-Khinchine's mean wait on one
+  replica; for deterministic service it errs long, less so as the load grows;
+* once batches form every replica is busy, and a request first waits for the next one to free
+  up; a request that waits rides a full batch (``t(max_batch)``), the slowest kind;
+* the latency quantile is that of the wait plus the request's own service, whose spread
+  (``service_scv``, normal: the batchers' spreads are narrow) is convolved with the wait. Adding
+  a service quantile to a wait quantile instead counts two rare events as one and overstates
+  the p99 of a fleet whose requests vary.
 
 The simulator's fleet model is the referee: tests and the bench compare this p99 with the
 simulated one over a grid of rates, fleet sizes and cost models.
@@ -114,31 +118,128 @@ def modelled_p99(
 ) -> float:
     """The modelled ``quantile`` of end-to-end latency (seconds) at ``rate_rps`` on ``replicas``.
 
-    The model's ``service_scv`` lengthens the backlog's tail and the served request's own time
-    (to its ``quantile`` under a normal spread). Returns ``math.inf`` when the replicas cannot
-    keep up at full batches.
+    Latency is a request's wait plus its own service, and the quantile is taken of their sum:
+    the service spread (``model.service_scv``) widens both the no-wait and the waiting branch
+    rather than being added on as a quantile of its own. Returns ``math.inf`` when the replicas
+    cannot keep up at full batches.
     """
     _check_rate(rate_rps)
     _check_quantile(quantile)
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
-    service_scv = model.service_scv
-    spread = _service_spread(quantile, service_scv)
-    single = model.batch_seconds(1) * spread
+    alone = model.batch_seconds(1)
     if rate_rps == 0:
-        return single
+        return alone * _service_spread(quantile, model.service_scv)
+    wait = _waiting_time(rate_rps, replicas, model)
+    if wait is None:
+        return math.inf
+    spread = math.sqrt(model.service_scv)
+    full = model.batch_seconds(model.max_batch)
+    budget = 1.0 - quantile
+
+    def exceedance(seconds: float) -> float:
+        # P(latency > seconds): served at once, alone; or after waiting, in a full batch
+        served_at_once = (1.0 - wait.probability) * _normal_tail(seconds, alone, alone * spread)
+        waited = wait.probability * _normal_plus_exponential_tail(
+            seconds - wait.shift_seconds, full, full * spread, wait.decay_per_second
+        )
+        return served_at_once + waited
+
+    # No latency quantile is below a lone request's own: where that holds, it is the answer.
+    low = alone * _service_spread(quantile, model.service_scv)
+    if exceedance(low) <= budget:
+        return low
+    high = wait.shift_seconds + full * (1.0 + 4.0 * spread) + low
+    while exceedance(high) > budget:
+        high *= 2.0
+    # the exceedance falls with the latency, so its quantile is found by bisection
+    while high - low > 1e-9 * high:
+        middle = (low + high) / 2.0
+        if exceedance(middle) > budget:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """A request waits with ``probability``; given that, ``shift_seconds`` plus an exponential
+    time of rate ``decay_per_second``."""
+
+    probability: float
+    shift_seconds: float
+    decay_per_second: float
+
+
+def wait_exceedance(seconds: float, rate_rps: float, replicas: int, model: ServiceModel) -> float:
+    """The modelled chance that a request waits longer than ``seconds`` before its service.
+
+    For one-by-one service (``max_batch`` 1) it is the M/G/n approximation
+    ``C(n, A) * exp(-(n*mu - rate) * 2 / (1 + scv) * seconds)``: exact for exponential service
+    (scv 1, Erlang C), and its mean is Pollaczek-Khinchine's for one replica.
+    """
+    _check_rate(rate_rps)
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
+    wait = _waiting_time(rate_rps, replicas, model)
+    if wait is None or seconds < 0:
+        return 1.0
+    if seconds < wait.shift_seconds:
+        return wait.probability
+    return wait.probability * math.exp(-wait.decay_per_second * (seconds - wait.shift_seconds))
+
+
+def _waiting_time(rate_rps: float, replicas: int, model: ServiceModel) -> _Wait | None:
+    """How long a request waits, or ``None`` when the replicas cannot keep up at full batches.
+
+    The chance of waiting is Erlang C at the load of requests served one by one (1 once batches
+    form). The wait beyond that decays at the backlog's drain rate at full-batch throughput,
+    scaled by Kingman's ``2 / (1 + scv)`` (halved decay time for deterministic batches). Once
+    batches form every replica is busy, and a request first waits for the next one to free up.
+    """
     drain_rps = replicas * model.capacity_rps - rate_rps
     if drain_rps <= 0:
-        return math.inf
-    # Served one by one, the replicas would be all busy this often (always, once batches form).
-    waits = erlang_c(replicas, min(rate_rps * single, float(replicas)))
-    if waits <= 1.0 - quantile:
-        return single
-    # A waiting request waits for the next replica to free up, then for the backlog ahead of it
-    # to drain at full-batch throughput, and rides a full batch.
-    next_free = model.batch_seconds(_steady_batch(rate_rps, replicas, model)) / replicas
-    backlog = math.log(waits / (1.0 - quantile)) * (1.0 + service_scv) / 2.0 / drain_rps
-    return next_free + backlog + model.batch_seconds(model.max_batch) * spread
+        return None
+    offered = rate_rps * model.batch_seconds(1)
+    probability = erlang_c(replicas, min(offered, float(replicas)))
+    shift = 0.0
+    if offered >= replicas:
+        shift = model.batch_seconds(_steady_batch(rate_rps, replicas, model)) / replicas
+    return _Wait(probability, shift, drain_rps * 2.0 / (1.0 + model.service_scv))
+
+
+def _normal_tail(seconds: float, mean: float, deviation: float) -> float:
+    """P(S > seconds) for a normal service time (a step at the mean when it has no spread)."""
+    if deviation == 0:
+        return 1.0 if seconds < mean else 0.0
+    return 1.0 - _STANDARD_NORMAL.cdf((seconds - mean) / deviation)
+
+
+def _normal_plus_exponential_tail(
+    seconds: float, mean: float, deviation: float, rate: float
+) -> float:
+    """P(S + E > seconds) for a normal S and an independent exponential E of the given rate
+    (the exponentially modified normal), written so that no term overflows."""
+    if deviation == 0:
+        return 1.0 if seconds < mean else math.exp(-rate * (seconds - mean))
+    z = (seconds - mean) / deviation
+    tail = 1.0 - _STANDARD_NORMAL.cdf(z)
+    spread = rate * deviation
+    u = z - spread
+    if u >= 0:  # exp(spread^2 / 2 - rate * (seconds - mean)) * Phi(u), the exponent <= 0
+        return tail + math.exp(-spread * (u + z) / 2.0) * _STANDARD_NORMAL.cdf(u)
+    # phi(z) * Phi(u) / phi(u), with the Mills ratio's expansion where phi(u) underflows
+    density = math.exp(-z * z / 2.0) / math.sqrt(2.0 * math.pi) if abs(z) < 40.0 else 0.0
+    if u > -30.0:
+        ratio = _STANDARD_NORMAL.cdf(u) / _STANDARD_NORMAL.pdf(u)
+    else:
+        inverse = 1.0 / u
+        ratio = -inverse * (1.0 - inverse**2 + 3.0 * inverse**4)
+    return tail + density * ratio
+
+
+_STANDARD_NORMAL = NormalDist()
 
 
 def _service_spread(quantile: float, service_scv: float) -> float:
@@ -147,7 +248,7 @@ def _service_spread(quantile: float, service_scv: float) -> float:
     p99 request's own service."""
     if service_scv == 0:
         return 1.0
-    return 1.0 + max(0.0, NormalDist().inv_cdf(quantile)) * math.sqrt(service_scv)
+    return 1.0 + max(0.0, _STANDARD_NORMAL.inv_cdf(quantile)) * math.sqrt(service_scv)
 
 
 def slo_less_best_effort_slice(slo_seconds: float, quantum_seconds: float | None) -> float:

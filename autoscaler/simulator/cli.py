@@ -9,7 +9,8 @@ Example::
 ``--sizing slo`` sizes the fleet for the latency SLO (the ``--slo-quantile`` of end-to-end
 latency within ``--slo-seconds``) instead of ``--target-utilization``; ``--backfill`` fills the
 idle replicas with best-effort work (``--backfill-work`` replica-hours, 0: a backlog that never
-runs dry) in slices of ``--backfill-quantum`` seconds, under the online-slack controller.
+runs dry) in slices of ``--backfill-quantum`` seconds, under the online-slack controller, and
+``--reserve-quantum`` sizes for the SLO less one such slice.
 Every flag is checked, and the ``--json``/``--plot`` paths are checked writable, before the
 replay starts.
 """
@@ -159,6 +160,13 @@ class SimulateSettings:
         default=0.1,
         metadata={"help": "online latency slack (share of the SLO) under which best-effort stops"},
     )
+    reserve_quantum: bool = field(
+        default=False,
+        metadata={
+            "help": "with --sizing slo and --backfill: size for the SLO less one best-effort "
+            "slice, which an online request may wait for (as the controller does)"
+        },
+    )
     score_from: Annotated[float, Field(ge=0)] = field(
         default=0.0, metadata={"help": "seconds of replay (after --speed) left out of the SLO"}
     )
@@ -190,6 +198,11 @@ class SimulateSettings:
             raise ConfigError("--a-from-work needs --work-column")
         if self.sizing == "slo" and self.slo_on != "latency":
             raise ConfigError("--sizing slo models end-to-end latency: use --slo-on latency")
+        if self.reserve_quantum and not (self.sizing == "slo" and self.backfill):
+            raise ConfigError(
+                "--reserve-quantum reserves a best-effort slice out of the SLO that SLO sizing "
+                "holds: add --sizing slo and --backfill"
+            )
         if self.tenant and not self.budget_gpus > 0:
             raise ConfigError("--tenant needs --budget-gpus > 0, the GPUs the tenants share")
         for text in self.tenant:
@@ -269,6 +282,7 @@ def simulate_main(argv: list[str] | None) -> int:
                     work_seconds=settings.backfill_work * 3600.0 or math.inf,
                     quantum_seconds=settings.backfill_quantum or None,
                     margin=settings.backfill_margin,
+                    reserve_quantum=settings.reserve_quantum,
                 )
                 if settings.backfill
                 else None

@@ -368,15 +368,20 @@ def simulate(
     )
 
 
-def sized_replicas(config: SimulationConfig, rate: float) -> int:
-    """The replicas SLO sizing asks for at ``rate`` (its best effort when the SLO is out of
-    reach)."""
+def sized_latency(config: SimulationConfig) -> float:
+    """The latency SLO sizing holds: the SLO, less one best-effort slice when it is reserved."""
     quantum = None
     if config.backfill is not None and config.backfill.reserve_quantum:
         quantum = config.backfill.quantum(config.service, config.slo_seconds)
+    return slo_less_best_effort_slice(config.slo_seconds, quantum)
+
+
+def sized_replicas(config: SimulationConfig, rate: float) -> int:
+    """The replicas SLO sizing asks for at ``rate`` (its best effort when the SLO is out of
+    reach)."""
     return _sized_replicas(
         rate,
-        slo_less_best_effort_slice(config.slo_seconds, quantum),
+        sized_latency(config),
         replace(config.service, service_scv=config.slo_service_scv),
         config.min_replicas,
         config.max_replicas,

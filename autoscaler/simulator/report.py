@@ -14,6 +14,9 @@
   ``backfill_replica_hours`` (best-effort work done). ``starting_share`` is the share of paid
   time replicas spent starting (cold starts), which no work can use: ``1 - starting_share``
   bounds ``total_busy``.
+* With SLO sizing: ``sized_latency_seconds``, the latency the sizing held (the SLO, less one
+  best-effort slice when ``reserve_quantum`` reserves it), as the controller's
+  ``status.slo.sizedLatencySeconds``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.simulator.engine import SimulationResult
+from autoscaler.simulator.engine import SimulationResult, sized_latency
 
 
 def summarise(result: SimulationResult) -> dict[str, Any]:
@@ -64,6 +67,7 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
         "starting_share": float(result.starting_seconds / billed),
         "backfill_quantum_seconds": result.backfill_quantum,
         "sizing": cfg.sizing,
+        "sized_latency_seconds": sized_latency(cfg) if cfg.sizing == "slo" else None,
         "mean_replicas": float(billed / max(result.end_time, 1e-9)),
         "max_replicas": int(max(result.timeline.replicas, default=0)),
         "scale_ups": result.scale_ups,

@@ -3,6 +3,7 @@ the batcher's service model and request rate, the real decision core and SLO mod
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -119,6 +120,7 @@ def test_the_fleet_is_sized_for_the_slo_and_says_why(h):
     assert h.sample("autoglm_autoscaler_slo_seconds", **labels) == 1.0
     assert h.sample("autoglm_autoscaler_slo_proposal_replicas", **labels) == 5
     assert h.sample("autoglm_autoscaler_slo_sizing_rate_requests_per_second", **labels) == rate
+    assert h.sample("autoglm_autoscaler_slo_best_effort_reserve_seconds", **labels) == 0.0
     assert mode(h) == "slo"
     assert h.sample("autoglm_autoscaler_condition", condition="SizedForSLO", **labels) == 1
 
@@ -181,6 +183,10 @@ def test_best_effort_work_on_the_batchers_reserves_its_slice_out_of_the_slo(h):
     assert slo["modelledP99Seconds"] == pytest.approx(sizing.modelled_p99_seconds)
     assert "0.35 s of the 0.5 s SLO reserved for a best-effort slice" in slo["reason"]
     assert h.condition("SizedForSLO")["status"] == "True"
+    reserve = h.sample(
+        "autoglm_autoscaler_slo_best_effort_reserve_seconds", namespace=NS, autoscaler="llm"
+    )
+    assert reserve == pytest.approx(0.35)
 
 
 def test_a_best_effort_slice_that_is_not_a_number_falls_back_to_the_hpa_rule(h):
@@ -197,6 +203,10 @@ def test_a_best_effort_slice_that_is_not_a_number_falls_back_to_the_hpa_rule(h):
     assert "autoglm_batcher_best_effort_quantum_seconds" in cond["message"]
     assert h.fake.replicas(NS, "llm") == 4  # the utilization rule: ceil(2 * 140/70)
     assert h.status()["slo"]["mode"] == "hpa_fallback"
+    reserve = h.sample(
+        "autoglm_autoscaler_slo_best_effort_reserve_seconds", namespace=NS, autoscaler="llm"
+    )
+    assert math.isnan(reserve)  # not sized: nothing is known to be reserved
 
 
 def test_the_forecast_sizes_the_fleet_before_the_load_arrives(h):

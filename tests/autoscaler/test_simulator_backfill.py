@@ -265,6 +265,29 @@ def test_cli_runs_slo_sizing_with_backfill(trace_csv, tmp_path, capsys):
     assert "total_busy" in capsys.readouterr().out
 
 
+def test_cli_reserves_the_quantum_out_of_the_slo_it_sizes_for(trace_csv, tmp_path):
+    """``--reserve-quantum`` is BackfillConfig(reserve_quantum=True): the sizing holds the SLO
+    less one slice, and so never buys fewer replica-hours than without it."""
+    runs = {}
+    for name, extra in (("plain", []), ("reserved", ["--reserve-quantum"])):
+        out = tmp_path / f"{name}.json"
+        flags = ["--sizing", "slo", "--slo-seconds", "8", "--backfill", "--json", str(out)]
+        assert run_cli(trace_csv, *flags, "--backfill-quantum", "2", *extra) == 0
+        runs[name] = json.loads(out.read_text())
+    assert runs["plain"]["sized_latency_seconds"] == 8.0
+    assert runs["reserved"]["sized_latency_seconds"] == 6.0
+    assert runs["reserved"]["gpu_hours"] >= runs["plain"]["gpu_hours"]
+
+
+@pytest.mark.parametrize("flags", [["--reserve-quantum"], ["--reserve-quantum", "--backfill"]])
+def test_cli_refuses_a_reserve_with_nothing_to_reserve_from(flags, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.simulate_main(["--trace", str(tmp_path / "not-read.csv"), *flags])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--reserve-quantum" in err and "--sizing slo" in err
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
