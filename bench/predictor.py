@@ -251,8 +251,10 @@ def summarise(cells: list[dict]) -> dict:
     summary["cells_outside_coverage_goal_beyond_noise"] = int(
         ((high < GOAL_COVERAGE[0]) | (low > GOAL_COVERAGE[1])).sum()
     )
-    summary["cells_outside_coverage_goal_if_calibrated"] = round(
-        sum(_chance_outside_band(c["coverage_points"]) for c in cells), 1
+    chances = [_chance_outside_band(c["coverage_points"]) for c in cells]
+    summary["cells_outside_coverage_goal_if_calibrated"] = round(sum(chances), 1)
+    summary["chance_every_cell_inside_if_calibrated"] = float(
+        f"{np.prod(1.0 - np.array(chances)):.2g}"
     )
     return summary
 
@@ -360,7 +362,9 @@ def print_report(report: dict) -> None:
             f"{s['cells_outside_coverage_goal']} as measured, "
             f"{s['cells_outside_coverage_goal_beyond_noise']} beyond binomial noise (Wilson "
             f"95 % interval clear of the band); a bound covering exactly {QUANTILE:.0%} would "
-            f"leave {s['cells_outside_coverage_goal_if_calibrated']} outside on average"
+            f"leave {s['cells_outside_coverage_goal_if_calibrated']} outside on average, and "
+            f"have them all inside with a chance of "
+            f"{s['chance_every_cell_inside_if_calibrated']:.2g}"
         )
     t = report.get("timing_2000_points")
     if t:

@@ -58,4 +58,6 @@ def test_smoke_bench_scores_every_horizon_against_the_best_baseline(tmp_path):
     assert check["cells"] == len(horizons)
     assert check["worst_ratio"] == max(window["ratio"].values())
     assert check["cells_outside_coverage_goal_beyond_noise"] >= 0
+    assert 0 < check["chance_every_cell_inside_if_calibrated"] <= 1
+    assert 0 <= check["cells_outside_coverage_goal_if_calibrated"] < check["cells"]
     assert check["cells_outside_coverage_goal_beyond_noise"] <= check["cells_outside_coverage_goal"]
