@@ -32,8 +32,7 @@ def test_a_scrape_sees_the_queue_and_the_running_batch_as_they_are_now(run_virtu
         first = asyncio.create_task(batcher.submit(SimPayload(0)))
         await asyncio.sleep(0.01)  # the first request runs alone (light load)
         rest = [
-            asyncio.create_task(batcher.submit(SimPayload(i, size=2), size=2))
-            for i in range(1, 4)
+            asyncio.create_task(batcher.submit(SimPayload(i, size=2), size=2)) for i in range(1, 4)
         ]
         await asyncio.sleep(0.01)  # they wait while the first batch runs
         for name in ("in_flight_requests", "queue_items", "queue_requests", "batch_cap_items"):
