@@ -256,16 +256,19 @@ async def _serve_until_stopped(
         grpc_listen=config.grpc_listen,
         workers=workers,
     )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (
+        signal.SIGTERM,
+        signal.SIGINT,
+    ):  # before the "serving" line: a signal after it drains
+        loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
     except ConfigError as exc:
         on_failed_start()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     watch = asyncio.create_task(stop_when_orphaned(stop)) if config.exit_with_parent else None
     await stop.wait()
     if watch is not None:

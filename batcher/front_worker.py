@@ -88,8 +88,9 @@ class FrontServer:
         self.connection_metrics = ConnectionMetrics(registry)
         self.requests = Counter(
             "autoglm_batcher_worker_requests",
-            "HTTP requests answered by each front worker (--workers), by status code.",
-            ["worker", "code"],
+            "HTTP requests answered by each front worker (--workers), by handler (infer: decoded "
+            "here and batched by the engine; engine: passed to the engine as they came) and code.",
+            ["worker", "handler", "code"],
             registry=registry,
         )
         self._signatures: dict[tuple[str, str], Signature] = {}
@@ -149,7 +150,8 @@ class FrontServer:
     @web.middleware
     async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
-        self.requests.labels(self.worker, str(response.status)).inc()
+        kind = "infer" if request.match_info.route.handler == self._infer else "engine"
+        self.requests.labels(self.worker, kind, str(response.status)).inc()
         return response
 
     # --- inference ---------------------------------------------------------------------------
@@ -329,20 +331,20 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
         drain_timeout_seconds=args.drain_timeout_seconds,
         registry=CollectorRegistry(),  # multiprocess mode: the engine's /metrics reads the files
     )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before "ready": the engine may stop it at once
+        loop.add_signal_handler(sig, stop.set)
     await server.start(args.host, args.port)
     sys.stdout.buffer.write(READY_LINE)
     sys.stdout.flush()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     server.engine_gone.add_done_callback(lambda _: stop.set())
     orphaned = loop.create_task(stop_when_orphaned(stop))
     await stop.wait()
     orphaned.cancel()
-    log.info("draining")
+    log.info("front worker draining")
     await server.stop()
-    log.info("stopped")
+    log.info("front worker stopped")
     return 0
 
 

@@ -38,3 +38,8 @@ class EchoModel:
 def slow_echo() -> EchoModel:
     """An echo model that takes 0.2 s per batch: work is still queued when a signal arrives."""
     return EchoModel(delay_seconds=0.2)
+
+
+def echo() -> EchoModel:
+    """An echo model that answers at once."""
+    return EchoModel()

@@ -1,0 +1,290 @@
+"""``autoglm-batcher --workers 2`` as real processes: the engine and two front workers.
+
+Every test here starts processes (slow tier): requests through the workers are answered as a
+one-process server answers them (JSON and binary, with tritonclient), TLS and basic auth hold at
+the workers, requests from both workers share batches, a killed worker is replaced, and SIGTERM
+answers everything accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import bcrypt
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as triton
+import yaml
+
+from tests.batcher.test_batcher_cli import LogReader, batcher_process, series, start_up_error
+from tests.selfsigned import ScratchCA
+
+pytestmark = pytest.mark.timeout(240)
+
+ECHO = "tests.batcher.batcher_test_models:echo"
+
+
+def body(k: int = 0) -> dict:
+    return {
+        "inputs": [
+            {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
+            {"name": "k", "shape": [1, 1], "datatype": "INT32", "data": [k]},
+        ]
+    }
+
+
+def metric_values(text: str, prefix: str) -> dict[str, float]:
+    """The samples whose line starts with ``prefix`` (name and labels) -> value."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def worker_infers(text: str) -> dict[str, float]:
+    """Inference answers (200) by worker id."""
+    found = {}
+    for name, value in metric_values(text, "autoglm_batcher_worker_requests_total{").items():
+        if 'handler="infer"' in name and 'code="200"' in name:
+            found[name.split('worker="')[1].split('"')[0]] = value
+    return found
+
+
+class Served:
+    """A batcher process with workers, its log followed; stopped (SIGKILL if need be) at the end."""
+
+    def __init__(self, *args: str, tls: bool = False) -> None:
+        self.proc = batcher_process(
+            *("--listen", "127.0.0.1:0", "--warmup-repeats", "0", "--log-format", "json"), *args
+        )
+        self.logs = LogReader(self.proc)
+        self.serving = self.logs.wait_for("serving", timeout=120)
+        self.port = self.serving["port"]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+
+    def metrics(self, **options: object) -> str:
+        return requests.get(f"{self.url}/metrics", timeout=30, **options).text  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def served() -> Iterator[list[Served]]:
+    started: list[Served] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def test_workers_serve_json_and_binary_as_one_process_does(served: list[Served]) -> None:
+    server = Served("--model", ECHO, "--workers", "2")
+    served.append(server)
+    assert len(server.serving["workers"]) == 2
+    client = triton.InferenceServerClient(f"127.0.0.1:{server.port}")
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("echo")
+    assert [t["name"] for t in client.get_model_metadata("echo")["inputs"]] == ["x", "k"]
+    x = np.array([[1.5, -2.0, 3.25], [0.0, 1e-3, -7.0]], dtype=np.float32)
+    k = np.array([[4], [5]], dtype=np.int32)
+    for binary in (False, True):
+        inputs = [triton.InferInput("x", [2, 3], "FP32"), triton.InferInput("k", [2, 1], "INT32")]
+        inputs[0].set_data_from_numpy(x, binary_data=binary)
+        inputs[1].set_data_from_numpy(k, binary_data=binary)
+        outputs = [triton.InferRequestedOutput(n, binary_data=binary) for n in ("y", "k_out")]
+        result = client.infer("echo", inputs, outputs=outputs, request_id="r1")
+        np.testing.assert_array_equal(result.as_numpy("y"), x * 2)
+        np.testing.assert_array_equal(result.as_numpy("k_out"), k)
+        assert result.get_response()["id"] == "r1"
+    # The same refusals, in the same words, as a one-process server gives.
+    wrong = body()
+    wrong["inputs"][0]["datatype"] = "FP64"
+    refused = requests.post(f"{server.url}/v2/models/echo/infer", json=wrong, timeout=30)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "input 'x' has datatype 'FP64'; the model expects FP32"
+    unknown = requests.post(f"{server.url}/v2/models/nope/infer", json=body(), timeout=30)
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+    # One scrape of either worker sees the engine's series and every worker's.
+    text = server.metrics()
+    assert series(text)["ok"] == 2
+    assert metric_values(text, 'autoglm_batcher_requests_total{model="echo",outcome="invalid"}')
+    assert sum(worker_infers(text).values()) == 2
+
+
+def test_tls_and_basic_auth_hold_at_the_workers(served: list[Served], tmp_path) -> None:
+    ca = ScratchCA(tmp_path)
+    cert = ca.server()
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+    config_file = tmp_path / "web.yml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": str(cert.cert), "key_file": str(cert.key)},
+                "basic_auth_users": {"alice": hashed},
+            }
+        )
+    )
+    server = Served(
+        *("--model", ECHO, "--workers", "2", "--web-config-file", str(config_file)), tls=True
+    )
+    served.append(server)
+    url = server.url
+    auth = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+    for _ in range(4):  # new connections: the kernel spreads them over both workers
+        denied = requests.post(
+            f"{url}/v2/models/echo/infer", json=body(), verify=str(ca.cert_file), timeout=30
+        )
+        assert denied.status_code == 401
+        assert denied.headers["WWW-Authenticate"] == 'Basic realm="autoglm-batcher"'
+        assert (
+            requests.get(f"{url}/metrics", verify=str(ca.cert_file), timeout=30).status_code == 401
+        )
+        allowed = requests.post(
+            f"{url}/v2/models/echo/infer",
+            json=body(7),
+            verify=str(ca.cert_file),
+            headers=auth,
+            timeout=30,
+        )
+        assert allowed.status_code == 200 and allowed.json()["outputs"][1]["data"] == [7]
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{server.port}/v2/health/live", timeout=30)
+
+    def handshake_errors() -> float:
+        text = server.metrics(verify=str(ca.cert_file), headers=auth)
+        return sum(metric_values(text, "autoglm_http_tls_handshake_errors_total").values())
+
+    deadline = time.monotonic() + 60
+    while handshake_errors() < 1:  # the plain-HTTP attempt, counted by a worker
+        assert time.monotonic() < deadline, "the failed handshake was never counted"
+        time.sleep(0.2)
+
+
+def test_requests_from_both_workers_share_batches(served: list[Served]) -> None:
+    """Rounds of eight concurrent requests, each on a new connection, into batches of exactly
+    eight (fixed-delay: dispatch at the preferred size, never earlier); a round that both workers
+    took part in and that made one batch of eight had requests of both in that batch."""
+    server = Served(
+        *("--model", ECHO, "--workers", "2", "--policy", "fixed-delay"),
+        *("--max-batch-size", "8", "--preferred-batch-size", "8"),
+        *("--max-queue-delay-seconds", "120", "--slo-seconds", "200", "--no-refuse-past-slo"),
+    )
+    served.append(server)
+    batches = 'autoglm_batcher_batch_size_items_count{model="echo"}'
+    small = 'autoglm_batcher_batch_size_items_bucket{le="4.0",model="echo"}'
+    deadline = time.monotonic() + 120
+    while True:
+        before = server.metrics()
+        replies: list[int] = []
+
+        def post(i: int, replies: list[int] = replies) -> None:
+            url = f"{server.url}/v2/models/echo/infer"
+            replies.append(requests.post(url, json=body(i), timeout=120).status_code)
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=150)
+        after = server.metrics()
+        assert replies == [200] * 8
+        took = {
+            w: worker_infers(after)[w] - worker_infers(before).get(w, 0.0)
+            for w in worker_infers(after)
+        }
+        one_batch_of_eight = metric_values(after, batches)[batches] - metric_values(
+            before, batches
+        ).get(batches, 0.0) == 1 and metric_values(after, small)[small] == metric_values(
+            before, small
+        ).get(small, 0.0)
+        assert one_batch_of_eight
+        if sum(1 for n in took.values() if n > 0) == 2:
+            return
+        assert time.monotonic() < deadline, "every round's connections went to one worker"
+
+
+def test_a_killed_worker_is_replaced(served: list[Served]) -> None:
+    server = Served("--model", ECHO, "--workers", "2")
+    served.append(server)
+    victim = server.serving["workers"][0]
+    os.kill(victim, signal.SIGKILL)
+    exited = server.logs.wait_for("front worker exited; starting another")
+    assert exited["pid"] == victim and exited["exit_code"] == -signal.SIGKILL
+    replacement = server.logs.wait_for("front worker listening")
+    assert replacement["worker"] == exited["worker"] and replacement["pid"] != victim
+    text = server.metrics()
+    assert (
+        metric_values(text, "autoglm_batcher_worker_restarts_total")[
+            "autoglm_batcher_worker_restarts_total"
+        ]
+        == 1
+    )
+    for i in range(10):  # new connections, spread over the survivor and the replacement
+        reply = requests.post(f"{server.url}/v2/models/echo/infer", json=body(i), timeout=30)
+        assert reply.status_code == 200 and reply.json()["outputs"][1]["data"] == [i]
+
+
+def test_sigterm_answers_everything_the_workers_accepted(served: list[Served]) -> None:
+    server = Served(
+        *("--model", "tests.batcher.batcher_test_models:slow_echo", "--workers", "2"),
+        *("--max-batch-size", "2", "--slo-seconds", "5"),
+    )
+    served.append(server)
+    replies: list[requests.Response] = []
+
+    def post(i: int) -> None:
+        replies.append(
+            requests.post(f"{server.url}/v2/models/echo/infer", json=body(i), timeout=120)
+        )
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    # Ten requests at 0.2 s per batch of two: signal once all ten are accepted and some wait.
+    deadline = time.monotonic() + 60
+    while True:
+        seen = series(server.metrics())
+        if seen["ok"] + seen["queued"] + seen["running"] == 10 and seen["queued"] > 0:
+            break
+        assert time.monotonic() < deadline, f"requests were not all accepted in time: {seen}"
+        time.sleep(0.01)
+    server.proc.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=120)
+    stopped = server.logs.wait_for("stopped")
+    assert server.proc.wait(timeout=60) == 0
+    assert sorted(r.status_code for r in replies) == [200] * 10
+    assert sorted(r.json()["outputs"][1]["data"][0] for r in replies) == list(range(10))
+    assert stopped["drained"] is True
+
+
+@pytest.mark.parametrize("value", ["-1", "65", "two"])
+def test_a_bad_worker_count_is_one_line_and_exit_2(value: str) -> None:
+    line = start_up_error("--workers", value)
+    assert "--workers" in line
+
+
+def test_workers_config_key_mirrors_the_flag(tmp_path) -> None:
+    config_file = tmp_path / "batcher.yml"
+    config_file.write_text(json.dumps({"workers": -3}))
+    line = start_up_error("--config", str(config_file))
+    assert "workers" in line
+
+
+def test_a_worker_logs_with_its_id(served: list[Served]) -> None:
+    server = Served("--model", ECHO, "--workers", "1")
+    served.append(server)
+    server.proc.send_signal(signal.SIGTERM)
+    stopped = server.logs.wait_for("front worker stopped")
+    assert stopped["worker"] == 0 and stopped["component"] == "batcher"
+    assert server.proc.wait(timeout=60) == 0
