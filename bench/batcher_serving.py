@@ -3,13 +3,16 @@
 One ``autoglm-batcher`` process serves the reference MLP (:mod:`bench.reference_mlp`, torch CPU,
 one torch thread) on HTTP and gRPC at once; MLServer 1.7.1 (adaptive batching, the same module,
 one torch thread) runs beside it when ``bash bench/mlserver-venv`` has made its venv, and its column
-is skipped, naming that command, when not. Four ways in:
+is skipped, naming that command, when not. The ways in:
 
 * ``rest-json``     -- ``POST /v2/models/reference/infer`` with JSON ``data``, the answer as JSON;
 * ``rest-binary``   -- the same with the binary tensor data extension both ways;
 * ``grpc``          -- ``ModelInfer`` with ``raw_input_contents`` (tritonclient's own protobuf
                         messages), answered with ``raw_output_contents``;
-* ``mlserver-json`` -- MLServer's REST endpoint with the same JSON body.
+* ``mlserver-json`` -- MLServer's REST endpoint with the same JSON body;
+* ``rest-json-workers``, ``rest-binary-workers`` -- the two REST ways into a second batcher
+                        started with ``--workers N`` (``--workers``, 2 by default; 0 leaves them
+                        out): front worker processes decode, the engine process batches.
 
 The load is open loop: one-row requests at Poisson times, latency counted from the scheduled send
 time (a lagging client cannot hide queueing). A rate is held when p99 <= ``--slo-seconds`` and at
@@ -71,6 +74,8 @@ from bench.report_json import finite  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "batcher_serving.json"
 MLSERVER_BIN = ROOT / ".venv-mlserver" / "bin" / "mlserver"
 BATCHER_MODES = ("rest-json", "rest-binary", "grpc")
+# The same two REST ways into a second batcher started with --workers N (front worker processes).
+WORKER_MODES = ("rest-json-workers", "rest-binary-workers")
 MLSERVER_MODE = "mlserver-json"
 MODEL_NAME = "reference"
 FEATURES = 512  # bench.reference_mlp.FEATURES; not imported: that would load torch here
@@ -461,7 +466,10 @@ class Target:
 
 
 async def targets_for(
-    batcher: BatcherServer, mlserver: MLServer | None, modes: tuple[str, ...]
+    batcher: BatcherServer,
+    mlserver: MLServer | None,
+    modes: tuple[str, ...],
+    with_workers: BatcherServer | None = None,
 ) -> tuple[dict[str, Target], Callable[[], Awaitable[None]]]:
     """A sender per mode, over connections kept open for the whole run; and how to close them."""
     row_list = rows()
@@ -488,6 +496,9 @@ async def targets_for(
             return "OK"
 
         targets["grpc"] = Target("grpc", batcher, grpc_send)
+    if with_workers is not None:
+        http_target("rest-json-workers", with_workers, json_request)
+        http_target("rest-binary-workers", with_workers, binary_request)
     if mlserver is not None and MLSERVER_MODE in modes:
         http_target(MLSERVER_MODE, mlserver, json_request)
 
@@ -578,6 +589,8 @@ def spread(values: list[float]) -> dict:
 
 
 RATIOS = (
+    ("rest-json-workers", "rest-json"),
+    ("rest-binary-workers", "rest-binary"),
     ("rest-binary", "rest-json"),
     ("grpc", "rest-json"),
     ("rest-json", MLSERVER_MODE),
@@ -621,10 +634,13 @@ def print_summary(result: dict) -> None:
 
 
 async def run_passes(
-    args: argparse.Namespace, batcher: BatcherServer, mlserver: MLServer | None
+    args: argparse.Namespace,
+    batcher: BatcherServer,
+    mlserver: MLServer | None,
+    with_workers: BatcherServer | None,
 ) -> tuple[list[dict[str, dict]], list[dict]]:
-    modes = BATCHER_MODES + ((MLSERVER_MODE,) if mlserver is not None else ())
-    targets, close = await targets_for(batcher, mlserver, modes)
+    modes = served_modes(mlserver, with_workers)
+    targets, close = await targets_for(batcher, mlserver, modes, with_workers)
     passes: list[dict[str, dict]] = []
     points: list[dict] = []
     try:
@@ -684,6 +700,14 @@ async def run_passes(
     finally:
         await close()
     return passes, points
+
+
+def served_modes(mlserver: MLServer | None, with_workers: BatcherServer | None) -> tuple[str, ...]:
+    return (
+        BATCHER_MODES
+        + (WORKER_MODES if with_workers is not None else ())
+        + ((MLSERVER_MODE,) if mlserver is not None else ())
+    )
 
 
 def profile(args: argparse.Namespace, extra: list[str]) -> int:
@@ -776,6 +800,12 @@ def main(argv: list[str] | None = None) -> int:
         "--mlserver", type=Path, default=MLSERVER_BIN, help="the mlserver command to compare with"
     )
     parser.add_argument("--no-mlserver", action="store_true", help="skip the MLServer column")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="front worker processes of the second batcher (the *-workers columns); 0: none",
+    )
     parser.add_argument("--profile", choices=BATCHER_MODES, help="py-spy one protocol")
     parser.add_argument("--rate", type=float, default=500.0, help="--profile's rate (req/s)")
     parser.add_argument(
@@ -807,20 +837,24 @@ def main(argv: list[str] | None = None) -> int:
         skipped = f"{args.mlserver} is absent: run bash bench/mlserver-venv"
     load_before = loadavg()
     batcher = BatcherServer(extra)
-    mlserver = None
+    mlserver = with_workers = None
     try:
+        if args.workers:
+            with_workers = BatcherServer([*extra, "--workers", str(args.workers)])
         if not skipped:
             mlserver = MLServer(
                 args.mlserver, args.max_batch_size, args.mlserver_batch_time, args.mlserver_workers
             )
         if skipped:
             print(f"MLServer column skipped: {skipped}")
-        passes, points = asyncio.run(run_passes(args, batcher, mlserver))
+        passes, points = asyncio.run(run_passes(args, batcher, mlserver, with_workers))
     finally:
         batcher.stop()
+        if with_workers is not None:
+            with_workers.stop()
         if mlserver is not None:
             mlserver.stop()
-    modes = BATCHER_MODES + ((MLSERVER_MODE,) if mlserver is not None else ())
+    modes = served_modes(mlserver, with_workers)
     result = summary(passes, modes)
     print_summary(result)
     report = {
@@ -831,6 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         "resolution": args.resolution,
         "smoke": args.smoke,
         "mlserver_skipped": skipped or None,
+        "workers": args.workers,
         "mlserver": None
         if mlserver is None
         else {

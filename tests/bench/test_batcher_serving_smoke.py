@@ -1,7 +1,8 @@
 """bench/batcher_serving.py's smoke mode runs every way in end to end and writes its report.
 
 Figures from a smoke run mean nothing (a few requests per point, on a busy machine); what is
-checked is that each way in got answers from the one server, that the report carries the top
+checked is that each way in got answers (the three of the one-process batcher, and the two REST
+ways into the one started with ``--workers 2``), that the report carries the top
 rates, CPU costs and ratios the full run is read by, and that the MLServer column is skipped with
 the command that installs it when its venv is absent.
 """
@@ -38,7 +39,8 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
     assert report["smoke"] and report["passes"] == 1
     assert "bench/mlserver-venv" in report["mlserver_skipped"]
     assert "MLServer column skipped" in run.stdout
-    for mode in ("rest-json", "rest-binary", "grpc"):
+    assert report["workers"] == 2
+    for mode in ("rest-json", "rest-binary", "grpc", "rest-json-workers", "rest-binary-workers"):
         points = [p for p in report["points"] if p["mode"] == mode]
         assert sum(p["answered"] for p in points) > 0, mode
         assert all(p["server_cpu_seconds"] >= 0 for p in points)
@@ -48,6 +50,10 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         }
     assert "mlserver-json" not in report["summary"]["modes"]
     assert set(report["summary"]["ratios"]) == {
+        "rest-json-workers/rest-json rate",
+        "rest-json-workers/rest-json cpu",
+        "rest-binary-workers/rest-binary rate",
+        "rest-binary-workers/rest-binary cpu",
         "rest-binary/rest-json rate",
         "rest-binary/rest-json cpu",
         "grpc/rest-json rate",
