@@ -1,8 +1,10 @@
 """Best-effort work: are the paid GPUs busy, and is the online SLO still protected?
 
-The fleet's paid GPU-time splits three ways: busy with online requests, busy with best-effort
-work (batch jobs on idle capacity) and idle. The batchers' per-class busy seconds give the first
-two; the GPUs the exporter reports (``fleet:DCGM_FI_DEV_GPU_UTIL:count``) give what is paid for.
+The fleet's paid GPU-time splits: busy with online requests, busy with best-effort work (batch
+jobs on idle capacity), GPUs with no ready replica, and idle -- with best-effort work throttled
+by the online latency slack, or for other reasons. The batchers' per-class busy seconds give the
+first two, their readiness and throttle gauges the reasons; the GPUs the exporter reports
+(``fleet:DCGM_FI_DEV_GPU_UTIL:count``) give what is paid for.
 Beside that sit the signals that decide how much best-effort work runs: each replica's online
 latency slack, the share its controller allows and why it refuses; and the jobs' progress
 (``autoglm_job_*``), so an operator sees both what the backfill costs and what it delivers.
@@ -31,21 +33,38 @@ def _busy(request_class: str, selector: str = "") -> str:
 
 
 ONLINE, BEST_EFFORT = _busy("online"), _busy("best_effort")
-IDLE = f"clamp_min(sum({PAID_GPUS}) - ({ONLINE} + {BEST_EFFORT}), 0)"
+# GPUs with no ready replica on them: starting (loading, warming up), stopping, or unallocated.
+NOT_SERVING = f"clamp_min(sum({PAID_GPUS}) - sum(autoglm_batcher_ready), 0)"
+# Idle device time of the replicas whose slack controller holds best-effort work at zero.
+IDLE_THROTTLED = (
+    "sum(clamp_min(1 - sum by (instance) (rate(autoglm_batcher_device_busy_seconds_total"
+    "[$__rate_interval])), 0) * on (instance) max by (instance) "
+    "(autoglm_batcher_best_effort_throttled))"
+)
+IDLE_OTHER = (
+    f"clamp_min(sum({PAID_GPUS}) - ({ONLINE} + {BEST_EFFORT}) - {NOT_SERVING} - "
+    f"{IDLE_THROTTLED}, 0)"
+)
 
 
 def _fleet_row(d: db.Dashboard) -> db.Dashboard:
     d = d.with_row(row("Paid GPU-time: online, best-effort, idle"))
     d = d.with_panel(
         timeseries_panel(
-            "Paid GPUs: online busy, best-effort busy, idle",
+            "Paid GPUs: online busy, best-effort busy, idle and why",
             "Where does the paid GPU-time go? Stacked, in GPUs: device time busy with online "
-            "requests, with best-effort work, and the rest idle; the top of the stack is every "
-            "GPU the exporter reports. Best-effort work should fill what online leaves idle.",
+            "requests, with best-effort work, GPUs with no ready replica (starting, stopping or "
+            "unallocated), idle time of replicas holding best-effort work at zero because their "
+            "online latency slack is under its margin, and the rest idle (the jobs did not keep "
+            "the replicas supplied, or the gaps were shorter than a best-effort slice); the top "
+            "of the stack is every GPU the exporter reports. Best-effort work should fill what "
+            "online leaves idle.",
             [
                 Query(ONLINE, "online busy"),
                 Query(BEST_EFFORT, "best-effort busy"),
-                Query(IDLE, "idle"),
+                Query(NOT_SERVING, "no ready replica"),
+                Query(IDLE_THROTTLED, "idle, best-effort throttled"),
+                Query(IDLE_OTHER, "idle, other"),
             ],
             "none",
             width=16,

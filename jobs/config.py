@@ -78,6 +78,14 @@ class JobConfig:
     )
     min_concurrency: AtLeastOne = field(default=1, metadata={"help": "fewest requests in flight"})
     max_concurrency: AtLeastOne = field(default=64, metadata={"help": "most requests in flight"})
+    probe_interval_seconds: Annotated[float, Field(ge=0)] = field(
+        default=1.0,
+        metadata={
+            "help": "while every request in flight waits out a refusal's Retry-After, send one "
+            "more line this often: behind a Service another replica (a new one, or one whose "
+            "throttle lifted) may have idle capacity before the one that refused (0: never)"
+        },
+    )
     request_timeout_seconds: PositiveSeconds = field(
         default=60.0, metadata={"help": "longest wait for one answer before trying again"}
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import sys
 import threading
 import time
@@ -97,6 +98,7 @@ class JobRunner:
         )
         self.window = max(4 * config.max_concurrency, 2 * config.commit_every)
         self.in_flight = 0
+        self.parked = 0  # of those in flight, waiting out a refusal's Retry-After
         self.ok = 0
         self.invalid = 0
         self.refusals = 0
@@ -106,6 +108,8 @@ class JobRunner:
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
         self._last_answer = clock()
+        self._last_probe = -math.inf
+        self._all_parked_since: float | None = None
         metrics.lines_in_shard.set(plan.total)
         metrics.lines_remaining.set(plan.total - self._done_before)
         metrics.concurrency.set(self.limit.limit)
@@ -208,13 +212,39 @@ class JobRunner:
             await asyncio.wait(pending)
 
     async def _wait_for_slot(self, seq: int) -> None:
-        """Until the limit allows one more request (and, in input order, the held results fit)."""
+        """Until the limit allows one more request, or a probe is due (:meth:`_probe_in`), and,
+        in input order, the held results fit."""
         while not self._stop.is_set():
             ahead = seq - self.results.next_seq if self.results.ordered else 0
-            if self.in_flight < self.limit.limit and ahead < self.window:
-                return
+            if ahead < self.window:
+                if self.in_flight < self.limit.limit:
+                    return
+                probe_in = self._probe_in()
+                if probe_in <= 0:
+                    self._last_probe = self.clock()
+                    return
+            else:
+                probe_in = math.inf
             self._changed.clear()
-            await self._changed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=probe_in)
+
+    def _probe_in(self) -> float:
+        """Seconds until one more line may go out beyond the limit: only while every request in
+        flight waits out a refusal's Retry-After, one ``probe_interval_seconds`` after they all
+        began waiting and then at most one per interval.
+        A Retry-After is one replica's word; behind a Service another replica (one just
+        started, or one whose throttle lifted) may have idle capacity sooner, and only a
+        request can find it. An answered probe starts the climb back (slow start); a refused
+        one waits its Retry-After like any other."""
+        interval = self.config.probe_interval_seconds
+        if interval <= 0 or self.parked == 0 or self.parked < self.in_flight:
+            self._all_parked_since = None
+            return math.inf
+        now = self.clock()
+        if self._all_parked_since is None:
+            self._all_parked_since = now
+        return max(self._all_parked_since, self._last_probe) + interval - now
 
     async def _serve(self, endpoint: Endpoint, item: WorkItem, seq: int) -> None:
         """Send one line until it is answered, found invalid, or the job stops."""
@@ -273,11 +303,24 @@ class JobRunner:
                         self._halt("endpoint failing")
                         return
                     delay = retry_delay(attempt, None)
-                await self._sleep(delay)
+                await self._wait_out(delay, parked=result.kind == "refused")
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.set(self.in_flight)
             self._changed.set()
+
+    async def _wait_out(self, seconds: float, parked: bool) -> None:
+        """Sleep before sending a line again; ``parked`` (a refusal's Retry-After) counts it
+        among the requests a probe may go out beside."""
+        if not parked:
+            await self._sleep(seconds)
+            return
+        self.parked += 1
+        self._changed.set()
+        try:
+            await self._sleep(seconds)
+        finally:
+            self.parked -= 1
 
     def _complete_invalid(self, seq: int, item: WorkItem, reason: str, result: Attempt) -> None:
         log.warning(

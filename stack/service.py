@@ -6,7 +6,8 @@ next ready worker in turn and passes the answer back with its status and ``Retry
 refusal for lack of capacity (429) is tried on the next worker first, as a proxy with a retry
 policy on 429 does (Envoy's retriable status codes in a service mesh), so one busy worker does not
 turn the job away while another has idle time; the job runner sees a 429 only when every ready
-worker refused, and a 503 with ``Retry-After`` while no worker is ready. The load generator keeps
+worker refused (the refusal whose ``Retry-After`` comes soonest, when the first of them expects
+idle capacity), and a 503 with ``Retry-After`` while no worker is ready. The load generator keeps
 its own round-robin: it plays the online users, who reach the fleet the same way.
 """
 
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Sequence
 
 import aiohttp
 from aiohttp import web
 
+from jobs.concurrency import parse_retry_after
 from stack.loadgen import RoundRobin
 
 log = logging.getLogger(__name__)
@@ -107,6 +110,7 @@ class LocalService:
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k in ("Content-Type", "Accept")}
         answer = _unavailable("no worker is ready")
+        refusal: web.Response | None = None
         for _ in range(max(1, self.router.size)):
             endpoint = self.router.pick()
             if endpoint is None:
@@ -130,7 +134,20 @@ class LocalService:
                 continue
             if answer.status != REFUSED:
                 return answer
-        return answer
+            refusal = sooner(refusal, answer)
+        return refusal or answer
+
+
+def sooner(first: web.Response | None, second: web.Response) -> web.Response:
+    """Of two workers' refusals, the one whose Retry-After comes sooner: a job refused by every
+    worker should come back when the first of them expects idle capacity, not the last. A
+    refusal without a usable Retry-After counts as the longest."""
+
+    def wait(answer: web.Response) -> float:
+        seconds = parse_retry_after(answer.headers.get("Retry-After"))
+        return math.inf if seconds is None else seconds
+
+    return second if first is None or wait(second) < wait(first) else first
 
 
 def _unavailable(reason: str) -> web.Response:

@@ -115,6 +115,40 @@ def test_retry_after_is_honoured_for_each_refused_request(tmp_path, scripted) ->
     assert all(r["outputs"][0]["data"] == [2] for r in records(tmp_path / "out.jsonl"))
 
 
+def probed_job(tmp_path: Path, scripted, probe_interval: float) -> dict[str, list[float]]:
+    """A job whose first four lines are refused with a long Retry-After and every other
+    request answered; the endpoint's attempt times per line id."""
+    endpoint = scripted(
+        lambda body, attempt: (
+            (429, {"Retry-After": "3"}) if attempt == 1 and body["id"] <= "r4" else (200, {})
+        )
+    )
+    write_requests(tmp_path / "in.jsonl", 9, malformed={})
+    config = job(
+        tmp_path,
+        endpoint.url,
+        model="fake",
+        initial_concurrency=4,
+        probe_interval_seconds=probe_interval,
+    )
+    summary = run_job(config)
+    assert summary.exit_code == 0 and summary.refusals == 4 and summary.ok == 9
+    return endpoint.attempts
+
+
+def test_a_job_parked_on_retry_after_probes_for_capacity_elsewhere(tmp_path, scripted) -> None:
+    # Every request in flight waits out a refusal: one more line goes out (a probe), is
+    # answered, and the rest of the file follows before the refused lines come back.
+    attempts = probed_job(tmp_path, scripted, probe_interval=0.2)
+    retried = min(attempts[f"r{line}"][1] for line in range(1, 5))
+    assert all(attempts[f"r{line}"][0] < retried for line in range(5, 10))
+    # with probes off, nothing goes out until the Retry-After has passed
+    (tmp_path / "off").mkdir()
+    attempts = probed_job(tmp_path / "off", scripted, probe_interval=0)
+    retried = min(attempts[f"r{line}"][1] for line in range(1, 5))
+    assert attempts["r5"][0] >= retried
+
+
 def test_bad_requests_and_failing_lines_go_to_the_errors_file(tmp_path, scripted) -> None:
     def decide(body: dict, attempt: int) -> tuple[int, dict[str, str]]:
         if body["id"] == "r2":

@@ -88,6 +88,23 @@ def test_service_passes_a_refusal_through_when_every_worker_refuses(service) -> 
     assert response.json() == {"error": "no idle capacity"}
 
 
+def test_service_passes_on_the_refusal_whose_capacity_returns_soonest(service) -> None:
+    # whichever worker the round-robin tries first, the job hears the earliest Retry-After
+    refusing = [worker(429, "9"), worker(429, "2"), worker(429, "5"), worker(429)]
+    try:
+        service.set_endpoints([f"127.0.0.1:{w.port}" for w in refusing])
+        waits = [
+            requests.post(f"{service.url}/v2/models/demo/infer", json={}, timeout=5).headers.get(
+                "Retry-After"
+            )
+            for _ in range(len(refusing))
+        ]
+    finally:
+        for w in refusing:
+            w.stop()
+    assert waits == ["2"] * len(refusing)
+
+
 @pytest.mark.timeout(120)
 def test_job_runs_in_rounds_on_a_real_batcher_as_best_effort(tmp_path: Path, service) -> None:
     worker = ServerThread(factory(), model_name="demo", warmup_repeats=1).start()
