@@ -72,19 +72,17 @@ class WorkerEnd(asyncio.Protocol):
     """The connection to the engine, at a worker: :meth:`call` sends a frame and waits for the
     answer with its call id."""
 
-    def __init__(self, max_frame_bytes: int) -> None:
-        self._reader = FrameReader(max_frame_bytes)
+    def __init__(self) -> None:
+        self._reader = FrameReader(None)  # answers: as large as the model's outputs make them
         self._pending: dict[int, asyncio.Future[tuple[Envelope, bytes]]] = {}
         self._last_id = NO_ANSWER
         self._transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
 
     @classmethod
-    async def connect(cls, path: str, max_frame_bytes: int) -> WorkerEnd:
+    async def connect(cls, path: str) -> WorkerEnd:
         """A connection to the engine's channel socket at ``path``."""
-        _, end = await asyncio.get_running_loop().create_unix_connection(
-            lambda: cls(max_frame_bytes), path
-        )
+        _, end = await asyncio.get_running_loop().create_unix_connection(cls, path)
         return end
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -37,6 +37,10 @@ from batcher.tensor_spec import TensorSpec
 FRAME_HEADER = struct.Struct("<III")  # call id, envelope length, payload length
 # The engine answers this status when the request's signature tag is not the served model's.
 SIGNATURE_CHANGED = 409
+# A decoded request in binary form can outgrow its JSON: "0," (2 bytes) becomes an 8-byte INT64 or
+# FP64, nothing grows more. The envelope and the binary request's JSON header fit in the allowance.
+BINARY_GROWTH = 4
+FRAME_ALLOWANCE_BYTES = 1 << 20
 # A call id for a message that expects no answer (a worker telling the engine it refused a
 # request as invalid, so the engine's request counters see every request).
 NO_ANSWER = 0
@@ -52,11 +56,16 @@ def frame(call_id: int, envelope: Mapping[str, Any], payload: bytes = b"") -> by
     return FRAME_HEADER.pack(call_id, len(head), len(payload)) + head + payload
 
 
-class FrameReader:
-    """Cuts a byte stream into frames; a frame larger than ``max_frame_bytes`` is a
-    :class:`ChannelError` (the stream cannot be trusted past it)."""
+def request_frame_limit(max_body_bytes: int) -> int:
+    """The largest frame a worker sends for a request body of at most ``max_body_bytes``."""
+    return BINARY_GROWTH * max_body_bytes + FRAME_ALLOWANCE_BYTES
 
-    def __init__(self, max_frame_bytes: int) -> None:
+
+class FrameReader:
+    """Cuts a byte stream into frames; a frame larger than ``max_frame_bytes`` (None: no limit)
+    is a :class:`ChannelError` (the stream cannot be trusted past it)."""
+
+    def __init__(self, max_frame_bytes: int | None) -> None:
         self._buffer = bytearray()
         self._max = max_frame_bytes
 
@@ -68,7 +77,7 @@ class FrameReader:
         size = FRAME_HEADER.size
         while len(self._buffer) - start >= size:
             call_id, head_length, payload_length = FRAME_HEADER.unpack_from(self._buffer, start)
-            if head_length + payload_length > self._max:
+            if self._max is not None and head_length + payload_length > self._max:
                 raise ChannelError(
                     f"a frame of {head_length + payload_length} bytes is over the channel's "
                     f"limit of {self._max}"

@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("batcher.front_worker")  # not __main__: it runs with -m
 
-# A frame carries one request or answer body plus its envelope.
-FRAME_ALLOWANCE_BYTES = 1 << 20
 _PASSED_REQUEST_HEADERS = ("Accept", "Content-Type", oip.HEADER_LENGTH)
 _PASSED_ANSWER_HEADERS = ("Content-Type", "Retry-After", oip.HEADER_LENGTH)
 
@@ -117,9 +115,7 @@ class FrontServer:
 
     async def start(self, host: str, port: int) -> None:
         """Connect to the engine, then listen on ``host:port`` beside the other workers."""
-        self._engine = await WorkerEnd.connect(
-            str(self.channel_dir / CHANNEL_SOCKET), self.max_body_bytes + FRAME_ALLOWANCE_BYTES
-        )
+        self._engine = await WorkerEnd.connect(str(self.channel_dir / CHANNEL_SOCKET))
         self._session = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=str(self.channel_dir / HTTP_SOCKET)),
             auto_decompress=False,

@@ -52,7 +52,7 @@ from batcher.errors import (
     ShuttingDown,
     UnknownModel,
 )
-from batcher.forwarding import SIGNATURE_CHANGED, signature_tag
+from batcher.forwarding import SIGNATURE_CHANGED, request_frame_limit, signature_tag
 from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
 from batcher.repository import LoadedModel, ModelRepository
@@ -110,10 +110,6 @@ def http_status(error: BatcherError) -> int:
 
 def _unauthorized() -> web.Response:
     return _error("authentication required", 401)
-
-
-# A frame carries one request or answer body plus its envelope.
-_FRAME_ALLOWANCE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -279,7 +275,7 @@ class BatcherServer:
         self._runner = web.AppRunner(self.app(guarded=False), access_log=None)
         await self._runner.setup()
         await web.UnixSite(self._runner, str(private / HTTP_SOCKET)).start()
-        frame_limit = self.max_body_bytes + _FRAME_ALLOWANCE_BYTES
+        frame_limit = request_frame_limit(self.max_body_bytes)
         self._channel = await asyncio.get_running_loop().create_unix_server(
             lambda: EngineEnd(
                 self._channel_call, self._channel_notice, self._channel_calls, frame_limit

@@ -24,6 +24,7 @@ from batcher.forwarding import (
     engine_request,
     frame,
     read_binary_answer,
+    request_frame_limit,
     signature_tag,
 )
 from batcher.tensor_spec import TensorSpec
@@ -122,6 +123,22 @@ def test_frames_cut_from_a_stream_in_any_pieces() -> None:
     assert got == [(1, {"a": 1}, b"xyz"), (2, {"b": [2]}, b""), (3, {}, b"\x00" * 10)]
 
 
+@pytest.mark.parametrize("datatype", ["INT64", "FP64", "BOOL", "BYTES"])
+def test_the_binary_form_of_a_json_request_fits_the_engines_frame_limit(datatype: str) -> None:
+    """The engine's limit holds the densest JSON the body limit allows, however it grows."""
+    value = {"INT64": 0, "FP64": 0, "BOOL": False, "BYTES": ""}[datatype]
+    spec = TensorSpec("v", datatype, (-1,))
+    count = 50_000
+    document = {"inputs": [{"name": "v", "datatype": datatype, "shape": [1, count]}]}
+    document["inputs"][0]["data"] = [value] * count
+    body = orjson.dumps(document)
+    decoded = oip.parse_infer_request(body, None, (spec,), (spec,))
+    metadata = oip.model_metadata("m", (spec,), (spec,))
+    payload, header_length = engine_request(decoded, Signature.from_metadata(metadata))
+    envelope = {"model": "m", "version": "1", "signature": "0" * 16, "header_length": header_length}
+    assert len(frame(1, envelope, payload)) <= request_frame_limit(len(body))
+
+
 def test_a_frame_over_the_limit_breaks_the_channel() -> None:
     with pytest.raises(ChannelError, match="over the channel's limit"):
         FrameReader(max_frame_bytes=8).feed(frame(1, {"a": 1}, b"0123456789"))
@@ -142,7 +159,7 @@ def test_calls_on_one_connection_are_answered_out_of_order(tmp_path) -> None:
         server = await asyncio.get_running_loop().create_unix_server(
             lambda: EngineEnd(call, notices.append, calls, 1 << 16), path
         )
-        worker = await WorkerEnd.connect(path, 1 << 16)
+        worker = await WorkerEnd.connect(path)
         worker.notify({"invalid": "m"})
         answers = await asyncio.gather(
             *(worker.call({"n": n, "wait": 0.05 * (3 - n)}, bytes([n, 9])) for n in range(3))
@@ -168,7 +185,7 @@ def test_calls_waiting_when_the_engine_goes_fail_with_a_channel_error(tmp_path) 
                 connections.append(transport)
 
         server = await asyncio.get_running_loop().create_unix_server(Silent, path)
-        worker = await WorkerEnd.connect(path, 1 << 16)
+        worker = await WorkerEnd.connect(path)
         waiting = asyncio.ensure_future(worker.call({}, b""))
         while not connections:
             await asyncio.sleep(0.01)
