@@ -170,6 +170,10 @@ class Batcher:
         self.controller = self.lane.controller
         self.online_latencies = self.lane.online_latencies
         self._in_flight = 0  # requests in the batch running now
+        # One loop timer for every waiting request's timeout, armed at or before the earliest:
+        # a timer per request cost a handle and two heap operations each.
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._expiry_at = math.inf
         self.metrics.follow_engine(
             queue_items=lambda: self._waiting.online_items,
             queue_requests=lambda: len(self._waiting.online),
@@ -265,6 +269,7 @@ class Batcher:
             for request in self._waiting.take_all():
                 self._fail(request, DrainTimedOut("shutting down before the request could run"))
             await self._task
+        self._arm_expiry(math.inf)  # nothing waits any more
         self.executor.close()
         return finished
 
@@ -349,7 +354,6 @@ class Batcher:
             future=loop.create_future(),
         )
         self._enqueue(request)
-        request.timer = loop.call_at(request.expiry, self._expire, request)
         try:
             return await request.future
         except asyncio.CancelledError:
@@ -406,7 +410,6 @@ class Batcher:
             best_effort=True,
         )
         self._enqueue(request)
-        request.timer = loop.call_at(request.expiry, self._expire, request)
         try:
             return await request.future
         except asyncio.CancelledError:
@@ -494,6 +497,8 @@ class Batcher:
 
     def _enqueue(self, request: QueuedRequest) -> None:
         self._waiting.add(request)
+        if request.expiry < self._expiry_at:
+            self._arm_expiry(request.expiry)
         self._wakeup.set()
 
     def _unqueue(self, request: QueuedRequest) -> bool:
@@ -507,9 +512,21 @@ class Batcher:
         """The next best-effort batch: the longest queue prefix within ``limit`` items."""
         return self._waiting.pop_best_effort(limit)
 
-    def _expire(self, request: QueuedRequest) -> None:
-        """A queued request reached its timeout without starting: answer it now."""
-        if self._unqueue(request):
+    def _arm_expiry(self, when: float) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        self._expiry_at = when
+        if when < math.inf:
+            self._expiry_timer = asyncio.get_running_loop().call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """Answer the queued requests that reached their timeout without starting, then arm the
+        timer for the next (those that left meanwhile are not waited for)."""
+        # the loop runs a timer up to its clock's resolution early: what is due is due
+        due = max(asyncio.get_running_loop().time(), self._expiry_at)
+        self._expiry_timer = None
+        for request in self._waiting.take_expired(due):
             self._fail(
                 request,
                 RequestTimedOut(
@@ -517,6 +534,7 @@ class Batcher:
                     f"{request.expiry - request.arrival:.3f} s; retry later or raise the timeout"
                 ),
             )
+        self._arm_expiry(self._waiting.earliest_expiry())
 
     # --- dispatch ----------------------------------------------------------------------------
 

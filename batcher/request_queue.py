@@ -4,8 +4,9 @@ Online requests are kept sorted by ``(priority level, dispatch deadline, arrival
 order the dispatch policy reads them in, so a batch is always a prefix; best-effort requests wait
 first-come first-served in a line of their own that online admission never looks at. Batches
 split after running out of memory wait in ``retry``, ahead of everything else. Removal by
-identity (a timeout, a cancelled client) is a binary search, not a scan, because it happens on the
-event loop for every request that expires.
+identity (a cancelled client) is a binary search, not a scan. Timeouts are found by
+:meth:`RequestQueue.take_expired`, a scan the engine runs only when its one expiry timer fires
+(at the earliest expiry among the waiting), instead of a loop timer per request.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +35,6 @@ class QueuedRequest:
     expiry: float
     seq: int
     future: asyncio.Future = field(repr=False)
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     best_effort: bool = False
     _pending: Pending = field(init=False, repr=False)
 
@@ -52,10 +53,6 @@ class QueuedRequest:
 
     def pending(self) -> Pending:
         return self._pending
-
-    def stop_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
 
 
 class RequestQueue:
@@ -87,8 +84,7 @@ class RequestQueue:
         self.online_items += request.size
 
     def remove(self, request: QueuedRequest) -> bool:
-        """Take a waiting request out (timeout, cancellation); False if it already left."""
-        request.stop_timer()
+        """Take a waiting request out (a cancelled client); False if it already left."""
         if request.best_effort:
             if request not in self.best_effort:
                 return False
@@ -107,8 +103,6 @@ class RequestQueue:
         batch = self.online[:count]
         del self.online[:count], self._keys[:count]
         self.online_items -= sum(r.size for r in batch)
-        for request in batch:
-            request.stop_timer()
         return batch
 
     def pop_best_effort(self, limit: int) -> list[QueuedRequest]:
@@ -117,9 +111,29 @@ class RequestQueue:
         count, items, _ = fitting_prefix([r.pending() for r in head], limit)
         batch = [self.best_effort.popleft() for _ in range(count)]
         self.best_effort_items -= items
-        for request in batch:
-            request.stop_timer()
         return batch
+
+    def earliest_expiry(self) -> float:
+        """The soonest time a waiting request (online or best-effort) reaches its timeout;
+        infinity when none waits."""
+        return min(
+            min((r.expiry for r in self.online), default=math.inf),
+            min((r.expiry for r in self.best_effort), default=math.inf),
+        )
+
+    def take_expired(self, now: float) -> list[QueuedRequest]:
+        """Take out and return the waiting requests whose timeout is at or before ``now``."""
+        expired = [r for r in self.online if r.expiry <= now]
+        expired += [r for r in self.best_effort if r.expiry <= now]
+        if not expired:
+            return []
+        kept = [(k, r) for k, r in zip(self._keys, self.online, strict=True) if r.expiry > now]
+        self._keys = [k for k, _ in kept]
+        self.online = [r for _, r in kept]
+        self.online_items = sum(r.size for r in self.online)
+        self.best_effort = deque(r for r in self.best_effort if r.expiry > now)
+        self.best_effort_items = sum(r.size for r in self.best_effort)
+        return expired
 
     def take_all(self) -> list[QueuedRequest]:
         """Everything waiting, of every kind (a drain that ran out of time answers them)."""
