@@ -16,7 +16,9 @@ bytes only: nothing on the channel is pickled, so neither side runs code the oth
 A worker checks a request against the model's signature as the engine served it when the worker
 last asked (``GET /v2/models/NAME``); :func:`signature_tag` names that signature, the engine
 answers :data:`SIGNATURE_CHANGED` when the model now served under that name has another one (a
-repository reload), and the worker asks again.
+repository reload), and the worker asks again. A request the worker's signature refuses is
+checked the same way (a call with ``check`` and no body) before the refusal is sent, so a worker
+never refuses a request that the reloaded model takes.
 """
 
 from __future__ import annotations

@@ -153,47 +153,56 @@ class FrontServer:
     # --- inference ---------------------------------------------------------------------------
 
     async def _infer(self, request: web.Request) -> web.StreamResponse:
+        """Decode against the signature this worker knows, forward, encode the answer. When the
+        engine says that signature is no longer the model's (a reload this worker has not seen),
+        on the call or, for a request that does not fit it, on a check, ask for the model's
+        signature again and decode once more."""
         name = request.match_info["name"]
         version = request.match_info.get("version")
-        signature = await self._signature(name, version, request)
-        if isinstance(signature, web.Response):
-            return signature  # the engine's own answer: unknown model or version
+        key = (name, version or "1")
         engine = self._engine
         assert engine is not None
-        try:
-            body = await read_body(request, self.max_body_bytes)
-            parsed = oip.parse_infer_request(
-                body, request.headers.get(oip.HEADER_LENGTH), signature.inputs, signature.outputs
-            )
-        except oip.ProtocolError as exc:
-            engine.notify({"invalid": name})
-            return _error(str(exc), 400)
-        try:
-            answer, payload = await self._call(engine, name, version, signature, parsed)
-            if answer["status"] == SIGNATURE_CHANGED:  # the model was reloaded: check it again
-                self._signatures.pop((name, version or "1"), None)
-                return await self._infer_again(request, body, name, version)
-        except ChannelError as exc:
-            return _error(f"the engine is not answering ({exc}); try again", 503)
-        return self._answer(signature, parsed, answer, payload)
+        body: bytes | None = None
+        for last_try in (False, True):
+            signature = await self._signature(name, version, request)
+            if isinstance(signature, web.Response):
+                return signature  # the engine's own answer: unknown model or version
+            try:
+                if body is None:
+                    body = await read_body(request, self.max_body_bytes)
+                parsed = oip.parse_infer_request(
+                    body,
+                    request.headers.get(oip.HEADER_LENGTH),
+                    signature.inputs,
+                    signature.outputs,
+                )
+            except oip.ProtocolError as exc:
+                try:
+                    outdated = body is not None and await self._outdated(engine, key, signature)
+                except ChannelError as gone:
+                    return _error(f"the engine is not answering ({gone}); try again", 503)
+                if outdated and not last_try:
+                    self._signatures.pop(key, None)
+                    continue
+                engine.notify({"invalid": name})
+                return _error(str(exc), 400)
+            try:
+                answer, payload = await self._call(engine, name, version, signature, parsed)
+            except ChannelError as exc:
+                return _error(f"the engine is not answering ({exc}); try again", 503)
+            if answer["status"] == SIGNATURE_CHANGED and not last_try:
+                self._signatures.pop(key, None)
+                continue
+            return self._answer(signature, parsed, answer, payload)
+        raise AssertionError("unreachable: the last try returns")
 
-    async def _infer_again(
-        self, request: web.Request, body: bytes, name: str, version: str | None
-    ) -> web.StreamResponse:
-        signature = await self._signature(name, version, request)
-        if isinstance(signature, web.Response):
-            return signature
-        try:
-            parsed = oip.parse_infer_request(
-                body, request.headers.get(oip.HEADER_LENGTH), signature.inputs, signature.outputs
-            )
-        except oip.ProtocolError as exc:
-            assert self._engine is not None
-            self._engine.notify({"invalid": name})
-            return _error(str(exc), 400)
-        assert self._engine is not None
-        answer, payload = await self._call(self._engine, name, version, signature, parsed)
-        return self._answer(signature, parsed, answer, payload)
+    @staticmethod
+    async def _outdated(engine: WorkerEnd, key: tuple[str, str], signature: Signature) -> bool:
+        """Whether the engine now serves ``key`` with another signature than ``signature``."""
+        name, version = key
+        envelope = {"check": True, "model": name, "version": version, "signature": signature.tag}
+        answer, _ = await engine.call(envelope, b"")
+        return bool(answer["status"] == SIGNATURE_CHANGED)
 
     @staticmethod
     async def _call(

@@ -392,7 +392,9 @@ class BatcherServer:
     # --- the front workers' channel ------------------------------------------------------------
 
     async def _channel_call(self, envelope: Envelope, payload: bytes) -> tuple[Envelope, bytes]:
-        """One inference a worker decoded and sent in binary form (:mod:`batcher.forwarding`)."""
+        """One inference a worker decoded and sent in binary form (:mod:`batcher.forwarding`),
+        or (``check``) whether the signature it decoded a refused request with is still the
+        model's."""
         try:
             serving = self.models.serving(envelope["model"], envelope["version"])
         except UnknownModel as exc:
@@ -402,6 +404,8 @@ class BatcherServer:
                 answer = _refused(
                     "the model's signature changed; check the request again", SIGNATURE_CHANGED
                 )
+            elif envelope.get("check"):  # only: is this still the model's signature?
+                answer = InferAnswer(200, b"")
             else:
                 answer = await self._run_infer(serving, payload, str(envelope["header_length"]))
         head = {

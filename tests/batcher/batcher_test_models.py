@@ -43,3 +43,15 @@ def slow_echo() -> EchoModel:
 def echo() -> EchoModel:
     """An echo model that answers at once."""
     return EchoModel()
+
+
+class WideEchoModel(EchoModel):
+    """The echo model with four features instead of three: another signature, same name."""
+
+    input_specs = (TensorSpec("x", "FP32", (4,)), TensorSpec("k", "INT32", (1,)))
+    output_specs = (TensorSpec("y", "FP32", (4,)), TensorSpec("k_out", "INT32", (1,)))
+
+
+def wide_echo() -> WideEchoModel:
+    """A wide echo model that answers at once."""
+    return WideEchoModel()

@@ -288,3 +288,34 @@ def test_a_worker_logs_with_its_id(served: list[Served]) -> None:
     stopped = server.logs.wait_for("front worker stopped")
     assert stopped["worker"] == 0 and stopped["component"] == "batcher"
     assert server.proc.wait(timeout=60) == 0
+
+
+def test_workers_follow_a_model_reloaded_with_another_signature(
+    served: list[Served], tmp_path
+) -> None:
+    """Each worker keeps the signature it checked requests against; after the model is reloaded
+    with another one (through the repository API, passed to the engine), every worker serves
+    the new signature and refuses the old with the engine's words."""
+    folder = tmp_path / "models" / "echo"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"model: {ECHO}\n")
+    server = Served("--model-repository", str(tmp_path / "models"), "--workers", "2")
+    served.append(server)
+    infer = f"{server.url}/v2/models/echo/infer"
+    for i in range(8):  # new connections: both workers learn the three-feature signature
+        assert requests.post(infer, json=body(i), timeout=30).status_code == 200
+    repository = f"{server.url}/v2/repository/models/echo"
+    assert requests.post(f"{repository}/unload", timeout=60).status_code == 200
+    (folder / "config.yaml").write_text("model: tests.batcher.batcher_test_models:wide_echo\n")
+    assert requests.post(f"{repository}/load", timeout=60).status_code == 200
+    wide = body()
+    wide["inputs"][0].update(shape=[1, 4], data=[1, 2, 3, 4])
+    for i in range(8):
+        wide["inputs"][1]["data"] = [i]
+        reply = requests.post(infer, json=wide, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["outputs"][0]["data"] == [2, 4, 6, 8]
+    for _ in range(4):
+        old = requests.post(infer, json=body(), timeout=30)
+        assert old.status_code == 400
+        assert "the model expects [-1, 4]" in old.json()["error"]
