@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from batcher.forwarding import NO_ANSWER, ChannelError, FrameReader, frame
+from batcher.oip import error_body
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,11 @@ class EngineEnd(asyncio.Protocol):
         self._transport = None
 
     async def _answer(self, call_id: int, envelope: Envelope, payload: bytes) -> None:
-        answer, body = await self._call(envelope, payload)
+        try:
+            answer, body = await self._call(envelope, payload)
+        except Exception:  # a bug must not leave the worker's client waiting: answer 500
+            log.exception("a worker's call failed", extra={"model": envelope.get("model")})
+            answer, body = {"status": 500, "header_length": None}, error_body("internal error")
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(frame(call_id, answer, body))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -343,6 +344,7 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
     await server.start(args.host, args.port)
     sys.stdout.buffer.write(READY_LINE)
     sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nothing else may fill the engine's pipe
     server.engine_gone.add_done_callback(lambda _: stop.set())
     orphaned = loop.create_task(stop_when_orphaned(stop))
     await stop.wait()

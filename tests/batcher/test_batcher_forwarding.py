@@ -207,3 +207,22 @@ def test_envelopes_are_json_only() -> None:
     bad = frame(5, {}, b"")[:4] + (4).to_bytes(4, "little") + (0).to_bytes(4, "little") + b"[1] "
     with pytest.raises(ChannelError, match="not a JSON object"):
         FrameReader(100).feed(bad)
+
+
+def test_a_call_that_fails_at_the_engine_is_answered_500(tmp_path) -> None:
+    async def call(envelope: dict, payload: bytes) -> tuple[dict, bytes]:
+        raise RuntimeError("a bug")
+
+    async def main() -> tuple[dict, bytes]:
+        path = str(tmp_path / "channel.sock")
+        server = await asyncio.get_running_loop().create_unix_server(
+            lambda: EngineEnd(call, lambda envelope: None, set(), 1 << 16), path
+        )
+        worker = await WorkerEnd.connect(path)
+        answer = await asyncio.wait_for(worker.call({"model": "m"}, b""), 30)
+        worker.close()
+        server.close()
+        return answer
+
+    envelope, body = asyncio.run(main())
+    assert envelope["status"] == 500 and json.loads(body) == {"error": "internal error"}
