@@ -147,6 +147,14 @@ def runs(
         ),
         ("slo-no-up-tolerance", "hpa", replace(slo, behavior={"scaleUp": {"tolerance": 0}}), None),
         ("slo-q0.999", "hpa", replace(slo, slo_quantile=0.999), None),
+        # also sized for a request arriving behind the queue waiting now (slo_backlog)
+        ("slo-spread-backlog", "hpa", replace(spread, slo_backlog=True), None),
+        (
+            "clairvoyant-slo-spread-backlog",
+            "predictive",
+            replace(spread, slo_backlog=True, behavior=window),
+            "exact",
+        ),
     ]
     # A bound, not a product setting: SLO sizing fed the exact future rate and told the spread,
     # at stricter quantiles (and once without the scale-up tolerance): the breach minutes that
@@ -171,7 +179,7 @@ def runs(
     return planned + with_backfill + frontier + ablations + bound
 
 
-CLAIRVOYANT_FRONTIER_QUANTILES = (0.995, 0.999, 0.9999)
+CLAIRVOYANT_FRONTIER_QUANTILES = (0.995, 0.999, 0.9999, 0.99999)
 # ``--only clairvoyant-frontier`` runs the bound's curve: the rows above with the spread
 CLAIRVOYANT_FRONTIER = (
     "clairvoyant-slo-spread",
@@ -187,6 +195,8 @@ ABLATIONS = (
     "slo-spread+bf",
     "slo+bf-reserve",
     "slo-spread+bf-reserve",
+    "slo-spread-backlog",
+    "clairvoyant-slo-spread-backlog",
     *CLAIRVOYANT_FRONTIER,
 )
 

@@ -115,6 +115,7 @@ def modelled_p99(
     model: ServiceModel,
     *,
     quantile: float = 0.99,
+    backlog_requests: float = 0.0,
 ) -> float:
     """The modelled ``quantile`` of end-to-end latency (seconds) at ``rate_rps`` on ``replicas``.
 
@@ -122,11 +123,29 @@ def modelled_p99(
     the service spread (``model.service_scv``) widens both the no-wait and the waiting branch
     rather than being added on as a quantile of its own. Returns ``math.inf`` when the replicas
     cannot keep up at full batches.
+
+    ``backlog_requests`` is the queue waiting now. The steady-state model knows only the queues
+    its own load makes; a fleet sized for the arrival rate alone drains a larger backlog (left
+    by a burst or a late scale-up) with its spare capacity only, for minutes on end. A request
+    arriving behind it waits at least for the backlog to be served at full-batch throughput,
+    ``backlog / (replicas * capacity)``, then rides a full batch: the quantile is the longer of
+    that and the steady state's.
     """
     _check_rate(rate_rps)
     _check_quantile(quantile)
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
+    _check_backlog(backlog_requests)
+    steady = _steady_p99(rate_rps, replicas, model, quantile)
+    if backlog_requests == 0 or math.isinf(steady):
+        return steady
+    behind = backlog_requests / (replicas * model.capacity_rps) + model.batch_seconds(
+        model.max_batch
+    ) * _service_spread(quantile, model.service_scv)
+    return max(steady, behind)
+
+
+def _steady_p99(rate_rps: float, replicas: int, model: ServiceModel, quantile: float) -> float:
     alone = model.batch_seconds(1)
     if rate_rps == 0:
         return alone * _service_spread(quantile, model.service_scv)
@@ -284,17 +303,20 @@ def replicas_for_slo(
     min_replicas: int,
     max_replicas: int,
     quantile: float = 0.99,
+    backlog_requests: float = 0.0,
 ) -> SloSizing:
-    """The fewest replicas in ``[min_replicas, max_replicas]`` whose modelled p99 meets the SLO.
+    """The fewest replicas in ``[min_replicas, max_replicas]`` whose modelled p99 meets the SLO,
+    for a request arriving behind ``backlog_requests`` already waiting (see :func:`modelled_p99`).
 
     When none does, the answer is flagged infeasible. An SLO below a lone request's service
     time ``t(1)`` (which no replica count can beat) is then sized as if it were ``t(1)``: the
-    fewest replicas at which the p99 request does not wait, so it does not drive the fleet to
-    its maximum. Any other infeasible SLO gets ``max_replicas``. Both keep the answer monotone
-    in the rate: the target searched for never depends on it.
+    fewest replicas at which the p99 request does not wait (the backlog aside), so it does not
+    drive the fleet to its maximum. Any other infeasible SLO gets ``max_replicas``. Both keep
+    the answer monotone in the rate and the backlog: the target searched for depends on neither.
     """
     _check_rate(rate_rps)
     _check_quantile(quantile)
+    _check_backlog(backlog_requests)
     if not (math.isfinite(slo_seconds) and slo_seconds > 0):
         raise ValueError(f"slo_seconds must be a finite number > 0, got {slo_seconds!r}")
     if not 1 <= min_replicas <= max_replicas:
@@ -302,43 +324,46 @@ def replicas_for_slo(
             f"need 1 <= min_replicas <= max_replicas, got {min_replicas} and {max_replicas}"
         )
 
-    def p99(n: int) -> float:
-        return modelled_p99(rate_rps, n, model, quantile=quantile)
+    def p99(n: int, backlog: float = backlog_requests) -> float:
+        return modelled_p99(rate_rps, n, model, quantile=quantile, backlog_requests=backlog)
 
     at_max = p99(max_replicas)
     feasible = at_max <= slo_seconds
     # no p99 is shorter than one request's: the SLO is sized as at least this
     floor = model.batch_seconds(1) * _service_spread(quantile, model.service_scv)
+    # below it no count helps, nor does draining the backlog faster
+    searched = backlog_requests if slo_seconds >= floor else 0.0
     limit = max(slo_seconds, floor)
     # p99 falls as replicas are added, so the fewest that meet the limit are found by bisection.
-    lo, hi = (min_replicas if at_max <= limit else max_replicas), max_replicas
+    lo, hi = (min_replicas if p99(max_replicas, searched) <= limit else max_replicas), max_replicas
     while lo < hi:
         mid = (lo + hi) // 2
-        if p99(mid) <= limit:
+        if p99(mid, searched) <= limit:
             hi = mid
         else:
             lo = mid + 1
     latency = p99(lo)
     pct = f"p{_quantile_label(quantile)}"
+    waiting = f" with {backlog_requests:.4g} waiting" if backlog_requests > 0 else ""
     if feasible:
         reason = (
             f"{lo} replicas: modelled {pct} {latency:.3g} s <= SLO {slo_seconds:g} s "
-            f"at {rate_rps:.4g} req/s"
+            f"at {rate_rps:.4g} req/s{waiting}"
         )
     elif math.isinf(at_max):
         reason = (
             f"SLO {slo_seconds:g} s out of reach: {max_replicas} replicas cannot keep up with "
             f"{rate_rps:.4g} req/s (at most {max_replicas * model.capacity_rps:.4g} req/s)"
         )
-    elif slo_seconds < floor and latency <= floor:
+    elif slo_seconds < floor and p99(lo, 0.0) <= floor:
         reason = (
             f"SLO {slo_seconds:g} s out of reach: one request takes {floor:.3g} s; {lo} "
-            f"replicas keep the {pct} at that at {rate_rps:.4g} req/s"
+            f"replicas keep the {pct} at that at {rate_rps:.4g} req/s{waiting}"
         )
     else:
         reason = (
-            f"SLO {slo_seconds:g} s out of reach at {rate_rps:.4g} req/s: the best modelled "
-            f"{pct} is {at_max:.3g} s, at {lo} replicas"
+            f"SLO {slo_seconds:g} s out of reach at {rate_rps:.4g} req/s{waiting}: the best "
+            f"modelled {pct} is {at_max:.3g} s, at {lo} replicas"
         )
     return SloSizing(replicas=lo, modelled_p99_seconds=latency, feasible=feasible, reason=reason)
 
@@ -354,6 +379,13 @@ def _steady_batch(rate_rps: float, replicas: int, model: ServiceModel) -> float:
 def _check_rate(rate_rps: float) -> None:
     if not (math.isfinite(rate_rps) and rate_rps >= 0):
         raise ValueError(f"rate_rps must be a finite number >= 0 requests/s, got {rate_rps!r}")
+
+
+def _check_backlog(backlog_requests: float) -> None:
+    if not (math.isfinite(backlog_requests) and backlog_requests >= 0):
+        raise ValueError(
+            f"backlog_requests must be a finite number >= 0 requests, got {backlog_requests!r}"
+        )
 
 
 def _check_quantile(quantile: float) -> None:

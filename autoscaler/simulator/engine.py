@@ -12,7 +12,8 @@ replicas for the trace's peak rate at the same target and never scales.
 
 With ``sizing="slo"`` the utilization target is not used: every tick the fleet is sized for the
 latency SLO by :func:`autoscaler.core.slo_sizing.replicas_for_slo` at the larger of the observed
-rate and (``predictive``) the forecast's upper bound, and that count goes through the same
+rate and (``predictive``) the forecast's upper bound (with ``slo_backlog``, also for a request
+arriving behind the queue waiting then), and that count goes through the same
 decision core as an External AverageValue metric with a target of one replica, so the HPA's
 tolerance, stabilization windows, policies and min/max apply to it unchanged.
 
@@ -78,6 +79,9 @@ class SimulationConfig:
     sizing: Sizing = "target"  # "slo": size for the latency SLO instead of the target
     slo_quantile: float = 0.99  # the latency quantile SLO sizing holds inside slo_seconds
     slo_service_scv: float = 0.0  # SLO sizing: squared coefficient of variation of service times
+    # SLO sizing: also for a request arriving behind the queue waiting now (the controller does
+    # not read the batchers' queues yet, so off by default)
+    slo_backlog: bool = False
     backfill: BackfillConfig | None = None  # best-effort work on idle replicas
 
     def __post_init__(self) -> None:
@@ -321,7 +325,9 @@ def simulate(
         timeline.queue.append(fleet.queue_length)
         if not static:
             if config.sizing == "slo":
-                value = float(sized_replicas(config, max(rate, forecast_value or 0.0)))
+                sizing_rate = max(rate, forecast_value or 0.0)
+                backlog = fleet.queue_length if config.slo_backlog else 0
+                value = float(sized_replicas(config, sizing_rate, backlog))
                 inputs = [MetricInput(rate_metric, value=value)]
             else:
                 inputs = [MetricInput(rate_metric, value=rate, forecast_upper=forecast_value)]
@@ -376,11 +382,12 @@ def sized_latency(config: SimulationConfig) -> float:
     return slo_less_best_effort_slice(config.slo_seconds, quantum)
 
 
-def sized_replicas(config: SimulationConfig, rate: float) -> int:
-    """The replicas SLO sizing asks for at ``rate`` (its best effort when the SLO is out of
-    reach)."""
+def sized_replicas(config: SimulationConfig, rate: float, backlog: int = 0) -> int:
+    """The replicas SLO sizing asks for at ``rate`` with ``backlog`` requests waiting (its best
+    effort when the SLO is out of reach)."""
     return _sized_replicas(
         rate,
+        backlog,
         sized_latency(config),
         replace(config.service, service_scv=config.slo_service_scv),
         config.min_replicas,
@@ -392,6 +399,7 @@ def sized_replicas(config: SimulationConfig, rate: float) -> int:
 @functools.lru_cache(maxsize=65536)
 def _sized_replicas(
     rate: float,
+    backlog: int,
     slo: float,
     service: ServiceModel,
     low: int,
@@ -400,7 +408,13 @@ def _sized_replicas(
 ) -> int:
     # A replay asks for the same measured rates (whole requests per window) over and over.
     sizing = replicas_for_slo(
-        rate, slo, service, min_replicas=low, max_replicas=high, quantile=quantile
+        rate,
+        slo,
+        service,
+        min_replicas=low,
+        max_replicas=high,
+        quantile=quantile,
+        backlog_requests=float(backlog),
     )
     return sizing.replicas
 

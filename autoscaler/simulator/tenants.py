@@ -193,7 +193,8 @@ class _TenantState:
         self.timeline.rate.append(rate)
         self.timeline.forecast.append(math.nan)
         self.timeline.queue.append(fleet.queue_length)
-        value = float(sized_replicas(cfg, rate)) if cfg.sizing == "slo" else rate
+        backlog = fleet.queue_length if cfg.slo_backlog else 0
+        value = float(sized_replicas(cfg, rate, backlog)) if cfg.sizing == "slo" else rate
         inputs = [MetricInput(self.spec.metrics[0], value=value)]
         if len(self.spec.metrics) > 1:
             inputs.append(MetricInput(self.spec.metrics[1], value=float(fleet.queue_length)))
