@@ -26,6 +26,25 @@ Call = Callable[[Envelope, bytes], Awaitable[tuple[Envelope, bytes]]]
 Notice = Callable[[Envelope], None]
 
 
+class _Outbox:
+    """Frames for one connection, written together once per turn of the event loop: a batch's
+    answers (or the requests a worker read in one turn) cost one write, not one each."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._frames: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(data)
+
+    def _flush(self) -> None:
+        if not self._transport.is_closing():
+            self._transport.write(b"".join(self._frames))
+        self._frames.clear()
+
+
 class EngineEnd(asyncio.Protocol):
     """One worker's connection, at the engine: answers each call with ``call``'s result and
     hands messages that expect no answer to ``notice``."""
@@ -38,10 +57,12 @@ class EngineEnd(asyncio.Protocol):
         self._calls = calls  # shared by every connection, so a drain can wait for all of them
         self._reader = FrameReader(max_frame_bytes)
         self._transport: asyncio.Transport | None = None
+        self._outbox: _Outbox | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._outbox = _Outbox(transport)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -69,8 +90,8 @@ class EngineEnd(asyncio.Protocol):
         except Exception:  # a bug must not leave the worker's client waiting: answer 500
             log.exception("a worker's call failed", extra={"model": envelope.get("model")})
             answer, body = {"status": 500, "header_length": None}, error_body("internal error")
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(frame(call_id, answer, body))
+        if self._outbox is not None and self._transport is not None:
+            self._outbox.send(frame(call_id, answer, body))
 
 
 class WorkerEnd(asyncio.Protocol):
@@ -82,6 +103,7 @@ class WorkerEnd(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[tuple[Envelope, bytes]]] = {}
         self._last_id = NO_ANSWER
         self._transport: asyncio.Transport | None = None
+        self._outbox: _Outbox | None = None
         self.closed = asyncio.get_running_loop().create_future()
 
     @classmethod
@@ -93,6 +115,7 @@ class WorkerEnd(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._outbox = _Outbox(transport)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -122,18 +145,18 @@ class WorkerEnd(asyncio.Protocol):
     async def call(self, envelope: Envelope, payload: bytes) -> tuple[Envelope, bytes]:
         """Send one call; the engine's answer (envelope and body). :class:`ChannelError` when
         the channel is gone."""
-        if self._transport is None:
+        if self._transport is None or self._outbox is None:
             raise ChannelError("the engine closed the channel")
         self._last_id = call_id = self._last_id % _MAX_CALL_ID + 1  # 1.._MAX_CALL_ID, round
         waiter = asyncio.get_running_loop().create_future()
         self._pending[call_id] = waiter
-        self._transport.write(frame(call_id, envelope, payload))
+        self._outbox.send(frame(call_id, envelope, payload))
         return await waiter
 
     def notify(self, envelope: Envelope) -> None:
         """Send a message that expects no answer (dropped when the channel is gone)."""
-        if self._transport is not None:
-            self._transport.write(frame(NO_ANSWER, envelope))
+        if self._transport is not None and self._outbox is not None:
+            self._outbox.send(frame(NO_ANSWER, envelope))
 
     def close(self) -> None:
         if self._transport is not None:
