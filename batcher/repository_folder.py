@@ -29,6 +29,7 @@ PROCESS_SETTINGS = frozenset(
     {
         "listen",
         "grpc_listen",
+        "workers",
         "model_repository",
         "startup_models",
         "repository_memory_bytes",

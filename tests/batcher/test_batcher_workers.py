@@ -319,3 +319,14 @@ def test_workers_follow_a_model_reloaded_with_another_signature(
         old = requests.post(infer, json=body(), timeout=30)
         assert old.status_code == 400
         assert "the model expects [-1, 4]" in old.json()["error"]
+
+
+def test_workers_belong_to_the_process_not_to_a_model_config(tmp_path) -> None:
+    from batcher.config import BatcherConfig
+    from batcher.errors import ModelConfigInvalid
+    from batcher.repository_folder import model_config
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.yaml").write_text(f"model: {ECHO}\nworkers: 2\n")
+    with pytest.raises(ModelConfigInvalid, match=r"whole process.* give --workers"):
+        model_config(str(tmp_path), "m", BatcherConfig())
