@@ -350,6 +350,7 @@ def candidate_forecasts(
         error = forecasts[name].error
         if error:
             errors.setdefault(name, error)
+    actual = forecast_targets(y, first, max_horizon)
     for name, composite in composites.items():
         members = composite.member_names()
         point = np.full((len(y) - first, max_horizon), np.nan)
@@ -359,7 +360,7 @@ def candidate_forecasts(
             rows = slice(start - first, end - first)
             paths = {m: forecasts[m].point[rows] for m in members}
             tails = {m: forecasts[m].tails[start] for m in members}
-            point[rows] = composite.combine_paths(paths, tails)
+            point[rows] = composite.combine_paths(paths, tails, actual[rows], y[:start])
         forecasts[name] = OriginForecasts(point)
     return forecasts, errors, list(instances)
 

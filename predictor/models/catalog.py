@@ -18,6 +18,7 @@ from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
 from predictor.models.seasonal_mean import SeasonalMeanModel
 from predictor.models.sequence import SequenceModel
+from predictor.models.tracking import TrackingCombination
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -40,6 +41,7 @@ LEARNED = (
     "ensemble",
     "ensemble_trimmed",
     "combination",
+    "tracking",
 )
 # Offered only when a target names it: a GRU fit costs far more than any other model's and,
 # on the bench's series, earns nothing over them (docs/predictor-accuracy.md).
@@ -177,6 +179,11 @@ def candidate_factories(
     # Every single model may join the inverse-error combination; the best seasonal copy always
     # does (see predictor.models.ensemble).
     factories["combination"] = lambda: combination("inverse_error", "combination", list(singles))
+    # Every single model and the median ensemble, re-weighted after every point by how close
+    # each came lately (predictor.models.tracking).
+    factories["tracking"] = lambda: TrackingCombination(
+        [singles[n]() for n in singles], median_of=members
+    )
     if include:
         known = known_models(seasons_seconds)
         unknown = sorted(set(include) - set(known))

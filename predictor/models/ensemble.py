@@ -181,10 +181,19 @@ class Combination(ForecastModel):
             return self._clip(np.einsum("m...h,hm->...h", paths, self.weights))
         return self._clip(COMBINATIONS[self.rule](paths))
 
-    def combine_paths(self, paths: Mapping[str, np.ndarray], tails: TailErrors) -> np.ndarray:
+    def combine_paths(
+        self,
+        paths: Mapping[str, np.ndarray],
+        tails: TailErrors,
+        actual: np.ndarray | None = None,
+        history: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The forecasts (points x horizons) this combination would have made had it been
         fitted where the members were: ``paths`` are the members' forecasts, ``tails`` their
-        calibration errors after that fit. Selection scores combinations with it."""
+        calibration errors after that fit. Selection scores combinations with it. ``actual``
+        (what each forecast was for) and ``history`` (the series the fit saw) serve
+        combinations whose weights move with every point; this one's do not."""
+        del actual, history
         weights = self.weights_for(tails)
         stacked = np.stack([paths[n] for n in self.member_names()])
         if self.rule == "inverse_error":
