@@ -12,9 +12,11 @@ import base64
 import json
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import bcrypt
 import numpy as np
@@ -330,3 +332,28 @@ def test_workers_belong_to_the_process_not_to_a_model_config(tmp_path) -> None:
     (tmp_path / "m" / "config.yaml").write_text(f"model: {ECHO}\nworkers: 2\n")
     with pytest.raises(ModelConfigInvalid, match=r"whole process.* give --workers"):
         model_config(str(tmp_path), "m", BatcherConfig())
+
+
+def test_the_engines_private_sockets_are_this_users_alone(served: list[Served]) -> None:
+    """The engine's sockets answer without basic auth, so only their folder's owner may reach
+    them: a folder of mode 0700 holding sockets of mode 0600, gone once the engine exits."""
+    server = Served("--model", ECHO, "--workers", "1")
+    served.append(server)
+    pid = server.proc.pid
+    inodes = {
+        os.readlink(f"/proc/{pid}/fd/{fd}")[len("socket:[") : -1]
+        for fd in os.listdir(f"/proc/{pid}/fd")
+        if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")
+    }
+    paths = []
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) == 8 and fields[6] in inodes:
+            paths.append(Path(fields[7]))
+    assert {p.name for p in paths} == {"engine.sock", "http.sock"}
+    folder = paths[0].parent
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in paths)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0
+    assert not folder.exists()
