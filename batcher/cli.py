@@ -2,6 +2,7 @@
 
     autoglm-batcher --model package.module:factory --listen HOST:PORT
     autoglm-batcher --model-repository FOLDER --listen HOST:PORT   # several models, one device
+    autoglm-batcher --model package.module:factory --workers 2     # HTTP in 2 more processes
 
 Start-up order matters. Settings that can be checked cheaply (the checkpoint file, the device,
 the listen port, the web config) are checked before torch and the model are imported, so a

@@ -3,6 +3,13 @@
 With ``grpc_listen`` set it also runs the gRPC face (:mod:`batcher.grpc_server`) on the same loop
 and engine, started and stopped with it.
 
+With ``workers`` (``--workers N``) this process does not accept public connections: it holds the
+port and starts front worker processes (:mod:`batcher.worker_pool`) that serve it and hand each
+inference over a private channel (:mod:`batcher.engine_channel`) in binary form; this process
+answers those calls, and the rest of its routes on a private socket, and merges the workers'
+metrics into its ``/metrics``. On shutdown the workers finish what they hold before the engine
+drains.
+
 One asyncio loop serves HTTP and runs the engine's dispatch; the model runs on its own thread, so
 parsing and answering requests overlap with the device's work. TLS and basic auth come from the
 shared web config file (:mod:`autoglm.webconfig`) through the kernel's plumbing, as for every
