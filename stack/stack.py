@@ -92,6 +92,15 @@ P99_WINDOW_SECONDS = 10.0
 RATE_WINDOW_SECONDS = 3.0
 PROMETHEUS_TIMEOUT_SECONDS = 2.0
 BEST_EFFORT_QUEUE_ITEMS = 16
+# The workers' window of online latencies whose p99 drives their best-effort throttle (the
+# batcher's default is 10 s). The demo's day passes in minutes, so a ramp's or a stall's slow
+# latencies are over within seconds; a 10 s window kept best-effort work throttled, then its
+# share growing back, for twice as long as the cause lasted. Five seconds still hold a hundred
+# online latencies at the profile's floor.
+BEST_EFFORT_WINDOW_SECONDS = 5.0
+# The demo model's kernel is a sleep of known length, so two timings of each batch size seed
+# its cost model as well as the batcher's default five, and each new worker is ready sooner.
+DEMO_WARMUP_REPEATS = 2
 SHARE_GAUGE = "autoglm_batcher_best_effort_share"  # the batcher's slack controller, 0..1
 # The predictor's series: one point a second; horizons (in steps) up to the default warm-up,
 # as few as cover it, because the history a refit needs grows with the deepest horizon
@@ -591,6 +600,8 @@ class Stack:
             # while online requests still go first and wait at most one quantum for them.
             "--best-effort-max-queue",
             str(BEST_EFFORT_QUEUE_ITEMS),
+            "--best-effort-window-seconds",
+            f"{BEST_EFFORT_WINDOW_SECONDS:g}",
             "--torch-threads",
             "1",
             "--drain-timeout-seconds",
@@ -605,10 +616,15 @@ class Stack:
     def _batch_limit(self) -> list[str]:
         """The demo model's largest batch: the largest whose kernel fits inside the SLO (a
         longer one only makes its requests late, and timing it at start-up delays every new
-        worker). Another model keeps the batcher's default."""
+        worker), and its shorter warm-up. Another model keeps the batcher's defaults."""
         if self.cfg.worker_model != DEMO_MODEL:
             return []
-        return ["--max-batch-size", str(largest_batch_within(self.cfg.slo_seconds))]
+        return [
+            "--max-batch-size",
+            str(largest_batch_within(self.cfg.slo_seconds)),
+            "--warmup-repeats",
+            str(DEMO_WARMUP_REPEATS),
+        ]
 
     def _serve(
         self,

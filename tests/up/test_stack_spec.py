@@ -6,11 +6,15 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
+from autoglm.config import load_config
+from batcher.config import BatcherConfig
 from batcher.metrics import BatcherMetrics
 from predictor.selection import minimum_history
 from stack.config import UpConfig
 from stack.profiles import RAMP_SHAPE
 from stack.stack import (
+    BEST_EFFORT_WINDOW_SECONDS,
+    DEMO_WARMUP_REPEATS,
     PREDICTOR_STEP_SECONDS,
     Stack,
     batcher_slo_queries,
@@ -113,3 +117,14 @@ def test_the_batchers_slo_count_reads_the_bucket_the_batcher_exports_at_the_slo(
     le = within.split('le="')[1].split('"')[0]
     assert f'autoglm_batcher_request_latency_seconds_bucket{{le="{le}",model="demo"}}' in exposition
     assert "[121s]" in within and 'outcome="ok"' in answered and "rejections_total" in refused
+
+
+def test_the_worker_command_is_one_the_batcher_accepts() -> None:
+    """Every flag the stack gives its workers parses as the batcher's own settings: the
+    shorter best-effort window and the demo's shorter warm-up among them."""
+    command = Stack(UpConfig(slo_seconds=0.25), no_view)._worker_command()
+    args = [a.replace("{port}", "8000") for a in command[command.index("batcher.cli") + 1 :]]
+    settings = load_config(BatcherConfig, args, prog="autoglm-batcher")
+    assert settings.best_effort_window_seconds == BEST_EFFORT_WINDOW_SECONDS
+    assert settings.warmup_repeats == DEMO_WARMUP_REPEATS < BatcherConfig.warmup_repeats
+    assert settings.max_batch_size == 8
