@@ -159,6 +159,16 @@ def engine_request(request: oip.InferRequest, signature: Signature) -> tuple[byt
     return header + b"".join(buffers), len(header)
 
 
+def sent_in_binary(body: bytes, header_length: str | None, request: oip.InferRequest) -> bool:
+    """Whether the client's ``body`` (already decoded to ``request``) is itself a request the
+    engine can take as it is: every input binary (no ``"data"`` anywhere in its JSON header) and
+    every requested output asked for as binary. Then the worker forwards the body and passes the
+    engine's answer back untouched, with no copy of the tensors either way."""
+    if header_length is None or request.binary_outputs != frozenset(request.outputs):
+        return False
+    return b'"data"' not in body[: int(header_length)]
+
+
 def read_binary_answer(body: bytes, header_length: int) -> dict[str, np.ndarray]:
     """The outputs of the engine's answer to :func:`engine_request` (all binary), as arrays."""
     header = orjson.loads(body[:header_length])

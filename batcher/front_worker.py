@@ -43,6 +43,7 @@ from batcher.forwarding import (
     Signature,
     engine_request,
     read_binary_answer,
+    sent_in_binary,
 )
 from batcher.request_body import read_body
 from batcher.worker_pool import CHANNEL_SOCKET, HTTP_SOCKET, READY_LINE
@@ -187,14 +188,21 @@ class FrontServer:
                     continue
                 engine.notify({"invalid": name})
                 return _error(str(exc), 400)
+            header_length = request.headers.get(oip.HEADER_LENGTH)
+            as_sent = sent_in_binary(body, header_length, parsed)
+            forwarded = (
+                (body, int(header_length))
+                if as_sent and header_length is not None
+                else engine_request(parsed, signature)
+            )
             try:
-                answer, payload = await self._call(engine, name, version, signature, parsed)
+                answer, payload = await self._call(engine, name, version, signature, forwarded)
             except ChannelError as exc:
                 return _error(f"the engine is not answering ({exc}); try again", 503)
             if answer["status"] == SIGNATURE_CHANGED and not last_try:
                 self._signatures.pop(key, None)
                 continue
-            return self._answer(signature, parsed, answer, payload)
+            return self._answer(signature, parsed, answer, payload, as_sent)
         raise AssertionError("unreachable: the last try returns")
 
     @staticmethod
@@ -211,9 +219,9 @@ class FrontServer:
         name: str,
         version: str | None,
         signature: Signature,
-        parsed: oip.InferRequest,
+        forwarded: tuple[bytes, int],
     ) -> tuple[dict, bytes]:
-        payload, header_length = engine_request(parsed, signature)
+        payload, header_length = forwarded
         envelope = {
             "model": name,
             "version": version or "1",
@@ -224,13 +232,23 @@ class FrontServer:
 
     @staticmethod
     def _answer(
-        signature: Signature, parsed: oip.InferRequest, answer: dict, payload: bytes
+        signature: Signature,
+        parsed: oip.InferRequest,
+        answer: dict,
+        payload: bytes,
+        as_sent: bool,
     ) -> web.Response:
         status = answer["status"]
         if status != 200:
             headers = {"Retry-After": answer["retry_after"]} if answer.get("retry_after") else None
             return web.Response(
                 status=status, body=payload, content_type="application/json", headers=headers
+            )
+        if as_sent:  # the client asked for what the engine answered: binary, every output
+            return web.Response(
+                body=payload,
+                content_type="application/octet-stream",
+                headers={oip.HEADER_LENGTH: str(answer["header_length"])},
             )
         outputs = read_binary_answer(payload, answer["header_length"])
         try:

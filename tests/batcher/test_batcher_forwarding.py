@@ -25,6 +25,7 @@ from batcher.forwarding import (
     frame,
     read_binary_answer,
     request_frame_limit,
+    sent_in_binary,
     signature_tag,
 )
 from batcher.tensor_spec import TensorSpec
@@ -226,3 +227,54 @@ def test_a_call_that_fails_at_the_engine_is_answered_500(tmp_path) -> None:
 
     envelope, body = asyncio.run(main())
     assert envelope["status"] == 500 and json.loads(body) == {"error": "internal error"}
+
+
+def binary_client_request(outputs: list[dict] | None, **parameters: object) -> tuple[bytes, str]:
+    """A client's binary request for the f32 input alone (spec ``F32``), as tritonclient sends."""
+    raw = ARRAYS["f32"].tobytes()
+    document: dict = {
+        "inputs": [
+            {
+                "name": "f32",
+                "datatype": "FP32",
+                "shape": [1, 3],
+                "parameters": {"binary_data_size": len(raw)},
+            }
+        ],
+        "parameters": parameters,
+    }
+    if outputs is not None:
+        document["outputs"] = outputs
+    header = orjson.dumps(document)
+    return header + raw, str(len(header))
+
+
+F32 = (TensorSpec("f32", "FP32", (3,)),)
+
+
+@pytest.mark.parametrize(
+    ("outputs", "parameters", "as_sent"),
+    [
+        ([{"name": "f32", "parameters": {"binary_data": True}}], {}, True),
+        (None, {"binary_data_output": True}, True),
+        (None, {}, False),  # JSON answer asked for
+        ([{"name": "f32"}], {}, False),
+    ],
+)
+def test_a_request_already_in_binary_both_ways_is_forwarded_as_sent(
+    outputs: list[dict] | None, parameters: dict, as_sent: bool
+) -> None:
+    body, header_length = binary_client_request(outputs, **parameters)
+    decoded = oip.parse_infer_request(body, header_length, F32, F32)
+    assert sent_in_binary(body, header_length, decoded) is as_sent
+
+
+def test_a_request_with_json_data_is_not_forwarded_as_sent() -> None:
+    document = {
+        "inputs": [{"name": "f32", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}],
+        "parameters": {"binary_data_output": True},
+    }
+    body = orjson.dumps(document)
+    decoded = oip.parse_infer_request(body, str(len(body)), F32, F32)
+    assert not sent_in_binary(body, str(len(body)), decoded)
+    assert not sent_in_binary(body, None, oip.parse_infer_request(body, None, F32, F32))
