@@ -147,6 +147,8 @@ def runs(
         ),
         ("slo-no-up-tolerance", "hpa", replace(slo, behavior={"scaleUp": {"tolerance": 0}}), None),
         ("slo-q0.999", "hpa", replace(slo, slo_quantile=0.999), None),
+        # the quantile the clairvoyant frontier needs at 32 tenants, on the reactive rule
+        ("slo-spread-q0.9999", "hpa", replace(spread, slo_quantile=0.9999), None),
         # also sized for a request arriving behind the queue waiting now (slo_backlog)
         ("slo-spread-backlog", "hpa", replace(spread, slo_backlog=True), None),
         (
@@ -195,6 +197,7 @@ ABLATIONS = (
     "slo-spread+bf",
     "slo+bf-reserve",
     "slo-spread+bf-reserve",
+    "slo-spread-q0.9999",
     "slo-spread-backlog",
     "clairvoyant-slo-spread-backlog",
     *CLAIRVOYANT_FRONTIER,

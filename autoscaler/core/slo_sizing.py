@@ -146,6 +146,7 @@ def modelled_p99(
 
 
 def _steady_p99(rate_rps: float, replicas: int, model: ServiceModel, quantile: float) -> float:
+    """The latency quantile in the steady state of ``rate_rps`` on ``replicas`` (no backlog)."""
     alone = model.batch_seconds(1)
     if rate_rps == 0:
         return alone * _service_spread(quantile, model.service_scv)
