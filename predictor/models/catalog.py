@@ -44,8 +44,9 @@ LEARNED = (
     "tracking",
 )
 # Offered only when a target names it: a GRU fit costs far more than any other model's and,
-# on the bench's series, earns nothing over them (docs/predictor-accuracy.md).
-ON_REQUEST = ("gru",)
+# on the bench's series, earns nothing over them; the tracking combination improved the design
+# windows a little and lost on the check windows (docs/predictor-accuracy.md).
+ON_REQUEST = ("gru", "tracking")
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +182,10 @@ def candidate_factories(
     factories["combination"] = lambda: combination("inverse_error", "combination", list(singles))
     # Every single model and the median ensemble, re-weighted after every point by how close
     # each came lately (predictor.models.tracking).
-    factories["tracking"] = lambda: TrackingCombination(
-        [singles[n]() for n in singles], median_of=members
-    )
+    if "tracking" in include:
+        factories["tracking"] = lambda: TrackingCombination(
+            [singles[n]() for n in singles], median_of=members
+        )
     if include:
         known = known_models(seasons_seconds)
         unknown = sorted(set(include) - set(known))

@@ -153,7 +153,7 @@ def _series(days: int = 14, seed: int = 3) -> np.ndarray:
 def test_backtest_scoring_reproduces_the_live_model_exactly():
     y = _series()
     start, end = 24 * 11, 24 * 12
-    factories = candidate_factories(HOUR, (DAY, WEEK), 8, start)
+    factories = candidate_factories(HOUR, (DAY, WEEK), 8, start, include=("tracking",))
     forecasts, errors, _ = candidate_forecasts(
         {"tracking": factories["tracking"]}, y, start, [start, end], 8
     )
@@ -167,9 +167,18 @@ def test_backtest_scoring_reproduces_the_live_model_exactly():
     np.testing.assert_allclose(forecasts["tracking"].point[: end - start], paths[:-1], atol=1e-9)
 
 
+def test_tracking_is_offered_only_when_a_target_names_it():
+    assert "tracking" not in candidate_factories(HOUR, (DAY, WEEK), 8, 24 * 14)
+    named = candidate_factories(HOUR, (DAY, WEEK), 8, 24 * 14, include=("tracking",))
+    assert set(named) == {"naive", "seasonal_naive_daily", "seasonal_naive_weekly", "tracking"}
+
+
 def test_selection_scores_and_calibrates_the_tracking_combination():
     y = _series()
-    factories = candidate_factories(HOUR, (DAY, WEEK), 8, len(y))
+    factories = {
+        **candidate_factories(HOUR, (DAY, WEEK), 8, len(y)),
+        **candidate_factories(HOUR, (DAY, WEEK), 8, len(y), include=("tracking",)),
+    }
     selection = select_model(factories, y, range(1, 9), cycle=24)
     assert "tracking" in selection.results
     assert np.isfinite(list(selection.results["tracking"].wape.values())).all()
