@@ -23,7 +23,10 @@ conversation at 120 s. On each, in one run:
   default quantum (a tenth of the room a full online batch leaves inside the SLO) on replicas
   the online load leaves idle, under the Heracles-style slack controller (margin 0.1);
   ``+bf-reserve`` (with ``--only``): SLO sizing that leaves that quantum out of the latency
-  budget under backfill (sized for SLO minus the quantum), compared with the same sizing alone.
+  budget under backfill (sized for SLO minus the quantum), compared with the same sizing alone;
+* with ``--only``, ablations (``ABLATIONS``): the service spread told (``slo-spread``), sizing
+  behind the queue (``*-backlog``), and ``clairvoyant-frontier``, a bound traced over stricter
+  sizing quantiles, which says how far any sizing from an exact rate forecast could go.
 
 Columns: online SLO minutes and breach minutes, GPU-hours (and over the HPA's), online busy,
 best-effort busy and total busy share of paid GPU-time, best-effort replica-hours done, and
