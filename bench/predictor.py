@@ -28,6 +28,7 @@ time, which on a busy machine is mostly waiting for a core); median of three sel
 the load average.
 
     nice -n 15 python bench/predictor.py [--smoke] [--json bench/results/predictor.json]
+        [--extra-models tracking]
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # One thread per numerical library: on a shared machine extra threads only wait for cores.
@@ -59,7 +61,13 @@ from predictor.backtest import (  # noqa: E402
 )
 from predictor.fitting import fit_chosen  # noqa: E402
 from predictor.hindsight import best_pick_wape, best_weights_wape  # noqa: E402
-from predictor.models import BASELINES, candidate_factories, shortest_cycle  # noqa: E402
+from predictor.models import (  # noqa: E402
+    BASELINES,
+    ON_REQUEST,
+    ForecastModel,
+    candidate_factories,
+    shortest_cycle,
+)
 from predictor.selection import Selection, candidate_forecasts, select_model  # noqa: E402
 from predictor.series import bin_events  # noqa: E402
 
@@ -128,14 +136,24 @@ def windows(spec: dict, smoke: bool) -> list[int]:
     return starts[-1:] if smoke else starts
 
 
-def run_window(spec: dict, start: int, smoke: bool) -> dict:
+def factories_with(
+    step: float, max_h: int, n_points: int, extra: tuple[str, ...]
+) -> dict[str, Callable[[], ForecastModel]]:
+    """The default candidates, plus the models offered only on request that ``extra`` names."""
+    factories = candidate_factories(step, SEASONS, max_h, n_points)
+    if extra:
+        factories.update(candidate_factories(step, SEASONS, max_h, n_points, include=extra))
+    return factories
+
+
+def run_window(spec: dict, start: int, smoke: bool, extra: tuple[str, ...] = ()) -> dict:
     """Every candidate alone and the replayed service on one test window (see module doc)."""
     y, step = spec["y"][: start + spec["test"]], spec["step"]
     max_h = max(HORIZONS)
     reselect = 0 if smoke else spec["reselect"]
     # Every candidate alone, refitted where the service re-selects.
     refits = list(range(start, len(y), reselect or len(y)))
-    factories = candidate_factories(step, SEASONS, max_h, start)
+    factories = factories_with(step, max_h, start, extra)
     forecasts, _, _ = candidate_forecasts(factories, y, start, refits, max_h)
     actual = forecast_targets(y, start, max_h)
     alone = {}
@@ -167,7 +185,7 @@ def run_window(spec: dict, start: int, smoke: bool) -> dict:
     seconds: list[float] = []
 
     def select(history: np.ndarray):
-        fs = candidate_factories(step, SEASONS, max_h, len(history))
+        fs = factories_with(step, max_h, len(history), extra)
         started = time.process_time()
         selection = select_model(
             fs,
@@ -269,7 +287,7 @@ def _chance_outside_band(points: int) -> float:
     return float(binom.pmf(covered[outside], points, QUANTILE).sum())
 
 
-def timing_2000(traces: Path) -> dict:
+def timing_2000(traces: Path, extra: tuple[str, ...] = ()) -> dict:
     """Selection over every candidate and block on 2,000 15-min GenAI points (CPU seconds), and
     one update plus forecast of each model it chose (CPU ms per update over 100 of them, and
     the median wall time of one); median of a few selections."""
@@ -279,7 +297,7 @@ def timing_2000(traces: Path) -> dict:
     full = bin_events(genai["gmt_create"], "15min").to_numpy()
     y = full[:2000]
     max_h = max(HORIZONS)
-    factories = candidate_factories(900, SEASONS, max_h, len(y))
+    factories = factories_with(900, max_h, len(y), extra)
     cycle = shortest_cycle(900, SEASONS, len(y))
     cpus, walls = [], []
     for _ in range(TIMING_REPEATS):
@@ -393,7 +411,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="one series, its last window, one selection, no timing (under a minute)",
     )
+    parser.add_argument(
+        "--extra-models",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="models offered only when a target names them (gru, tracking) to add to the "
+        "candidates, alone and in the selection",
+    )
     args = parser.parse_args(argv)
+    extra = tuple(args.extra_models)
+    unknown = sorted(set(extra) - set(ON_REQUEST))
+    if unknown:
+        print(
+            f"bench/predictor.py: --extra-models {unknown[0]} is not offered on request; "
+            f"choose from: {', '.join(ON_REQUEST)}"
+        )
+        return 2
     traces = traces_dir(args.traces)
     needed = (
         ("genai-requests",)
@@ -409,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         "quantile": QUANTILE,
         "horizons": list(HORIZONS),
         "smoke": args.smoke,
+        "extra_models": list(extra),
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "series": {},
@@ -416,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     cells = {"design": [], "check": []}
     for spec in series_specs(traces, args.smoke):
         starts = windows(spec, args.smoke)
-        runs = [run_window(spec, s, args.smoke) for s in starts]
+        runs = [run_window(spec, s, args.smoke, extra) for s in starts]
         report["series"][spec["name"]] = {"points": len(spec["y"]), "windows": runs}
         for k, w in enumerate(runs):
             group = "check" if k == len(runs) - 1 else "design"
@@ -444,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         "all": summarise(cells["design"] + cells["check"]),
     }
     if not args.smoke:
-        report["timing_2000_points"] = timing_2000(traces)
+        report["timing_2000_points"] = timing_2000(traces, extra)
     report["total_seconds"] = round(time.perf_counter() - started, 1)
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print_report(report)

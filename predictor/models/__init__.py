@@ -6,6 +6,7 @@ from predictor.models.base import ForecastModel, InsufficientHistory, Prediction
 from predictor.models.calendar import CalendarRegressionModel
 from predictor.models.catalog import (
     BASELINES,
+    ON_REQUEST,
     candidate_factories,
     shortest_cycle,
     usable_seasons,
@@ -19,9 +20,11 @@ from predictor.models.seasonal_blend import SeasonalBlendModel
 from predictor.models.seasonal_level import SeasonalLevelModel
 from predictor.models.seasonal_mean import SeasonalMeanModel
 from predictor.models.sequence import SequenceModel
+from predictor.models.tracking import TrackingCombination
 
 __all__ = [
     "BASELINES",
+    "ON_REQUEST",
     "AutoregressiveModel",
     "CalendarRegressionModel",
     "Combination",
@@ -37,6 +40,7 @@ __all__ = [
     "SeasonalMeanModel",
     "SeasonalNaiveModel",
     "SequenceModel",
+    "TrackingCombination",
     "candidate_factories",
     "shortest_cycle",
     "usable_seasons",
