@@ -1,7 +1,8 @@
 """A front worker process of ``--workers N``: HTTP, TLS, auth and the JSON codec, off the engine.
 
 The engine process (:mod:`batcher.server`) starts these through :mod:`batcher.worker_pool`; each
-binds the public port with ``SO_REUSEPORT`` and serves it as a one-process server would, with the
+gets a listening socket of its own on the public port (``SO_REUSEPORT``) and serves it as a
+one-process server would, with the
 shared web config (TLS through the :mod:`autoglm.web.listener`, basic auth and headers through the
 :mod:`autoglm.web.guard`). An inference request is decoded here, checked against the model's
 signature, and sent to the engine over the private channel in binary form
@@ -20,6 +21,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +33,6 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from autoglm.logs import setup_logging
-from autoglm.web.binding import bind_socket
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.webconfig import WebConfig
@@ -115,14 +116,13 @@ class FrontServer:
         app.router.add_route("*", "/{path:.*}", self._pass_to_engine)
         return app
 
-    async def start(self, host: str, port: int) -> None:
-        """Connect to the engine, then listen on ``host:port`` beside the other workers."""
+    async def start(self, sock: socket.socket) -> None:
+        """Connect to the engine, then accept on ``sock`` (listening, the engine's)."""
         self._engine = await WorkerEnd.connect(str(self.channel_dir / CHANNEL_SOCKET))
         self._session = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=str(self.channel_dir / HTTP_SOCKET)),
             auto_decompress=False,
         )
-        sock = bind_socket(host, port, reuse_port=True)
         self._runner = web.AppRunner(
             self.app(), access_log=None, shutdown_timeout=self.drain_timeout_seconds
         )
@@ -324,8 +324,7 @@ class _WorkerField(logging.Filter):
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="batcher.front_worker", description=__doc__)
     parser.add_argument("--worker", type=int, required=True)
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--socket-fd", type=int, required=True)
     parser.add_argument("--channel-dir", type=Path, required=True)
     parser.add_argument("--web-config-file", default="")
     parser.add_argument("--max-body-bytes", type=int, required=True)
@@ -359,7 +358,7 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before "ready": the engine may stop it at once
         loop.add_signal_handler(sig, stop.set)
-    await server.start(args.host, args.port)
+    await server.start(socket.socket(fileno=args.socket_fd))
     sys.stdout.buffer.write(READY_LINE)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nothing else may fill the engine's pipe

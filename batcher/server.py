@@ -247,7 +247,7 @@ class BatcherServer:
             await self._listener.start(sock)
             self.port = self._listener.port
         else:
-            self._reservation = sock  # bound, never listening: the workers' port stays ours
+            self._reservation = sock  # the first worker's; the pool closes it when they stop
             self.port = sock.getsockname()[1]
             try:
                 await self._start_workers(host)
@@ -291,7 +291,8 @@ class BatcherServer:
         )
         for name in (HTTP_SOCKET, CHANNEL_SOCKET):
             os.chmod(private / name, 0o600)
-        await self.workers.start(host, self.port, private)
+        assert self._reservation is not None
+        await self.workers.start(host, self._reservation, private)
 
     async def shutdown(self, drain_timeout: float) -> bool:
         """Refuse new work, answer everything accepted, then close; True if all finished."""

@@ -1,10 +1,12 @@
 """The front worker processes of ``--workers N``: started, kept alive, and drained by the engine.
 
-Each worker (:mod:`batcher.front_worker`) binds the public port itself with ``SO_REUSEPORT``, so
-the kernel spreads new connections over the workers while the engine holds the port (bound, not
-listening) for the whole run: a worker that dies and is replaced finds its port still this
-server's. A worker says it listens by writing ``ready`` on its stdout; its log lines go to the
-engine's stderr, each carrying ``worker``.
+The engine binds one listening socket per worker on the public port with ``SO_REUSEPORT`` (the
+kernel spreads new connections over them) and hands each worker (:mod:`batcher.front_worker`) its
+own by file descriptor. The engine keeps every socket open for the whole run, so while a worker
+is replaced the connections arriving on its socket wait in that socket's queue for the
+replacement instead of being reset, and the port is never free for another process. A worker
+says it listens by writing ``ready`` on its stdout; its log lines go to the engine's stderr, each
+carrying ``worker``.
 
 A worker that exits while the engine is serving is started again (a warning and
 ``autoglm_batcher_worker_restarts_total``), after a pause that doubles while replacements keep
@@ -19,6 +21,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter
 
 from autoglm.config import ConfigError
+from autoglm.web.binding import bind_socket
+from autoglm.web.listener import BACKLOG
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +58,7 @@ class WorkerSettings:
 
 
 class WorkerPool:
-    """``settings.count`` front workers serving ``host:port`` through the engine's channel in
+    """``settings.count`` front workers serving one port through the engine's channel in
     ``channel_dir`` (:mod:`batcher.engine_channel`); their metrics files go to
     ``channel_dir/metrics`` (prometheus_client's multiprocess mode)."""
 
@@ -66,13 +71,22 @@ class WorkerPool:
             registry=registry,
         )
         self._processes: dict[int, asyncio.subprocess.Process] = {}
+        self._sockets: list[socket.socket] = []
+        self._channel_dir = Path()
         self._keepers: list[asyncio.Task[None]] = []
         self._stopping = False
 
-    async def start(self, host: str, port: int, channel_dir: Path) -> None:
-        """Start every worker and wait until each listens; :class:`ConfigError` (after stopping
-        those that did start) when one does not."""
-        self._where = (host, port, channel_dir)
+    async def start(self, host: str, first: socket.socket, channel_dir: Path) -> None:
+        """Listen on ``first`` (bound with ``SO_REUSEPORT``) and as many more sockets on its
+        port as there are workers beyond one, start every worker and wait until each listens;
+        :class:`ConfigError` (after stopping those that did start) when one does not."""
+        port = first.getsockname()[1]
+        self._sockets = [first] + [
+            bind_socket(host, port, reuse_port=True) for _ in range(self.count - 1)
+        ]
+        for sock in self._sockets:
+            sock.listen(BACKLOG)
+        self._channel_dir = channel_dir
         started = await asyncio.gather(*(self._start_one(slot) for slot in range(self.count)))
         failed = [problem for problem in started if problem]
         if failed:
@@ -108,16 +122,20 @@ class WorkerPool:
                     process.kill()
                     await process.wait()
             return False
+        finally:
+            for sock in self._sockets:
+                sock.close()
         return True
 
     async def _start_one(self, slot: int) -> str:
         """Start the worker of ``slot``; '' once it listens, else what went wrong."""
-        host, port, channel_dir = self._where
+        channel_dir = self._channel_dir
+        listening = self._sockets[slot]
         settings = self.settings
         command = [
             sys.executable,
             *("-m", "batcher.front_worker", "--worker", str(slot)),
-            *("--host", host, "--port", str(port), "--channel-dir", str(channel_dir)),
+            *("--socket-fd", str(listening.fileno()), "--channel-dir", str(channel_dir)),
             *("--web-config-file", settings.web_config_file),
             *("--max-body-bytes", str(settings.max_body_bytes)),
             *("--drain-timeout-seconds", str(settings.drain_timeout_seconds)),
@@ -129,6 +147,7 @@ class WorkerPool:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             env=environment,
+            pass_fds=(listening.fileno(),),
         )
         self._processes[slot] = process
         assert process.stdout is not None

@@ -215,25 +215,39 @@ def test_requests_from_both_workers_share_batches(served: list[Served]) -> None:
         assert time.monotonic() < deadline, "every round's connections went to one worker"
 
 
-def test_a_killed_worker_is_replaced(served: list[Served]) -> None:
+def test_a_killed_worker_is_replaced_and_its_socket_waits_for_the_replacement(
+    served: list[Served],
+) -> None:
+    """Connections made while a worker is dead wait in its socket, which the engine keeps, and
+    are answered by the replacement: none is refused or reset."""
     server = Served("--model", ECHO, "--workers", "2")
     served.append(server)
     victim = server.serving["workers"][0]
     os.kill(victim, signal.SIGKILL)
     exited = server.logs.wait_for("front worker exited; starting another")
     assert exited["pid"] == victim and exited["exit_code"] == -signal.SIGKILL
+    replies: dict[int, requests.Response] = {}
+
+    def post(i: int) -> None:
+        url = f"{server.url}/v2/models/echo/infer"
+        replies[i] = requests.post(url, json=body(i), timeout=120)
+
+    # New connections while the replacement starts: the kernel puts some on the dead one's socket.
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
     replacement = server.logs.wait_for("front worker listening")
     assert replacement["worker"] == exited["worker"] and replacement["pid"] != victim
-    text = server.metrics()
-    assert (
-        metric_values(text, "autoglm_batcher_worker_restarts_total")[
-            "autoglm_batcher_worker_restarts_total"
-        ]
-        == 1
-    )
-    for i in range(10):  # new connections, spread over the survivor and the replacement
-        reply = requests.post(f"{server.url}/v2/models/echo/infer", json=body(i), timeout=30)
+    for thread in threads:
+        thread.join(timeout=150)
+    assert sorted(replies) == list(range(12))
+    for i, reply in replies.items():
         assert reply.status_code == 200 and reply.json()["outputs"][1]["data"] == [i]
+    text = server.metrics()
+    restarts = metric_values(text, "autoglm_batcher_worker_restarts_total")
+    assert restarts["autoglm_batcher_worker_restarts_total"] == 1
+    took = worker_infers(text)
+    assert took[str(exited["worker"])] > 0  # the replacement answered some of them
 
 
 def test_sigterm_answers_everything_the_workers_accepted(served: list[Served]) -> None:
