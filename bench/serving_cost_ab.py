@@ -11,12 +11,14 @@ and as the median over the rounds, with the per-round new/old ratio.
 
     python bench/serving_cost_ab.py --old HEAD                 # this tree against its last commit
     python bench/serving_cost_ab.py --old /tmp/a --new /tmp/b --modes grpc --rounds 5
+    python bench/serving_cost_ab.py --old HEAD --smoke         # proves it runs (the slow tests)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import subprocess
 import sys
@@ -36,8 +38,10 @@ from bench.batcher_serving import (  # noqa: E402
     loadavg,
     targets_for,
 )
+from bench.report_json import finite  # noqa: E402
 
 IDENTITY = "bench.reference_mlp:identity"
+RESULTS = ROOT / "bench" / "results" / "serving_cost_ab.json"
 
 
 class TreeServer(Served):
@@ -114,14 +118,29 @@ async def rounds(
     return costs
 
 
-def report(costs: dict[str, dict[str, list[float]]], old: str, new: str) -> None:
-    print(f"{'way in':<12} {old + ' us/req':>18} {new + ' us/req':>18} {'new/old per round':>24}")
+def summary(costs: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
+    """Per mode the median cost of each tree and the new/old ratio of each round."""
+    out = {}
     for mode, by_tree in costs.items():
-        ratios = [n / o for o, n in zip(by_tree[old], by_tree[new], strict=True) if o > 0]
+        ratios = [n / o for o, n in zip(by_tree["old"], by_tree["new"], strict=True) if o > 0]
+        out[mode] = {
+            "old_us_per_request": by_tree["old"],
+            "new_us_per_request": by_tree["new"],
+            "old_median": statistics.median(by_tree["old"]),
+            "new_median": statistics.median(by_tree["new"]),
+            "new_over_old_per_round": ratios,
+            "new_over_old_median": statistics.median(ratios) if ratios else float("nan"),
+        }
+    return out
+
+
+def print_summary(result: dict[str, dict]) -> None:
+    print(f"{'way in':<12} {'old us/req':>12} {'new us/req':>12} {'new/old per round':>24}")
+    for mode, row in result.items():
+        ratios = row["new_over_old_per_round"] or [float("nan")]
         print(
-            f"{mode:<12} {statistics.median(by_tree[old]):>18.0f} "
-            f"{statistics.median(by_tree[new]):>18.0f} "
-            f"{statistics.median(ratios):>10.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+            f"{mode:<12} {row['old_median']:>12.0f} {row['new_median']:>12.0f} "
+            f"{row['new_over_old_median']:>10.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
         )
 
 
@@ -135,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="per point")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-batch-size", type=int, default=128)
+    parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
+    parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.seconds, args.rate = 1, 0.5, 50.0
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = [m for m in modes if m not in BATCHER_MODES]
     if unknown or not modes:
@@ -162,8 +185,25 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for server in servers.values():
                 server.stop()
-    print(f"server CPU per answered request, load average {load_before} -> {loadavg()}")
-    report(costs, "old", "new")
+    load_after = loadavg()
+    print(f"server CPU per answered request, load average {load_before} -> {load_after}")
+    result = summary(costs)
+    print_summary(result)
+    report = {
+        "old": str(trees["old"]) if Path(args.old).is_dir() else args.old,
+        "new": str(trees["new"]),
+        "model": args.model,
+        "rate": args.rate,
+        "seconds_per_point": args.seconds,
+        "rounds": args.rounds,
+        "smoke": args.smoke,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "modes": result,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(finite(report), indent=2) + "\n")
+    print(f"wrote {args.json}")
     return 0
 
 

@@ -9,6 +9,7 @@ revision exported with ``git archive``), so two trees compare in two runs side b
 
     python bench/serving_path_parts.py
     python bench/serving_path_parts.py --tree /tmp/old
+    python bench/serving_path_parts.py --smoke       # proves it runs (the slow tests)
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from pathlib import Path
 import numpy as np
 
 FEATURES = 512
+RESULTS = Path(__file__).resolve().parent / "results" / "serving_path_parts.json"
 
 
-def best_of(fn: Callable[[], object], calls: int = 3000, runs: int = 5) -> float:
+def best_of(fn: Callable[[], object], calls: int, runs: int) -> float:
     """Microseconds of CPU per call, the best of ``runs``."""
     best = float("inf")
     for _ in range(runs):
@@ -37,7 +39,7 @@ def best_of(fn: Callable[[], object], calls: int = 3000, runs: int = 5) -> float
     return best
 
 
-def codec_steps() -> dict[str, float]:
+def codec_steps(calls: int, runs: int) -> dict[str, float]:
     from tritonclient.grpc import service_pb2
 
     from batcher import grpc_server, oip
@@ -67,26 +69,26 @@ def codec_steps() -> dict[str, float]:
     as_json = oip.parse_infer_request(json_body, None, specs, specs)
     as_binary = oip.parse_infer_request(header + raw, str(len(header)), specs, specs)
     as_grpc = grpc_server.decode_infer_request(grpc_raw, specs, specs)
+
+    def best(fn: Callable[[], object]) -> float:
+        return best_of(fn, calls, runs)
+
     return {
-        "REST JSON: decode": best_of(
-            lambda: oip.parse_infer_request(json_body, None, specs, specs)
-        ),
-        "REST JSON: encode": best_of(lambda: oip.encode_infer_response("m", as_json, result)),
-        "REST binary: decode": best_of(
+        "REST JSON: decode": best(lambda: oip.parse_infer_request(json_body, None, specs, specs)),
+        "REST JSON: encode": best(lambda: oip.encode_infer_response("m", as_json, result)),
+        "REST binary: decode": best(
             lambda: oip.parse_infer_request(header + raw, str(len(header)), specs, specs)
         ),
-        "REST binary: encode": best_of(lambda: oip.encode_infer_response("m", as_binary, result)),
-        "gRPC raw: decode": best_of(
-            lambda: grpc_server.decode_infer_request(grpc_raw, specs, specs)
-        ),
-        "gRPC typed contents: decode": best_of(
+        "REST binary: encode": best(lambda: oip.encode_infer_response("m", as_binary, result)),
+        "gRPC raw: decode": best(lambda: grpc_server.decode_infer_request(grpc_raw, specs, specs)),
+        "gRPC typed contents: decode": best(
             lambda: grpc_server.decode_infer_request(grpc_typed, specs, specs)
         ),
-        "gRPC: encode": best_of(lambda: grpc_server.encode_infer_response("m", as_grpc, result)),
+        "gRPC: encode": best(lambda: grpc_server.encode_infer_response("m", as_grpc, result)),
     }
 
 
-async def engine_cost(in_flight: int, requests: int = 3000) -> tuple[float, float]:
+async def engine_cost(in_flight: int, requests: int, runs: int) -> tuple[float, float]:
     """(CPU microseconds per request, mean batch size) through a warmed engine."""
     from prometheus_client import CollectorRegistry
 
@@ -108,11 +110,11 @@ async def engine_cost(in_flight: int, requests: int = 3000) -> tuple[float, floa
 
     best = float("inf")
     batches_before = batcher.batches
-    for _ in range(5):
+    for _ in range(runs):
         start = time.process_time()
         await asyncio.gather(*(client(requests // in_flight) for _ in range(in_flight)))
         best = min(best, (time.process_time() - start) / requests * 1e6)
-    mean_batch = 5 * requests / max(1, batcher.batches - batches_before)
+    mean_batch = runs * requests / max(1, batcher.batches - batches_before)
     await batcher.drain(5.0)
     return best, mean_batch
 
@@ -120,7 +122,10 @@ async def engine_cost(in_flight: int, requests: int = 3000) -> tuple[float, floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--smoke", action="store_true", help="a few calls: proves it runs")
+    parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    calls, runs, requests = (64, 1, 128) if args.smoke else (3000, 5, 3000)
     if not (args.tree / "batcher" / "oip.py").is_file():
         parser.error(f"--tree {args.tree} holds no batcher/oip.py; give a source tree")
     # this file's folder would shadow the batcher package with bench/batcher.py
@@ -129,13 +134,27 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(args.tree.resolve()))
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print(f"tree {args.tree}, load average {load}")
-    print(f"{'step':<36} {'CPU us per request':>18}")
-    for step, micros in codec_steps().items():
-        print(f"{step:<36} {micros:>18.1f}")
+    steps = codec_steps(calls, runs)
+    batches = {}
     for in_flight in (1, 8, 64):
-        micros, mean_batch = asyncio.run(engine_cost(in_flight))
-        label = f"engine, {in_flight} in flight (batch {mean_batch:.0f})"
-        print(f"{label:<36} {micros:>18.1f}")
+        micros, batches[in_flight] = asyncio.run(engine_cost(in_flight, requests, runs))
+        steps[f"engine, {in_flight} in flight"] = micros
+    print(f"{'step':<36} {'CPU us per request':>18}")
+    for step, micros in steps.items():
+        print(f"{step:<36} {micros:>18.1f}")
+    print("mean batch size, by requests in flight: " + str(batches))
+    report = {
+        "tree": str(args.tree.resolve()),
+        "smoke": args.smoke,
+        "loadavg": load,
+        "calls_per_run": calls,
+        "runs": runs,
+        "us_per_request": steps,
+        "mean_batch_by_in_flight": batches,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.json}")
     return 0
 
 

@@ -1,0 +1,58 @@
+"""The serving-path cost benches' smoke modes run end to end and write their reports.
+
+``bench/serving_path_parts.py`` (our code per step, in-process) and ``bench/serving_cost_ab.py``
+(two servers from two trees, alternating): figures from a smoke run mean nothing; what is checked
+is that every step and every way in was measured and that the report has the shape the full runs
+are read by. The A/B compares this tree with itself, so it needs no git.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    run = subprocess.run(
+        [sys.executable, *args, "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+@pytest.mark.timeout(600)
+def test_path_parts_smoke_measures_every_codec_step_and_the_engine(tmp_path: Path) -> None:
+    out = tmp_path / "parts.json"
+    run_bench("bench/serving_path_parts.py", "--json", str(out))
+    report = json.loads(out.read_text())
+    steps = report["us_per_request"]
+    for way in ("REST JSON", "REST binary"):
+        assert steps[f"{way}: decode"] > 0 and steps[f"{way}: encode"] > 0
+    assert steps["gRPC raw: decode"] > 0 and steps["gRPC typed contents: decode"] > 0
+    for in_flight in (1, 8, 64):
+        assert steps[f"engine, {in_flight} in flight"] > 0
+    assert report["mean_batch_by_in_flight"]["1"] == 1.0
+
+
+@pytest.mark.timeout(600)
+def test_cost_ab_smoke_answers_every_way_into_both_trees(tmp_path: Path) -> None:
+    out = tmp_path / "ab.json"
+    run = run_bench("bench/serving_cost_ab.py", "--old", str(ROOT), "--json", str(out))
+    report = json.loads(out.read_text())
+    assert report["smoke"] and report["rounds"] == 1
+    assert set(report["modes"]) == {"rest-json", "rest-binary", "grpc"}
+    for row in report["modes"].values():
+        assert len(row["old_us_per_request"]) == len(row["new_us_per_request"]) == 1
+        assert row["old_median"] > 0 and row["new_median"] > 0
+        assert len(row["new_over_old_per_round"]) == 1
+    assert "new/old per round" in run.stdout
