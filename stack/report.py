@@ -338,7 +338,9 @@ def _plots(samples: Sequence[Sample], events: Sequence[ScaleEvent], summary: Sum
             linestyle="--",
         )
     axes[0].legend(loc="upper left")
-    ax.legend(loc="upper left")
+    # the legend in a band above the stack, where it hides none of it
+    ax.set_ylim(0, 1.4 * max((100 * s.workers for s in samples), default=100))
+    ax.legend(loc="upper center", ncol=4, fontsize="small")
 
     ax = axes[2]
     ax.step(t, [s.workers for s in samples], where="post", label="workers", color="tab:blue")
