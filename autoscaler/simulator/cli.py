@@ -135,6 +135,14 @@ class SimulateSettings:
         default=0.99,
         metadata={"help": "with --sizing slo: the latency quantile held within --slo-seconds"},
     )
+    slo_objective: Annotated[float, Field(ge=0, lt=1)] = field(
+        default=0.0,
+        metadata={
+            "help": "with --sizing slo: the share of minutes whose --slo-quantile must hold, "
+            "e.g. 0.995; the per-request quantile sized for is derived from it at each rate "
+            "(0: size for --slo-quantile itself)"
+        },
+    )
     slo_service_scv: Annotated[float, Field(ge=0)] = field(
         default=0.0,
         metadata={
@@ -198,6 +206,8 @@ class SimulateSettings:
             raise ConfigError("--a-from-work needs --work-column")
         if self.sizing == "slo" and self.slo_on != "latency":
             raise ConfigError("--sizing slo models end-to-end latency: use --slo-on latency")
+        if self.slo_objective and self.sizing != "slo":
+            raise ConfigError("--slo-objective sizes for the SLO: add --sizing slo")
         if self.reserve_quantum and not (self.sizing == "slo" and self.backfill):
             raise ConfigError(
                 "--reserve-quantum reserves a best-effort slice out of the SLO that SLO sizing "
@@ -276,6 +286,7 @@ def simulate_main(argv: list[str] | None) -> int:
             score_from=settings.score_from,
             sizing=settings.sizing,
             slo_quantile=settings.slo_quantile,
+            slo_objective=settings.slo_objective or None,
             slo_service_scv=settings.slo_service_scv,
             backfill=(
                 BackfillConfig(

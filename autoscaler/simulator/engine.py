@@ -15,7 +15,9 @@ latency SLO by :func:`autoscaler.core.slo_sizing.replicas_for_slo` at the larger
 rate and (``predictive``) the forecast's upper bound (with ``slo_backlog``, also for a request
 arriving behind the queue waiting then), and that count goes through the same
 decision core as an External AverageValue metric with a target of one replica, so the HPA's
-tolerance, stabilization windows, policies and min/max apply to it unchanged.
+tolerance, stabilization windows, policies and min/max apply to it unchanged. With
+``slo_objective`` the per-request quantile sized for is derived at each rate from the share of
+minutes that must hold ``slo_quantile`` (:mod:`autoscaler.core.slo_objective`).
 
 With ``backfill`` set, best-effort work fills the replicas the online load leaves idle
 (:mod:`autoscaler.simulator.backfill`): every tick the online p99 of the last
@@ -39,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 
 from autoscaler.core import MetricInput, ScalingState, decide, record_scale
+from autoscaler.core.slo_objective import sizing_quantile_for_objective
 from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo, slo_less_best_effort_slice
 from autoscaler.simulator.backfill import BackfillConfig, SlackController
 from autoscaler.simulator.fleet import Fleet
@@ -79,6 +82,9 @@ class SimulationConfig:
     sizing: Sizing = "target"  # "slo": size for the latency SLO instead of the target
     slo_quantile: float = 0.99  # the latency quantile SLO sizing holds inside slo_seconds
     slo_service_scv: float = 0.0  # SLO sizing: squared coefficient of variation of service times
+    # SLO sizing: the share of minutes whose slo_quantile must hold; the per-request quantile
+    # sized for is then derived from it at each rate (None: size for slo_quantile itself)
+    slo_objective: float | None = None
     # SLO sizing: also for a request arriving behind the queue waiting now (the controller does
     # not read the batchers' queues yet, so off by default)
     slo_backlog: bool = False
@@ -97,6 +103,10 @@ class SimulationConfig:
         if not 0 < self.slo_quantile < 1:
             raise ValueError(
                 f"slo_quantile must be in (0, 1), e.g. 0.99, got {self.slo_quantile!r}"
+            )
+        if self.slo_objective is not None and not 0 < self.slo_objective < 1:
+            raise ValueError(
+                f"slo_objective must be in (0, 1), e.g. 0.995, or None, got {self.slo_objective!r}"
             )
         if self.slo_service_scv < 0:
             raise ValueError(f"slo_service_scv must be >= 0, got {self.slo_service_scv!r}")
@@ -385,6 +395,9 @@ def sized_latency(config: SimulationConfig) -> float:
 def sized_replicas(config: SimulationConfig, rate: float, backlog: int = 0) -> int:
     """The replicas SLO sizing asks for at ``rate`` with ``backlog`` requests waiting (its best
     effort when the SLO is out of reach)."""
+    quantile = config.slo_quantile
+    if config.slo_objective is not None:
+        quantile = sizing_quantile_for_objective(rate, quantile, config.slo_objective)
     return _sized_replicas(
         rate,
         backlog,
@@ -392,7 +405,7 @@ def sized_replicas(config: SimulationConfig, rate: float, backlog: int = 0) -> i
         replace(config.service, service_scv=config.slo_service_scv),
         config.min_replicas,
         config.max_replicas,
-        config.slo_quantile,
+        quantile,
     )
 
 
