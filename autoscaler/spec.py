@@ -293,6 +293,17 @@ class ServiceModelQueries(WrittenSpec):
 class SloModel(WrittenSpec):
     latency_seconds: float = Field(gt=0)
     quantile: Fraction = DEFAULT_SLO_QUANTILE
+    objective: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Share of windows whose quantile latency must hold the SLO, e.g. 0.995; the "
+        "per-request quantile sized for is then derived from it at each rate (a window of few "
+        "requests breaches when one is late). Unset: size for the quantile itself.",
+    )
+    objective_window_seconds: float = Field(
+        60.0, gt=0, description="The window the objective counts, in seconds (a minute)."
+    )
     selector: str = Field(
         "", description='PromQL label matchers for the default queries, e.g. {namespace="ml"}.'
     )
@@ -508,6 +519,8 @@ def _slo(slo: SloModel, path: str) -> SloSpec:
     return SloSpec(
         latency_seconds=slo.latency_seconds,
         quantile=slo.quantile,
+        objective=slo.objective,
+        objective_window_seconds=slo.objective_window_seconds,
         rate_query=slo.rate_query or f"sum(rate({BATCHER_REQUESTS}{selector}[1m]))",
         fixed_seconds_query=model.fixed_seconds_query or f"avg({BATCHER_COST_FIXED}{selector})",
         per_item_seconds_query=model.per_item_seconds_query

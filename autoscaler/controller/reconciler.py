@@ -461,6 +461,8 @@ def _slo_status(slo: SloOutcome) -> dict[str, Any]:
         "latencySeconds": slo.latency_seconds,
         "sizedLatencySeconds": slo.sized_latency_seconds,
         "quantile": slo.quantile,
+        "objective": slo.objective,
+        "sizingQuantile": slo.sizing_quantile,
         "rate": slo.rate,
         "forecastUpper": slo.forecast_upper,
         "sizingRate": slo.sizing_rate,

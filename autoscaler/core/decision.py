@@ -44,6 +44,7 @@ from autoscaler.core.replica_calculator import (
     resource_utilization_replicas,
     value_metric_replicas,
 )
+from autoscaler.core.slo_objective import sizing_quantile_for_objective
 from autoscaler.core.slo_sizing import (
     ServiceModel,
     SloSizing,
@@ -139,6 +140,9 @@ class SloOutcome:
     error: str | None = None
     best_effort_quantum_seconds: float | None = None
     sized_latency_seconds: float | None = None  # the SLO less the best-effort slice, as sized
+    objective: float | None = None  # share of windows whose ``quantile`` must hold
+    # the per-request quantile sized for: ``quantile``, or derived from ``objective``
+    sizing_quantile: float | None = None
 
     @property
     def sizing_rate(self) -> float | None:
@@ -396,6 +400,7 @@ def _size_for_slo(
         slo.forecast_upper,
         slo.service_model,
         best_effort_quantum_seconds=slo.best_effort_quantum_seconds,
+        objective=spec.slo.objective,
     )
     if slo.error is not None or slo.rate is None or slo.service_model is None:
         missing = "no request rate" if slo.rate is None else "no service model"
@@ -405,13 +410,18 @@ def _size_for_slo(
     quantum = slo.best_effort_quantum_seconds
     try:
         latency = slo_less_best_effort_slice(spec.slo.latency_seconds, quantum)
+        quantile = spec.slo.quantile
+        if spec.slo.objective is not None:
+            quantile = sizing_quantile_for_objective(
+                rate, quantile, spec.slo.objective, spec.slo.objective_window_seconds
+            )
         sizing = replicas_for_slo(
             rate,
             latency,
             slo.service_model,
             min_replicas=max(1, spec.min_replicas),
             max_replicas=spec.max_replicas,
-            quantile=spec.slo.quantile,
+            quantile=quantile,
         )
     except ValueError as exc:  # a rate the model cannot take, a slice longer than the SLO
         return replace(outcome, error=str(exc))
@@ -425,7 +435,11 @@ def _size_for_slo(
     # tolerance holds back changes as small as it would for any metric.
     proposal = average_value_metric_replicas(float(sizing.replicas), counts.status, 1.0, tolerances)
     return replace(
-        outcome, sizing=sizing, proposal=proposal.replicas, sized_latency_seconds=latency
+        outcome,
+        sizing=sizing,
+        proposal=proposal.replicas,
+        sized_latency_seconds=latency,
+        sizing_quantile=quantile,
     )
 
 

@@ -205,11 +205,16 @@ class SloSpec:
     model (the batcher's fitted batch cost, its largest batch and the spread of its requests'
     service times), the best-effort slice reserved out of the SLO and the rate are PromQL
     queries; by default they read the batcher's own series, narrowed by ``selector``.
-    ``rate_name`` is the rate's name as the predictor's forecast target.
+    ``rate_name`` is the rate's name as the predictor's forecast target. With ``objective``
+    (the share of ``objective_window_seconds`` windows whose ``quantile`` must hold) the
+    per-request quantile sized for is derived from it at each rate
+    (:mod:`autoscaler.core.slo_objective`) instead of being ``quantile`` itself.
     """
 
     latency_seconds: float
     quantile: float = DEFAULT_SLO_QUANTILE
+    objective: float | None = None
+    objective_window_seconds: float = 60.0
     rate_query: str = f"sum(rate({BATCHER_REQUESTS}[1m]))"
     fixed_seconds_query: str = f"avg({BATCHER_COST_FIXED})"
     per_item_seconds_query: str = f"avg({BATCHER_COST_PER_ITEM})"

@@ -10,6 +10,7 @@ import pytest
 
 from autoscaler.controller.forecasts import ProviderForecasts
 from autoscaler.controller.service_model import PrometheusServiceModels
+from autoscaler.core.slo_objective import sizing_quantile_for_objective
 from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo
 from tests.autoscaler.test_controller import (
     NS,
@@ -317,3 +318,37 @@ def test_removing_the_slo_removes_its_status_and_condition(h):
     assert "slo" not in status
     assert "SizedForSLO" not in {c["type"] for c in status["conditions"]}
     assert mode(h) == "hpa"
+
+
+def test_an_objective_over_minutes_sizes_for_the_derived_quantile_and_shows_it(h):
+    """One request at a time (0.25 s each) at 1 req/s: a minute holds 60 requests, and its p99
+    breaches on one late request, so the objective asks for more than the p99 alone."""
+    h.deployment("llm", 1, [70.0])
+    model = ServiceModel(fixed_seconds=0.2, per_item_seconds=0.05, max_batch=1)
+    serve_model(h, model)
+    rate = 1.0
+    h.prom.answers[RATE] = [({}, rate)]
+    h.fake.add_custom("gpuautoscalers", slo_object(objective=0.995))
+
+    h.controller.reconcile_all()
+
+    derived = sizing_quantile_for_objective(rate, 0.99, 0.995)
+    sizing = replicas_for_slo(rate, 1.0, model, min_replicas=1, max_replicas=10, quantile=derived)
+    per_request = replicas_for_slo(rate, 1.0, model, min_replicas=1, max_replicas=10)
+    assert sizing.replicas > per_request.replicas
+    slo = h.status()["slo"]
+    assert (slo["objective"], slo["quantile"]) == (0.995, 0.99)
+    assert slo["sizingQuantile"] == pytest.approx(derived)
+    assert h.fake.replicas(NS, "llm") == slo["sizedReplicas"] == sizing.replicas
+
+
+def test_without_an_objective_the_quantile_itself_is_sized_for(h):
+    h.deployment("llm", 2, [70.0, 70.0])
+    serve_model(h, MODEL)
+    h.prom.answers[RATE] = [({}, rate_needing(3))]
+    h.fake.add_custom("gpuautoscalers", slo_object())
+
+    h.controller.reconcile_all()
+
+    slo = h.status()["slo"]
+    assert "objective" not in slo and slo["sizingQuantile"] == 0.99
