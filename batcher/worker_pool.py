@@ -98,8 +98,9 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        """The workers' process ids now."""
-        return [p.pid for p in self._processes.values() if p.returncode is None]
+        """The workers' process ids now, by slot."""
+        running = (self._processes[slot] for slot in sorted(self._processes))
+        return [p.pid for p in running if p.returncode is None]
 
     async def stop(self, timeout: float) -> bool:
         """SIGTERM every worker and wait for them to finish what they hold; True if all exited
