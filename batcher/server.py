@@ -185,7 +185,7 @@ class BatcherServer:
             WorkerPool(workers, registry) if workers is not None and workers.count else None
         )
         self.connection_metrics = ConnectionMetrics(registry) if self.workers is None else None
-        self._reservation: socket.socket | None = None
+        self._first_worker_socket: socket.socket | None = None
         self._private_dir: Path | None = None
         self._channel: asyncio.Server | None = None
         self._channel_calls: set[asyncio.Task[None]] = set()
@@ -247,7 +247,7 @@ class BatcherServer:
             await self._listener.start(sock)
             self.port = self._listener.port
         else:
-            self._reservation = sock  # the first worker's; the pool closes it when they stop
+            self._first_worker_socket = sock  # the pool closes it when the workers stop
             self.port = sock.getsockname()[1]
             try:
                 await self._start_workers(host)
@@ -258,6 +258,8 @@ class BatcherServer:
             try:
                 await self.grpc.start()
             except ConfigError:
+                if self.workers is not None:
+                    await self.workers.stop(timeout=5.0)
                 await self._close_http()
                 raise
         log.info(
@@ -291,8 +293,8 @@ class BatcherServer:
         )
         for name in (HTTP_SOCKET, CHANNEL_SOCKET):
             os.chmod(private / name, 0o600)
-        assert self._reservation is not None
-        await self.workers.start(host, self._reservation, private)
+        assert self._first_worker_socket is not None
+        await self.workers.start(host, self._first_worker_socket, private)
 
     async def shutdown(self, drain_timeout: float) -> bool:
         """Refuse new work, answer everything accepted, then close; True if all finished."""
@@ -314,8 +316,8 @@ class BatcherServer:
             self._channel.close()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._reservation is not None:
-            self._reservation.close()
+        if self._first_worker_socket is not None:
+            self._first_worker_socket.close()
         if self._private_dir is not None:
             shutil.rmtree(self._private_dir, ignore_errors=True)
 
