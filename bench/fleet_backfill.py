@@ -57,10 +57,15 @@ sys.path[0] = str(ROOT)
 
 import numpy as np  # noqa: E402
 
+from autoscaler.core.slo_objective import (  # noqa: E402
+    request_exceedance_for_objective,
+    window_breach_probability,
+)
 from autoscaler.core.slo_sizing import ServiceModel, modelled_p99  # noqa: E402
 from autoscaler.simulator.backfill import BackfillConfig  # noqa: E402
 from autoscaler.simulator.engine import (  # noqa: E402
     SimulationConfig,
+    SimulationResult,
     predictor_forecaster,
     simulate,
 )
@@ -225,6 +230,52 @@ def service_scv(config: SimulationConfig, trace: Trace) -> float:
     return float(np.var(seconds) / np.mean(seconds) ** 2)
 
 
+def binomial_check(result: SimulationResult) -> dict:
+    """How far the objective's binomial approximation is from the fleet model's minutes.
+
+    ``late_share``: the scored requests over the SLO (or unserved). ``binomial_breach_minutes``:
+    the breach minutes expected if every request were late independently at that share, each
+    minute with its own request count (``slo_objective``'s model). ``late_per_late_minute``: the
+    mean late requests in a minute with any, and ``binomial_late_per_late_minute`` the same
+    under independence: the excess is how much lateness clusters. With ``slo_objective``,
+    ``objective_late_share``: the per-request exceedance the objective allowed at each minute's
+    request count, averaged over requests (what sizing aimed for)."""
+    cfg = result.config
+    scored = result.trace.arrivals >= cfg.score_from
+    latency = result.latency[scored]
+    late = ~(np.isfinite(latency) & (np.nan_to_num(latency, nan=np.inf) <= cfg.slo_seconds))
+    minute = np.floor(result.trace.arrivals[scored] / 60.0).astype(np.int64)
+    if minute.size == 0:
+        return {}
+    _, per_minute = np.unique(minute, return_counts=True)
+    late_per_minute = np.bincount(np.unique(minute, return_inverse=True)[1], weights=late)
+    share = float(late.mean())
+    counts, minutes = np.unique(per_minute, return_counts=True)
+    expected = sum(
+        m * window_breach_probability(int(n), share, cfg.slo_quantile)
+        for n, m in zip(counts, minutes, strict=True)
+    )
+    any_late = float(sum(m * (1 - (1 - share) ** n) for n, m in zip(counts, minutes, strict=True)))
+    row = {
+        "late_share": share,
+        "binomial_breach_minutes": float(expected),
+        "late_per_late_minute": (
+            float(late.sum() / (late_per_minute > 0).sum()) if late.any() else 0.0
+        ),
+        "binomial_late_per_late_minute": float(late.sum() / any_late) if any_late else 0.0,
+    }
+    if cfg.slo_objective is not None:
+        allowed = {
+            int(n): request_exceedance_for_objective(int(n), cfg.slo_quantile, cfg.slo_objective)
+            for n in counts
+        }
+        row["objective_late_share"] = float(
+            sum(n * m * allowed[int(n)] for n, m in zip(counts, minutes, strict=True))
+            / per_minute.sum()
+        )
+    return row
+
+
 def fleet_targets(name: str, hpa_targets: list[float]) -> list[float]:
     return hpa_targets if name.startswith("alibaba") else []
 
@@ -244,7 +295,9 @@ def run_one(task: tuple[str, bool, tuple[float, ...], str]) -> dict:
             None: lambda: None,
         }[forecast]()
         started = time.perf_counter()
-        row = summarise(simulate(trace, cfg, policy, forecaster))
+        result = simulate(trace, cfg, policy, forecaster)
+        row = summarise(result)
+        row.update(binomial_check(result))
         row.update(fleet=name, label=label, setup=note, wall_seconds=time.perf_counter() - started)
         print(
             f"  {name:<17} {label:<20} {row['wall_seconds']:7.1f} s  SLO min "
@@ -398,7 +451,13 @@ def goals(rows: list[dict]) -> dict[str, dict]:
                     or r["slo_minutes_change_pp"] > 0,
                     "slo_minutes_at_least_0.99": r["slo_minutes"] >= 0.99,
                 }
-        for label in ("slo", "slo-predictive", "clairvoyant-slo"):
+        for label in (
+            "slo",
+            "slo-predictive",
+            "clairvoyant-slo",
+            "slo-spread-objective",
+            "clairvoyant-slo-spread-objective",
+        ):
             if label in by:
                 r = by[label]
                 g[label] = {
@@ -410,6 +469,26 @@ def goals(rows: list[dict]) -> dict[str, dict]:
                 }
         out[fleet] = g
     return out
+
+
+def print_binomial_check(rows: list[dict]) -> None:
+    """The breach minutes measured beside those independent lateness would give."""
+    head = (
+        f"{'fleet':<17} {'policy':<34} {'late':>8} {'aimed':>8} {'breach':>6} {'binom':>7} "
+        f"{'late/min':>8} {'binom':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if "late_share" not in r:
+            continue
+        aimed = r.get("objective_late_share")
+        print(
+            f"{r['fleet']:<17} {r['label']:<34} {r['late_share']:>8.5f} "
+            f"{'-' if aimed is None else f'{aimed:.5f}':>8} {r['breach_minutes']:>6d} "
+            f"{r['binomial_breach_minutes']:>7.1f} {r['late_per_late_minute']:>8.2f} "
+            f"{r['binomial_late_per_late_minute']:>6.2f}"
+        )
 
 
 def print_table(rows: list[dict]) -> None:
@@ -502,6 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_fleets(fleets, args.smoke, targets, args.workers, progress, only)
     print()
     print_table(rows)
+    print()
+    print_binomial_check(rows)
     measured = goals(rows)
     for fleet, fleet_goals in measured.items():
         for label, g in fleet_goals.items():
