@@ -371,3 +371,22 @@ def test_the_engines_private_sockets_are_this_users_alone(served: list[Served]) 
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=60) == 0
     assert not folder.exists()
+
+
+def test_grpc_stays_in_the_engine_beside_the_workers(served: list[Served]) -> None:
+    """gRPC is served by the engine process itself; its requests and the workers' share the
+    engine's series."""
+    import tritonclient.grpc as triton_grpc
+
+    server = Served("--model", ECHO, "--workers", "1", "--grpc-listen", "127.0.0.1:0")
+    served.append(server)
+    grpc_port = next(r for r in server.logs.seen if r.get("msg") == "serving grpc")["port"]
+    client = triton_grpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    x = triton_grpc.InferInput("x", [1, 3], "FP32")
+    x.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32))
+    k = triton_grpc.InferInput("k", [1, 1], "INT32")
+    k.set_data_from_numpy(np.array([[9]], dtype=np.int32))
+    np.testing.assert_array_equal(client.infer("echo", [x, k]).as_numpy("y"), [[2, 4, 6]])
+    rest = requests.post(f"{server.url}/v2/models/echo/infer", json=body(3), timeout=30)
+    assert rest.status_code == 200
+    assert series(server.metrics())["ok"] == 2
