@@ -352,3 +352,17 @@ def test_without_an_objective_the_quantile_itself_is_sized_for(h):
 
     slo = h.status()["slo"]
     assert "objective" not in slo and slo["sizingQuantile"] == 0.99
+
+
+def test_an_objective_no_count_can_hold_falls_back_with_a_reason(h):
+    h.deployment("llm", 2, [70.0, 70.0])
+    serve_model(h, MODEL)
+    h.prom.answers[RATE] = [({}, 1.0)]
+    h.fake.add_custom("gpuautoscalers", slo_object(objective=1 - 1e-15))
+
+    h.controller.reconcile_all()
+
+    assert h.status()["slo"]["mode"] == "hpa_fallback"
+    cond = h.condition("SizedForSLO")
+    assert (cond["status"], cond["reason"]) == ("False", "FallbackToHPARule")
+    assert "lower it" in cond["message"]

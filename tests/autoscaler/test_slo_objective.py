@@ -135,3 +135,8 @@ def test_the_simulator_sizes_for_the_derived_quantile() -> None:
 def test_the_simulator_refuses_an_objective_outside_zero_and_one() -> None:
     with pytest.raises(ValueError, match="slo_objective"):
         SimulationConfig(service=ServiceModel(1.0, 0.1, 4), slo_objective=1.0)
+
+
+def test_an_objective_that_leaves_no_late_request_is_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="lower it"):
+        sizing_quantile_for_objective(99 / 60, 0.99, 1 - 1e-15)
