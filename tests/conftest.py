@@ -43,6 +43,7 @@ SLOW_PATHS = (
     "batcher/test_batcher_cli.py",
     "batcher/test_batcher_gpu_bench.py",
     "batcher/test_batcher_simulation.py",
+    "batcher/test_batcher_workers.py",
     "exporter/test_cli.py",
     "exporter/test_e2e_prometheus.py",
     "exporter/test_exporter_gpu_script.py",
