@@ -6,7 +6,9 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from autoglm.datasets import expected_path, fetch_hint
@@ -65,3 +67,31 @@ def test_unknown_fleet_is_refused(bench, capsys):
         bench.main(["--fleets", "alibaba-9t-120s"])
     assert exit_info.value.code == 2
     assert "unknown fleet 'alibaba-9t-120s'" in capsys.readouterr().err
+
+
+def test_binomial_check_sets_clustered_lateness_beside_independent_lateness(bench):
+    """Two minutes of 50 requests, two late ones together in the first: 2% late, one breach
+    minute, where independent lateness at 2% would breach 2 * (1 - 0.98^50) of them."""
+    from autoscaler.core.slo_objective import request_exceedance_for_objective
+    from autoscaler.core.slo_sizing import ServiceModel
+
+    config = bench.SimulationConfig(
+        service=ServiceModel(1.0, 0.1, 4), slo_seconds=10.0, slo_objective=0.995
+    )
+    arrivals = np.concatenate([np.linspace(0, 59, 50), np.linspace(60, 119, 50)])
+    latency = np.full(100, 1.0)
+    latency[[3, 4]] = [30.0, np.inf]  # one over the SLO, one never served
+    result = SimpleNamespace(
+        config=config, trace=SimpleNamespace(arrivals=arrivals), latency=latency
+    )
+
+    row = bench.binomial_check(result)
+
+    independent_breaches = 2 * (1 - 0.98**50)
+    assert row["late_share"] == pytest.approx(0.02)
+    assert row["binomial_breach_minutes"] == pytest.approx(independent_breaches)
+    assert row["late_per_late_minute"] == 2.0
+    assert row["binomial_late_per_late_minute"] == pytest.approx(2 / independent_breaches)
+    assert row["objective_late_share"] == pytest.approx(
+        request_exceedance_for_objective(50, 0.99, 0.995)
+    )
