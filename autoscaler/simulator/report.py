@@ -16,7 +16,8 @@
   bounds ``total_busy``.
 * With SLO sizing: ``sized_latency_seconds``, the latency the sizing held (the SLO, less one
   best-effort slice when ``reserve_quantum`` reserves it), as the controller's
-  ``status.slo.sizedLatencySeconds``.
+  ``status.slo.sizedLatencySeconds``; ``slo_objective``, the share of minutes the per-request
+  quantile was derived from (None: ``slo_quantile`` itself was sized for).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def summarise(result: SimulationResult) -> dict[str, Any]:
         "backfill_quantum_seconds": result.backfill_quantum,
         "sizing": cfg.sizing,
         "sized_latency_seconds": sized_latency(cfg) if cfg.sizing == "slo" else None,
+        "slo_objective": cfg.slo_objective if cfg.sizing == "slo" else None,
         "mean_replicas": float(billed / max(result.end_time, 1e-9)),
         "max_replicas": int(max(result.timeline.replicas, default=0)),
         "scale_ups": result.scale_ups,

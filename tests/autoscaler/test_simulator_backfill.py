@@ -342,3 +342,25 @@ def test_cli_refuses_a_folder_as_output_before_the_replay(
         run_cli(trace_csv, flag, str(tmp_path))
     assert exit_info.value.code == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_cli_sizes_for_an_objective_over_minutes(trace_csv, tmp_path):
+    """``--slo-objective`` derives a per-request quantile stricter than the p99 for minutes of
+    about 120 requests, so it never buys fewer replica-hours than the p99 alone."""
+    runs = {}
+    for name, extra in (("p99", []), ("objective", ["--slo-objective", "0.995"])):
+        out = tmp_path / f"{name}.json"
+        flags = ["--sizing", "slo", "--slo-seconds", "8", "--json", str(out), *extra]
+        assert run_cli(trace_csv, *flags) == 0
+        runs[name] = json.loads(out.read_text())
+    assert runs["p99"]["slo_objective"] is None
+    assert runs["objective"]["slo_objective"] == 0.995
+    assert runs["objective"]["gpu_hours"] >= runs["p99"]["gpu_hours"]
+
+
+def test_cli_refuses_an_objective_without_slo_sizing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.simulate_main(["--trace", str(tmp_path / "not-read.csv"), "--slo-objective", "0.995"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--slo-objective" in err and "--sizing slo" in err
