@@ -300,6 +300,9 @@ def _slo_json(outcome: SloOutcome | None) -> dict[str, Any] | None:
         return None
     sizing = outcome.sizing
     return {
+        "quantile": outcome.quantile,
+        "objective": outcome.objective,
+        "sizingQuantile": outcome.sizing_quantile,
         "sizingRate": outcome.sizing_rate,
         "sizedLatencySeconds": outcome.sized_latency_seconds,
         "sizedReplicas": sizing.replicas if sizing else None,

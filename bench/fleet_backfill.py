@@ -28,7 +28,8 @@ conversation at 120 s. On each, in one run:
   behind the queue (``*-backlog``), ``clairvoyant-frontier``, a bound traced over stricter
   sizing quantiles, which says how far any sizing from an exact rate forecast could go, and
   ``slo-spread-objective`` (and its ``clairvoyant-`` bound): the per-request quantile derived
-  from the goal's objective, 99.5% of minutes (``autoscaler.core.slo_objective``).
+  from the goal's objective, 99.5% of minutes (``autoscaler.core.slo_objective``), alone and
+  with the queue as well (``slo-spread-objective-backlog``).
 
 Columns: online SLO minutes and breach minutes, GPU-hours (and over the HPA's), online busy,
 best-effort busy and total busy share of paid GPU-time, best-effort replica-hours done, and
@@ -178,6 +179,19 @@ def runs(
             replace(spread, slo_backlog=True, behavior=window),
             "exact",
         ),
+        # both: the objective's per-request quantile, sized for the queue waiting now as well
+        (
+            "slo-spread-objective-backlog",
+            "hpa",
+            replace(spread, slo_objective=SLO_OBJECTIVE, slo_backlog=True),
+            None,
+        ),
+        (
+            "clairvoyant-slo-spread-objective-backlog",
+            "predictive",
+            replace(spread, slo_objective=SLO_OBJECTIVE, slo_backlog=True, behavior=window),
+            "exact",
+        ),
     ]
     # A bound, not a product setting: SLO sizing fed the exact future rate and told the spread,
     # at stricter quantiles (and once without the scale-up tolerance): the breach minutes that
@@ -225,6 +239,8 @@ ABLATIONS = (
     "clairvoyant-slo-spread-objective",
     "slo-spread-backlog",
     "clairvoyant-slo-spread-backlog",
+    "slo-spread-objective-backlog",
+    "clairvoyant-slo-spread-objective-backlog",
     *CLAIRVOYANT_FRONTIER,
 )
 
@@ -462,6 +478,8 @@ def goals(rows: list[dict]) -> dict[str, dict]:
             "clairvoyant-slo",
             "slo-spread-objective",
             "clairvoyant-slo-spread-objective",
+            "slo-spread-objective-backlog",
+            "clairvoyant-slo-spread-objective-backlog",
         ):
             if label in by:
                 r = by[label]

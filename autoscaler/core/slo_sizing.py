@@ -395,4 +395,10 @@ def _check_quantile(quantile: float) -> None:
 
 
 def _quantile_label(quantile: float) -> str:
-    return f"{quantile * 100:.10g}".replace(".", "")
+    """``99``, ``999``, ``9999`` for the usual all-nines quantiles (read as p99.9 and so on);
+    any other, such as one derived from an objective, as its percentage to four digits
+    (``99.29``), which dropping the point would make unreadable."""
+    percent = f"{quantile * 100:.10g}"
+    if set(percent) <= set("9."):
+        return percent.replace(".", "")
+    return f"{quantile * 100:.4g}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli import main
+from autoscaler.core.slo_objective import sizing_quantile_for_objective
 from autoscaler.core.slo_sizing import ServiceModel, replicas_for_slo
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "autoscaler" / "crd" / "example.yaml")
@@ -83,3 +84,39 @@ def test_decide_sizes_for_an_slo(tmp_path, capsys):
     assert out["slo"]["sizedReplicas"] == held.replicas > sized.replicas
     assert main([*args, '{"serviceModel": {}}']) == 2
     assert "--slo must be" in capsys.readouterr().err
+
+
+def test_decide_shows_the_objective_and_the_quantile_it_sized_for(tmp_path, capsys):
+    slo = {
+        "rate": 2,
+        "serviceModel": {"fixedSeconds": 1.5, "perItemSeconds": 0.4, "maxBatch": 8},
+    }
+    model = ServiceModel(1.5, 0.4, 8)
+    sized = {}
+    for objective in (None, 0.995):
+        spec = tmp_path / "slo.yaml"
+        held = "" if objective is None else f", objective: {objective}"
+        spec.write_text(
+            "scaleTargetRef: {kind: Deployment, name: llm}\n"
+            "maxReplicas: 20\n"
+            "behavior: {scaleUp: {tolerance: 0}}\n"
+            f"slo: {{latencySeconds: 8{held}}}\n"
+        )
+        args = ["decide", "--spec", str(spec), "--current", "2", "--metrics", "{}"]
+
+        assert main([*args, "--slo", json.dumps(slo)]) == 0
+
+        out = json.loads(capsys.readouterr().out)["slo"]
+        assert out["quantile"] == 0.99 and out["objective"] == objective
+        expected = 0.99 if objective is None else sizing_quantile_for_objective(2, 0.99, objective)
+        assert out["sizingQuantile"] == expected
+        sized[objective] = out["sizedReplicas"]
+        assert (
+            sized[objective]
+            == (
+                replicas_for_slo(2, 8.0, model, min_replicas=1, max_replicas=20, quantile=expected)
+            ).replicas
+        )
+    # 120 requests a minute: holding 99.5% of minutes' p99 asks for a stricter per-request tail
+    assert 0.99 < sizing_quantile_for_objective(2, 0.99, 0.995) < 1
+    assert sized[0.995] > sized[None]

@@ -114,6 +114,16 @@ def test_sizing_answers_with_a_status_sentence():
     assert "<= SLO 8 s at 5 req/s" in sizing.reason
 
 
+@pytest.mark.parametrize(
+    ("quantile", "named"),
+    [(0.95, "p95 "), (0.999, "p999 "), (0.9999, "p9999 "), (0.9928630186, "p99.29 ")],
+)
+def test_the_status_sentence_names_the_quantile_sized_for(quantile, named):
+    # a quantile derived from an objective has many digits: they must stay readable
+    sizing = replicas_for_slo(5.0, 8.0, BATCHED, min_replicas=1, max_replicas=64, quantile=quantile)
+    assert f"modelled {named}" in sizing.reason
+
+
 def test_an_slo_below_the_batch_time_is_infeasible_without_buying_the_whole_fleet():
     sizing = replicas_for_slo(0.5, 1.0, BATCHED, min_replicas=2, max_replicas=50)
     assert not sizing.feasible
