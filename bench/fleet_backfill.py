@@ -29,7 +29,8 @@ conversation at 120 s. On each, in one run:
   sizing quantiles, which says how far any sizing from an exact rate forecast could go, and
   ``slo-spread-objective`` (and its ``clairvoyant-`` bound): the per-request quantile derived
   from the goal's objective, 99.5% of minutes (``autoscaler.core.slo_objective``), alone and
-  with the queue as well (``slo-spread-objective-backlog``).
+  with the queue as well (``slo-spread-objective-backlog``, also fed the predictor's forecast:
+  ``slo-spread-objective-backlog-predictive``).
 
 Columns: online SLO minutes and breach minutes, GPU-hours (and over the HPA's), online busy,
 best-effort busy and total busy share of paid GPU-time, best-effort replica-hours done, and
@@ -192,6 +193,13 @@ def runs(
             replace(spread, slo_objective=SLO_OBJECTIVE, slo_backlog=True, behavior=window),
             "exact",
         ),
+        # the same fed the predictor service's forecast bound: a rule the controller can run
+        (
+            "slo-spread-objective-backlog-predictive",
+            "predictive",
+            replace(spread, slo_objective=SLO_OBJECTIVE, slo_backlog=True, behavior=window),
+            "model",
+        ),
     ]
     # A bound, not a product setting: SLO sizing fed the exact future rate and told the spread,
     # at stricter quantiles (and once without the scale-up tolerance): the breach minutes that
@@ -241,6 +249,7 @@ ABLATIONS = (
     "clairvoyant-slo-spread-backlog",
     "slo-spread-objective-backlog",
     "clairvoyant-slo-spread-objective-backlog",
+    "slo-spread-objective-backlog-predictive",
     *CLAIRVOYANT_FRONTIER,
 )
 
@@ -480,6 +489,7 @@ def goals(rows: list[dict]) -> dict[str, dict]:
             "clairvoyant-slo-spread-objective",
             "slo-spread-objective-backlog",
             "clairvoyant-slo-spread-objective-backlog",
+            "slo-spread-objective-backlog-predictive",
         ):
             if label in by:
                 r = by[label]
