@@ -193,7 +193,8 @@ def runs(
             replace(spread, slo_objective=SLO_OBJECTIVE, slo_backlog=True, behavior=window),
             "exact",
         ),
-        # the same fed the predictor service's forecast bound: a rule the controller can run
+        # the same fed the predictor service's forecast bound, as a controller reading the queue
+        # would run it
         (
             "slo-spread-objective-backlog-predictive",
             "predictive",
