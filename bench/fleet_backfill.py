@@ -29,8 +29,8 @@ conversation at 120 s. On each, in one run:
   sizing quantiles, which says how far any sizing from an exact rate forecast could go, and
   ``slo-spread-objective`` (and its ``clairvoyant-`` bound): the per-request quantile derived
   from the goal's objective, 99.5% of minutes (``autoscaler.core.slo_objective``), alone and
-  with the queue as well (``slo-spread-objective-backlog``, also fed the predictor's forecast:
-  ``slo-spread-objective-backlog-predictive``).
+  with the queue as well (``slo-spread-objective-backlog``); both fed the predictor's forecast
+  (``slo-spread-objective-predictive``, ``slo-spread-objective-backlog-predictive``).
 
 Columns: online SLO minutes and breach minutes, GPU-hours (and over the HPA's), online busy,
 best-effort busy and total busy share of paid GPU-time, best-effort replica-hours done, and
@@ -193,8 +193,15 @@ def runs(
             replace(spread, slo_objective=SLO_OBJECTIVE, slo_backlog=True, behavior=window),
             "exact",
         ),
-        # the same fed the predictor service's forecast bound, as a controller reading the queue
-        # would run it
+        # the objective fed the predictor service's forecast bound (what the controller runs
+        # with spec.slo.objective and a prediction), and the same also sized for the queue, as a
+        # controller reading the queue would run it
+        (
+            "slo-spread-objective-predictive",
+            "predictive",
+            replace(spread, slo_objective=SLO_OBJECTIVE, behavior=window),
+            "model",
+        ),
         (
             "slo-spread-objective-backlog-predictive",
             "predictive",
@@ -250,6 +257,7 @@ ABLATIONS = (
     "clairvoyant-slo-spread-backlog",
     "slo-spread-objective-backlog",
     "clairvoyant-slo-spread-objective-backlog",
+    "slo-spread-objective-predictive",
     "slo-spread-objective-backlog-predictive",
     *CLAIRVOYANT_FRONTIER,
 )
@@ -490,6 +498,7 @@ def goals(rows: list[dict]) -> dict[str, dict]:
             "clairvoyant-slo-spread-objective",
             "slo-spread-objective-backlog",
             "clairvoyant-slo-spread-objective-backlog",
+            "slo-spread-objective-predictive",
             "slo-spread-objective-backlog-predictive",
         ):
             if label in by:
