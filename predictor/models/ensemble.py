@@ -133,7 +133,7 @@ class Combination(ForecastModel):
         for member in self.members:
             member.fit(y)
         tails = {m.name: [m.residuals.errors(h) for h in self.hs] for m in self.members}
-        self.weights = self.weights_for(tails)
+        self._start_weights(y, tails)
         self.nonnegative = bool(np.all(y >= 0))
         self.interval_floor = LevelScaling.floor_for(y)
         self._scalings = {}
@@ -150,6 +150,14 @@ class Combination(ForecastModel):
             actual = levels[0] + self.members[0].residuals.errors(h)[-n:]
             combined = self._clip(self._combine_at(h, levels))
             self.residuals.add_many(h, actual - combined, combined)
+        self._restart_paths()
+
+    def _start_weights(self, y: np.ndarray, tails: TailErrors) -> None:
+        """Set the combination's weights after the members were fitted on ``y``."""
+        self.weights = self.weights_for(tails)
+
+    def _restart_paths(self) -> None:
+        """The forecasts pending scoring and the latest path, combined from the members'."""
         pending = min(len(m._pending) for m in self.members)
         self._pending.clear()
         for age in range(pending):

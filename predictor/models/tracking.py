@@ -26,8 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from predictor.aggregation import LEARNING_RATE, SHARE, FixedShareHedge
-from predictor.intervals import LevelScaling
-from predictor.models.base import ForecastModel, History, InsufficientHistory, as_series
+from predictor.models.base import ForecastModel
 from predictor.models.ensemble import Combination, TailErrors, _median
 
 MEDIAN_PRIOR = 0.5
@@ -110,34 +109,16 @@ class TrackingCombination(Combination):
         self._issued.append(experts)
         return self._clip(self.hedge.combine(experts))
 
-    def fit(self, series: Sequence[float] | np.ndarray) -> None:
-        """Fit every member alone, start the weights from their tail errors, and take the tail
-        errors of the expert mix (at the final weights) as this model's calibration errors."""
-        y = as_series(series)
-        if len(y) < self.min_points + 1:
-            raise InsufficientHistory(
-                f"{self.name} needs at least {self.min_points + 1} points, got {len(y)}"
-            )
-        for member in self.members:
-            member.fit(y)
-        tails = {m.name: [m.residuals.errors(h) for h in self.hs] for m in self.members}
+    def _start_weights(self, y: np.ndarray, tails: TailErrors) -> None:
+        """Start the weights from the members' tail errors (Combination.fit replays them)."""
         self.start(tails, loss_scale(y, tails))
-        self.nonnegative = bool(np.all(y >= 0))
-        self.interval_floor = LevelScaling.floor_for(y)
-        self._scalings = {}
-        self._adaptive = {}
-        self.history = History(self.history_capacity())
-        self.history.extend(y)
-        self.points_seen = len(y)
-        self.residuals = self._new_residuals()
-        for h in self.hs:
-            n = min(m.residuals.count(h) for m in self.members)
-            if n == 0:
-                continue
-            levels = np.stack([m.residuals.levels(h)[-n:] for m in self.members])
-            actual = levels[0] + self.members[0].residuals.errors(h)[-n:]
-            combined = self._clip(self.hedge.weights[h - 1] @ self.experts(levels))
-            self.residuals.add_many(h, actual - combined, combined)
+
+    def _combine_at(self, h: int, member_values: np.ndarray) -> np.ndarray:
+        """The expert mix at horizon ``h`` (members x points), at the current weights: the
+        calibration errors are those of the mix as it stands after the replay."""
+        return self.hedge.weights[h - 1] @ self.experts(member_values)
+
+    def _restart_paths(self) -> None:
         self._pending.clear()
         self._path = self.issue(np.stack([m.latest_path() for m in self.members]))
 
