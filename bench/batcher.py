@@ -91,7 +91,7 @@ from batcher.models.simulated import SimulatedModel  # noqa: E402
 from batcher.policy import FixedDelayPolicy  # noqa: E402
 from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E402
 from bench.batcher_process import BatcherProcess  # noqa: E402
-from bench.report_json import finite  # noqa: E402
+from bench.report_json import write_report  # noqa: E402
 
 MODEL = "batcher.models.demo:bench_factory"
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
@@ -744,9 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         report["simulated"] = simulated_section(args)
     if args.only in (None, "http"):
         report["http"] = http_section(args, fractions=args.fractions)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(finite(report), indent=2))
-    print(f"wrote {out}")
+    write_report(out, report)
     return 0
 
 

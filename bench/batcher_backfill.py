@@ -508,10 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only != "sim":
         report["http"] = http_section(args, fractions)
     report["machine"]["loadavg_end"] = bench.loadavg()
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(bench.finite(report), indent=2))
-    print(f"wrote {path}")
+    bench.write_report(Path(args.json), report)
     return 0
 
 

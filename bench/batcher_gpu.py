@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
 import threading
@@ -212,10 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     memory_table(runs)
     report["memory"] = runs
     report["load_average_at_end"] = bench.loadavg()
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(bench.finite(report), indent=2))
-    print(f"wrote {out}")
+    bench.write_report(Path(args.json), report)
     return 0
 
 

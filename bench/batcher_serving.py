@@ -69,7 +69,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 
 from bench.batcher_process import BatcherProcess, stop_process  # noqa: E402
-from bench.report_json import finite  # noqa: E402
+from bench.report_json import write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "batcher_serving.json"
 MLSERVER_BIN = ROOT / ".venv-mlserver" / "bin" / "mlserver"
@@ -879,9 +879,7 @@ def main(argv: list[str] | None = None) -> int:
         "per_pass": passes,
         "points": points,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(finite(report), indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_report(args.json, report)
     return 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 
 def finite(value: object) -> object:
@@ -15,3 +17,10 @@ def finite(value: object) -> object:
     if isinstance(value, list):
         return [finite(v) for v in value]
     return value
+
+
+def write_report(path: Path, report: dict) -> None:
+    """Write ``report`` as finite JSON at ``path`` (its folder made if need be) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(finite(report), indent=2) + "\n")
+    print(f"wrote {path}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from bench.batcher_serving import (  # noqa: E402
     loadavg,
     targets_for,
 )
-from bench.report_json import finite  # noqa: E402
+from bench.report_json import write_report  # noqa: E402
 
 IDENTITY = "bench.reference_mlp:identity"
 RESULTS = ROOT / "bench" / "results" / "serving_cost_ab.json"
@@ -201,9 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_after": load_after,
         "modes": result,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(finite(report), indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_report(args.json, report)
     return 0
 
 
