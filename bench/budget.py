@@ -20,7 +20,6 @@ prove the script end to end.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -29,7 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The script's own folder holds bench/predictor.py, which would shadow the predictor package.
+# The script's own folder holds bench/predictor.py, which would shadow the predictor package;
+# from the repository root, the other benches import as ``bench.X``.
 sys.path[0] = str(ROOT)
 
 from autoscaler.simulator.tenants import (  # noqa: E402
@@ -39,6 +39,7 @@ from autoscaler.simulator.tenants import (  # noqa: E402
     summarise_run,
     tenant_peak_replicas,
 )
+from bench.autoscaler import azure_setup  # noqa: E402
 
 # (name, priority, SLO seconds, shift in seconds)
 TENANTS = (
@@ -49,15 +50,8 @@ TENANTS = (
 SMOKE_SECONDS = 1200.0
 
 
-def _azure_setup():
-    spec = importlib.util.spec_from_file_location("bench_autoscaler", ROOT / "bench/autoscaler.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.azure_setup(120.0)
-
-
 def setups(smoke: bool) -> list[TenantSetup]:
-    trace, config, _ = _azure_setup()
+    trace, config, _ = azure_setup(120.0)
     config = replace(config, sizing="slo", score_from=300.0)
     out = []
     for name, priority, slo, shift in TENANTS:

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -59,7 +58,8 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The script's own folder holds bench/predictor.py, which would shadow the predictor package.
+# The script's own folder holds bench/predictor.py, which would shadow the predictor package;
+# from the repository root, the other benches import as ``bench.X``.
 sys.path[0] = str(ROOT)
 
 import numpy as np  # noqa: E402
@@ -81,15 +81,7 @@ from autoscaler.simulator.forecast import ClairvoyantForecaster  # noqa: E402
 from autoscaler.simulator.frontier import FrontierPoint, compare  # noqa: E402
 from autoscaler.simulator.report import summarise, write_json  # noqa: E402
 from autoscaler.simulator.trace import Trace  # noqa: E402
-
-
-def _autoscaler_bench():
-    """``bench/autoscaler.py``, whose fleet setups this bench shares (a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_autoscaler", ROOT / "bench/autoscaler.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from bench.autoscaler import alibaba_setup, azure_setup  # noqa: E402
 
 FLEETS = (
     "alibaba-8t-120s",
@@ -103,13 +95,12 @@ SMOKE_SECONDS = 2 * 86400.0
 
 @functools.lru_cache(maxsize=2)
 def fleet_setup(name: str, smoke: bool) -> tuple[Trace, SimulationConfig, str]:
-    base = _autoscaler_bench()
     kind, *rest = name.split("-")
     cold = float(rest[-1].rstrip("s"))
     if kind == "alibaba":
-        trace, config, note = base.alibaba_setup(int(rest[0].rstrip("t")), cold)
+        trace, config, note = alibaba_setup(int(rest[0].rstrip("t")), cold)
     elif kind == "azure":
-        trace, config, note = base.azure_setup(cold)
+        trace, config, note = azure_setup(cold)
     else:
         raise ValueError(f"unknown fleet {name!r}; choose from {', '.join(FLEETS)}")
     if smoke and trace.duration > SMOKE_SECONDS:

@@ -13,12 +13,13 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests.http_thread import ThreadedHTTPServer
 from tests.live import LiveProcess, free_port
 
 ALERTMANAGER_BINARY = "/usr/bin/prometheus-alertmanager"
@@ -47,18 +48,15 @@ class WebhookReceiver:
             def log_message(self, *args: object) -> None:  # keep test output clean
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedHTTPServer(Handler)
+        self.url = self._http.url("/alerts")
 
     def start(self) -> WebhookReceiver:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._http.stop()
 
     def wait_for(self, match: Callable[[Alert], bool], timeout: float, what: str) -> list[Alert]:
         """Block until alerts matching ``match`` arrived; fail after ``timeout`` seconds."""

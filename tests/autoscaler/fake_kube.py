@@ -25,11 +25,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
+
+from tests.http_thread import ThreadedHTTPServer
 
 WORKLOAD_KINDS = {"deployments": "Deployment", "statefulsets": "StatefulSet"}
 
@@ -531,22 +533,18 @@ class FakeKubeServer:
     def __init__(self, fake: FakeKube | None = None) -> None:
         self.fake = fake or FakeKube()
         handler = type("Handler", (_Handler,), {"fake": self.fake})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedHTTPServer(handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._http.url()
 
     def start(self) -> FakeKubeServer:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._http.stop()
 
     def api_client(self) -> kubernetes.client.ApiClient:
         """A real ``kubernetes`` client configured to talk to this server."""

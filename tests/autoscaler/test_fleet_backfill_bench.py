@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,7 +12,6 @@ import pytest
 
 from autoglm.datasets import expected_path, fetch_hint
 
-ROOT = Path(__file__).resolve().parents[2]
 MISSING = [
     name for name in ("genai-requests", "azure-llm-conv") if not expected_path(name).is_file()
 ]
@@ -21,13 +19,8 @@ MISSING = [
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench script rewrites sys.path[0]
-    spec = importlib.util.spec_from_file_location(
-        "bench_fleet_backfill", ROOT / "bench" / "fleet_backfill.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    monkeypatch.setattr(sys, "path", list(sys.path))  # a first import rewrites sys.path[0]
+    return importlib.import_module("bench.fleet_backfill")
 
 
 @pytest.mark.slow
