@@ -12,15 +12,19 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from autoglm.webconfig import WebConfig
 from autoscaler.controller.budget import BudgetMetrics
 from autoscaler.metrics import AutoscalerMetrics
+from batcher.front_worker import FrontServer
 from batcher.metrics import BatcherMetrics
+from batcher.worker_pool import WorkerPool, WorkerSettings
 from dashboards import gpu_node
 from dashboards.catalogue import DASHBOARDS
 from dashboards.queries import (
@@ -100,9 +104,9 @@ def _series_names(registry: CollectorRegistry) -> set[str]:
 
 @pytest.fixture(scope="module")
 def component_metrics() -> set[str]:
-    """Series of the batcher (memory statistics as on CUDA), predictor, autoscaler and job
-    runner, from their real metrics classes; the predictor's forecast families from a fitted
-    service."""
+    """Series of the batcher (memory statistics as on CUDA; the front workers' and their
+    supervisor's, as ``--workers`` adds them), predictor, autoscaler and job runner, from their
+    real metrics classes; the predictor's forecast families from a fitted service."""
     batcher = BatcherMetrics(CollectorRegistry(), "demo", slo_seconds=0.25, max_batch_size=8)
     cuda_stats = [
         "allocated_bytes",
@@ -113,6 +117,11 @@ def component_metrics() -> set[str]:
         "ooms",
     ]
     batcher.watch_memory(lambda: dict.fromkeys(cuda_stats, 1.0))
+    workers = CollectorRegistry()
+    WorkerPool(cast(WorkerSettings, SimpleNamespace(count=1)), workers)  # reads only the count
+    FrontServer(
+        0, Path(), WebConfig(), max_body_bytes=1024, drain_timeout_seconds=1.0, registry=workers
+    )
     predictor = PredictorMetrics()
     target = TargetConfig(name="requests", step=60, horizons=(1, 5), seasons=(), models=("naive",))
     service = PredictorService([target], metrics=predictor, clock=lambda: 6000.0)
@@ -121,6 +130,7 @@ def component_metrics() -> set[str]:
     assert service.refit("requests")
     return (
         _series_names(batcher.registry)
+        | _series_names(workers)
         | _series_names(predictor.registry)
         | _series_names(AutoscalerMetrics().registry)
         | _series_names(BudgetMetrics(CollectorRegistry()).registry)

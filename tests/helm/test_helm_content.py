@@ -480,3 +480,25 @@ def test_single_replicas_and_disabled_budgets_get_none():
 def test_disruption_budget_must_allow_at_least_one_pod_down():
     stderr = render_failure("--set", "autoscaler.podDisruptionBudget.maxUnavailable=0")
     assert "maxUnavailable" in stderr
+
+
+# --- batcher front workers ---------------------------------------------------------------------
+
+
+def _batcher_args(sets: list[str]) -> list[str]:
+    deployment = one(render(sets=["batcher.enabled=true", *sets]), "Deployment", "-batcher")
+    (container,) = pod_spec(deployment)["containers"]
+    return container["args"]
+
+
+def test_batcher_workers_value_becomes_the_workers_flag():
+    """``batcher.workers`` is ``--workers``; the default 0 passes no flag, so a release that
+    does not ask for front workers renders the one-process batcher exactly as before."""
+    assert not any(arg.startswith("--workers") for arg in _batcher_args([]))
+    assert "--workers=3" in _batcher_args(["batcher.workers=3"])
+
+
+@pytest.mark.parametrize("workers", ["-1", "65", "1.5"])
+def test_batcher_workers_outside_what_the_batcher_takes_is_refused(workers):
+    stderr = render_failure("--set", "batcher.enabled=true", "--set", f"batcher.workers={workers}")
+    assert "workers" in stderr

@@ -46,6 +46,7 @@ FLAGS = [
     ("autoscaler", "dryRun", AutoscalerConfig, "dry_run"),
     ("batcher", "maxBatchSize", BatcherConfig, "max_batch_size"),
     ("batcher", "sloSeconds", BatcherConfig, "slo_seconds"),
+    ("batcher", "workers", BatcherConfig, "workers"),
     ("job", "order", JobConfig, "order"),
     ("job", "maxConcurrency", JobConfig, "max_concurrency"),
 ]
