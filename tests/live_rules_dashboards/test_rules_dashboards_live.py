@@ -55,6 +55,16 @@ CUDA_ONLY_METRICS = {
     "autoglm_batcher_memory_alloc_retries_total",
     "autoglm_batcher_memory_allocator_ooms_total",
 }
+# Batcher panels that read only the front workers' series (``--workers N``): a one-process
+# batcher, as the stack runs, has none (absent, never zero).
+WORKERS_ONLY_PANELS = {
+    (batcher.UID, "Front worker restarts"),
+    (batcher.UID, "Requests per front worker"),
+}
+WORKERS_ONLY_METRICS = {
+    "autoglm_batcher_worker_restarts_total",
+    "autoglm_batcher_worker_requests_total",
+}
 
 
 def _values(stack: LiveStack, uid: str) -> dict[str, str]:
@@ -88,7 +98,7 @@ def _range_query(stack: LiveStack, expr: str, start: float) -> list[dict[str, An
 
 def _dashboard_queries(stack: LiveStack) -> list[tuple[str, str, bool]]:
     """(where, concrete expr, instant?) of every panel target and variable, from the JSON files,
-    but for the CUDA-only panels (see CUDA_ONLY_PANELS)."""
+    but for the CUDA-only and workers-only panels (see CUDA_ONLY_PANELS)."""
     found = []
     for entry in DASHBOARDS:
         dashboard = json.loads((JSON_DIR / entry.filename).read_text())
@@ -96,20 +106,26 @@ def _dashboard_queries(stack: LiveStack) -> list[tuple[str, str, bool]]:
         for query in queries(dashboard):
             if query.kind == "annotation":  # events: checked after the faults below
                 continue
-            if (query.dashboard, query.where) in CUDA_ONLY_PANELS:
+            if (query.dashboard, query.where) in CUDA_ONLY_PANELS | WORKERS_ONLY_PANELS:
                 continue
             where = f"{query.dashboard} / {query.where}"
             found.append((where, make_concrete(query.expr, values), query.instant))
     return found
 
 
-def test_only_cuda_statistics_are_exempt_from_the_data_check() -> None:
-    """The exemption must not hide anything but the allocator's CUDA-only series."""
+@pytest.mark.parametrize(
+    ("panels", "metrics"),
+    [(CUDA_ONLY_PANELS, CUDA_ONLY_METRICS), (WORKERS_ONLY_PANELS, WORKERS_ONLY_METRICS)],
+    ids=["cuda", "workers"],
+)
+def test_only_cuda_and_front_worker_series_are_exempt_from_the_data_check(panels, metrics) -> None:
+    """The exemption must not hide anything but the allocator's CUDA-only series and the
+    front workers' series."""
     dashboard = json.loads((JSON_DIR / "batcher.json").read_text())
-    exempt = [q for q in queries(dashboard) if (q.dashboard, q.where) in CUDA_ONLY_PANELS]
-    assert {(q.dashboard, q.where) for q in exempt} == CUDA_ONLY_PANELS
+    exempt = [q for q in queries(dashboard) if (q.dashboard, q.where) in panels]
+    assert {(q.dashboard, q.where) for q in exempt} == panels
     for query in exempt:
-        assert metric_names(make_concrete(query.expr)) <= CUDA_ONLY_METRICS, query.expr
+        assert metric_names(make_concrete(query.expr)) <= metrics, query.expr
 
 
 def test_every_panel_query_returns_data(live_stack: LiveStack) -> None:
