@@ -134,6 +134,16 @@ class Served:
 class BatcherServer(Served):
     """``autoglm-batcher`` on 127.0.0.1, HTTP and gRPC on free ports."""
 
+    def batched_items(self) -> tuple[float, float]:
+        """(items, batches) run so far, from the server's own metrics."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=10)
+        found = dict.fromkeys(("sum", "count"), 0.0)
+        for line in text.read().decode().splitlines():
+            for key in found:
+                if line.startswith(f"autoglm_batcher_batch_size_items_{key}{{"):
+                    found[key] = float(line.rsplit(" ", 1)[1])
+        return found["sum"], found["count"]
+
     name = "batcher"
 
     def __init__(self, extra: list[str], model: str = REFERENCE) -> None:
@@ -436,6 +446,8 @@ class Target:
 
     async def point(self, rate: float, seconds: float, slo: float, seed: int) -> dict:
         count = max(40, int(rate * seconds))
+        batched = isinstance(self.server, BatcherServer)
+        items_before = self.server.batched_items() if batched else (0.0, 0.0)
         cpu_before = self.server.cpu_seconds()
         client_before = time.process_time()
         latencies, outcomes, elapsed = await open_loop(
@@ -443,6 +455,11 @@ class Target:
         )
         server_cpu = self.server.cpu_seconds() - cpu_before
         client_cpu = time.process_time() - client_before
+        items, batches = (
+            (a - b for a, b in zip(self.server.batched_items(), items_before, strict=True))
+            if batched
+            else (0.0, 0.0)
+        )
         answered = len(latencies)
         failures = count - answered
         ordered = sorted(latencies) + [math.inf] * failures
@@ -462,6 +479,7 @@ class Target:
             "server_cores": server_cpu / elapsed if elapsed > 0 else math.nan,
             "requests_per_server_cpu_second": answered / server_cpu if server_cpu > 0 else math.nan,
             "client_cpu_ms_per_request": 1000 * client_cpu / count,
+            "mean_batch_items": items / batches if batches else math.nan,
         }
 
 
@@ -616,6 +634,60 @@ def summary(passes: list[dict[str, dict]], modes: tuple[str, ...]) -> dict:
     return out
 
 
+def model_row_costs(
+    passes: list[dict[str, dict]], modes: tuple[str, ...], seconds: float
+) -> dict[int, float]:
+    """The reference MLP's own CPU per row at each batch size the batcher ran at its top rates,
+    and at full batches, measured in a child process (this one stays free of torch)."""
+    sizes = {
+        max(1, round(p[m]["mean_batch_items"]))
+        for p in passes
+        for m in modes
+        if math.isfinite(p[m].get("mean_batch_items", math.nan))
+    }
+    if not sizes:
+        return {}
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.reference_mlp", "--seconds", str(seconds)]
+        + [str(size) for size in sorted(sizes)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {int(size): cost for size, cost in json.loads(out.stdout).items()}
+
+
+def model_share(
+    passes: list[dict[str, dict]], modes: tuple[str, ...], costs: dict[int, float], cpus: int
+) -> dict:
+    """Per batcher way: how much of its CPU per request is the model's, and what the CPU goal
+    and the machine allow even with a serving path that cost nothing (medians over passes)."""
+    out = {}
+    for mode in modes:
+        rows = []
+        for p in passes:
+            batch = p[mode].get("mean_batch_items", math.nan)
+            served = p[mode]["requests_per_server_cpu_second"]
+            if not (math.isfinite(batch) and math.isfinite(served)):
+                continue
+            model_us = costs[max(1, round(batch))]
+            client_us = 1000 * p[mode]["client_cpu_ms_per_request"]
+            rows.append(
+                {
+                    "batch": batch,
+                    "model_us_per_row": model_us,
+                    "server_us_per_request": 1e6 / served,
+                    "model_share": model_us * served / 1e6,
+                    "free_path_requests_per_cpu_second": 1e6 / model_us,
+                    "free_path_rate_bound": cpus * 1e6 / (model_us + client_us),
+                }
+            )
+        if rows:
+            out[mode] = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    return out
+
+
 def print_summary(result: dict) -> None:
     print(f"{'way in':<14} {'top req/s':>10} {'range':>15} {'req/CPU-s':>10} {'range':>15}")
     for mode, row in result["modes"].items():
@@ -628,6 +700,24 @@ def print_summary(result: dict) -> None:
     for name, ratio in result["ratios"].items():
         print(f"  {name:<32} {ratio['median']:6.2f}  ({ratio['min']:.2f}-{ratio['max']:.2f})")
     print("req/CPU-s: requests per server CPU-second at the highest held rate, model included")
+    shares = result.get("model_share", {})
+    if shares:
+        print(
+            f"{'way in':<20} {'batch':>6} {'model us/row':>12} {'server us/req':>13} "
+            f"{'model share':>11} {'free path: req/CPU-s':>20} {'req/s':>7}"
+        )
+        for mode, row in shares.items():
+            print(
+                f"{mode:<20} {row['batch']:>6.1f} {row['model_us_per_row']:>12.0f} "
+                f"{row['server_us_per_request']:>13.0f} {row['model_share']:>11.2f} "
+                f"{row['free_path_requests_per_cpu_second']:>20.0f} "
+                f"{row['free_path_rate_bound']:>7.0f}"
+            )
+        print(
+            "model us/row: the MLP alone (one torch thread) at the mean batch of that top rate; "
+            "free path: what a server whose serving path cost nothing would reach at that batch "
+            "(req/CPU-s), and the rate all cores could hold for the model plus this client (req/s)"
+        )
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -687,6 +777,10 @@ async def run_passes(
                         held["requests_per_server_cpu_second"] if held else math.nan
                     ),
                     "p99_ms": held["p99_ms"] if held else math.nan,
+                    "mean_batch_items": held["mean_batch_items"] if held else math.nan,
+                    "client_cpu_ms_per_request": (
+                        held["client_cpu_ms_per_request"] if held else math.nan
+                    ),
                 }
                 starts[mode] = max(40.0, found[mode] / args.step)
             result["loadavg"] = {"before": before, "after": loadavg()}  # type: ignore[assignment]
@@ -856,6 +950,13 @@ def main(argv: list[str] | None = None) -> int:
             mlserver.stop()
     modes = served_modes(mlserver, with_workers)
     result = summary(passes, modes)
+    batched = tuple(m for m in modes if m != MLSERVER_MODE)
+    result["model_share"] = model_share(
+        passes,
+        batched,
+        model_row_costs(passes, batched, 0.05 if args.smoke else 1.0),
+        os.cpu_count() or 1,
+    )
     print_summary(result)
     report = {
         "model": "MLP 512-2048-2048-512, torch CPU, 1 thread (bench/reference_mlp.py)",

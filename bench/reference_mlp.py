@@ -36,3 +36,35 @@ class Identity(torch.nn.Module):
 def identity() -> Identity:
     """A fresh :class:`Identity` (``--model bench.reference_mlp:identity``)."""
     return Identity()
+
+
+def row_cpu_microseconds(sizes: list[int], seconds_per_size: float = 1.0) -> dict[int, float]:
+    """CPU microseconds a row costs the reference MLP alone at each batch size, on one torch
+    thread (as the serving bench runs it): what a request costs a server whose serving path is
+    free, so the bench can say how much of its CPU per request is the model's."""
+    import time
+
+    torch.set_num_threads(1)
+    module = reference_mlp().eval()
+    costs = {}
+    with torch.inference_mode():
+        for size in sizes:
+            rows = torch.randn(size, FEATURES)
+            module(rows)  # first call allocates
+            calls, start = 0, time.thread_time()
+            while time.thread_time() - start < seconds_per_size or calls < 3:
+                module(rows)
+                calls += 1
+            costs[size] = (time.thread_time() - start) / calls / size * 1e6
+    return costs
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description="CPU per row of the reference MLP alone, as JSON")
+    parser.add_argument("sizes", type=int, nargs="+", help="batch sizes")
+    parser.add_argument("--seconds", type=float, default=1.0, help="timed per size")
+    args = parser.parse_args()
+    print(json.dumps(row_cpu_microseconds(args.sizes, args.seconds)))

@@ -60,3 +60,9 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         "grpc/rest-json cpu",
     }
     assert "requests per server CPU-second" in run.stdout
+    shares = report["summary"]["model_share"]
+    assert "rest-json" in shares and "mlserver-json" not in shares
+    for row in shares.values():
+        assert row["batch"] >= 1 and row["model_us_per_row"] > 0
+        assert row["model_share"] > 0 and row["free_path_requests_per_cpu_second"] > 0
+    assert "free path" in run.stdout
