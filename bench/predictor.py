@@ -28,7 +28,12 @@ time, which on a busy machine is mostly waiting for a core); median of three sel
 the load average.
 
     nice -n 15 python bench/predictor.py [--smoke] [--json bench/results/predictor.json]
-        [--extra-models tracking]
+        [--extra-models tracking] [--rules]
+
+``--rules`` replays, instead of the service, the combination rules tried for the geometric-mean
+goal (weights per hour of the day and per horizon, shrunk toward the median ensemble, gated by
+a Diebold-Mariano test, a residual correction) from the candidates' own forecasts, on the design
+and check windows alike (docs/predictor-accuracy.md, "Fifth round").
 """
 
 from __future__ import annotations
@@ -64,11 +69,19 @@ from predictor.hindsight import best_pick_wape, best_weights_wape  # noqa: E402
 from predictor.models import (  # noqa: E402
     BASELINES,
     ON_REQUEST,
+    Combination,
     ForecastModel,
     candidate_factories,
     shortest_cycle,
+    usable_seasons,
 )
-from predictor.selection import Selection, candidate_forecasts, select_model  # noqa: E402
+from predictor.selection import (  # noqa: E402
+    HALF_LIFE_BLOCKS,
+    Selection,
+    candidate_forecasts,
+    select_model,
+    significant_lead,
+)
 from predictor.series import bin_events  # noqa: E402
 
 SEASONS = (86400.0, 604800.0)
@@ -327,6 +340,306 @@ def timing_2000(traces: Path, extra: tuple[str, ...] = ()) -> dict:
     }
 
 
+# -- Offline replay of combination rules (--rules) ---------------------------------------------
+# Rules that weigh the candidates by their past out-of-sample errors, replayed from the
+# candidates' own forecasts (every single model refitted every re-selection interval from the
+# first quarter of the history on, so each rule has as long a record to learn from as the
+# selection's backtest; in the test window the refits are the service's). A rule sets its
+# weights at each refit from the errors whose targets came before it, and keeps them through
+# the interval. Point forecasts only: these rules were tried for issue 19's geometric-mean goal
+# (docs/predictor-accuracy.md, "Fifth round"), and none is a model of the service.
+COMBINED = ("ensemble", "ensemble_trimmed", "combination")
+RULE_TOP, RULE_POWER = 3, 2.0  # inverse-squared error over the three best, as `combination`
+RULE_SHRINK = 0.5  # the rule's share of the forecast; the rest is the median ensemble's
+RULE_HALF_LIFE = 14.0  # in re-selection intervals (days on GenAI)
+RULE_PHASE_HOURS = 1.0  # the Gaussian kernel's width over the target's time of day
+RULE_SWITCH_Z = 1.645  # one-sided 5 %: one rival (the median) for the gated rule
+RULE_WARMUP = 3  # intervals of errors before the gated rule scores itself
+
+
+def rule_inputs(spec: dict, start: int) -> dict:
+    """Every single candidate's forecasts from the first quarter of the history to the end of
+    the window (refitted every ``reselect`` points, on the window's own refit points), the
+    median ensemble of them, and what each forecast was for."""
+    y, step, every = spec["y"][: start + spec["test"]], spec["step"], spec["reselect"]
+    first = start - ((start - int(start * 0.25)) // every) * every
+    factories = factories_with(step, max(HORIZONS), start, ())
+    ensemble = factories["ensemble"]()
+    assert isinstance(ensemble, Combination)
+    singles = {n: f for n, f in factories.items() if n not in COMBINED}
+    refits = list(range(first, len(y), every))
+    forecasts, _, _ = candidate_forecasts(singles, y, first, refits, max(HORIZONS))
+    points = {n: f.point for n, f in forecasts.items() if n in singles}
+    # NaN wherever a member could not run (a weekly model before two weeks of history), as the
+    # selection leaves a combination unscored where a member has no forecast.
+    points["ensemble"] = np.median(np.stack([points[m] for m in ensemble.member_names()]), axis=0)
+    # Phases of the day only where a daily season is usable (not on the hour-long Azure traces).
+    day = round(DAY / step) if usable_seasons(step, SEASONS, start) else 0
+    return dict(
+        first=first,
+        start=start,
+        every=every,
+        step=step,
+        day=day,
+        points=points,
+        actual=forecast_targets(y, first, max(HORIZONS)),
+    )
+
+
+def phase_scores(
+    errors: np.ndarray,
+    actual: np.ndarray,
+    ages: np.ndarray,
+    target_phases: np.ndarray | None,
+    day: int,
+    step: float,
+    half_life: float = RULE_HALF_LIFE,
+    phase_hours: float | None = RULE_PHASE_HOURS,
+) -> np.ndarray:
+    """Each expert's recency-weighted WAPE (experts x phases of the day, or experts x 1 without
+    phases) from its absolute ``errors`` (experts x past points) on ``actual``: a point ``ages``
+    re-selection intervals old weighs ``0.5 ** (age / half_life)``, and for the score at phase
+    p a Gaussian of its target's distance in hours from p (``phase_hours`` wide; ``None`` or no
+    ``target_phases``: every phase alike). Points with a non-finite error weigh nothing."""
+    ok = np.isfinite(errors).all(axis=0) & np.isfinite(actual)
+    w = 0.5 ** (ages / half_life) * ok
+    e, a = np.where(ok, errors, 0.0), np.where(ok, np.abs(actual), 0.0)
+    if target_phases is None or phase_hours is None or not day:
+        return ((e @ w) / max(float(a @ w), 1e-12))[:, None]
+    distance = np.abs(np.arange(day)[:, None] - target_phases[None, :])
+    hours = np.minimum(distance, day - distance) * step / 3600.0
+    kernel = np.exp(-0.5 * (hours / phase_hours) ** 2) * w[None, :]  # phases x points
+    return (e @ kernel.T) / np.maximum(kernel @ a, 1e-12)[None, :]
+
+
+def rule_weights(scores: np.ndarray, mode: str) -> np.ndarray:
+    """Weights over the experts (experts x columns) from their scores: ``inverse``, the top
+    ``RULE_TOP`` by inverse-squared score; ``leader``, the lowest alone."""
+    if mode == "leader":
+        w = (scores == scores.min(axis=0, keepdims=True)).astype(float)
+    else:
+        w = np.zeros_like(scores)
+        top = np.argsort(scores, axis=0, kind="stable")[:RULE_TOP]
+        np.put_along_axis(
+            w, top, np.take_along_axis(scores, top, axis=0).clip(1e-12) ** -RULE_POWER, axis=0
+        )
+    return w / w.sum(axis=0, keepdims=True)
+
+
+def weighted_rule(
+    inputs: dict,
+    rows: slice,
+    mode: str = "inverse",
+    shrink: float | None = None,
+    phases: bool = True,
+    seasonal_only: bool = True,
+) -> np.ndarray:
+    """The forecasts (rows x horizons) of a weighting rule for the interval ``rows`` (origins
+    after ``first``): per horizon, weights over every single model and the median ensemble
+    from their errors on targets before the interval, per phase of the target's day when
+    ``phases``; the result mixed with the median ensemble (``shrink`` of it the rule's, default
+    ``RULE_SHRINK``). With ``seasonal_only``, a series without a daily season gets the median
+    ensemble."""
+    points, actual, day = inputs["points"], inputs["actual"], inputs["day"]
+    shrink = RULE_SHRINK if shrink is None else shrink
+    median = points["ensemble"][rows]
+    if seasonal_only and not day:
+        return median
+    names = [n for n in points if np.isfinite(points[n][rows]).all()]
+    out = np.empty_like(median)
+    first, begin = inputs["first"], rows.start
+    origins = np.arange(rows.start, rows.stop)
+    for h in HORIZONS:
+        known = np.arange(max(0, begin - h + 1))  # targets seen before the interval
+        errors = np.stack([np.abs(points[n][known, h - 1] - actual[known, h - 1]) for n in names])
+        ages = (begin - known) / inputs["every"]
+        target = (first + known + h - 1) % day if (phases and day) else None
+        scores = phase_scores(
+            errors,
+            actual[known, h - 1],
+            ages,
+            target,
+            day,
+            inputs["step"],
+            half_life=RULE_HALF_LIFE,
+            phase_hours=RULE_PHASE_HOURS if phases else None,
+        )
+        column = (first + origins + h - 1) % day if scores.shape[1] > 1 else 0 * origins
+        weights = rule_weights(scores, mode)[:, column]  # experts x rows
+        forecast = (weights * np.stack([points[n][rows, h - 1] for n in names])).sum(axis=0)
+        out[:, h - 1] = shrink * forecast + (1.0 - shrink) * median[:, h - 1]
+    return out
+
+
+def gated_rule(inputs: dict, rows: slice, cache: dict) -> np.ndarray:
+    """``weighted_rule`` at a horizon only where its past intervals beat the median ensemble
+    by a significant margin (the selection's one-sided Diebold-Mariano test on per-interval
+    WAPE differences, recency-weighted), else the median ensemble."""
+    points, actual, every = inputs["points"], inputs["actual"], inputs["every"]
+    if "all" not in cache:
+        rule = np.full_like(points["ensemble"], np.nan)
+        for b in range(RULE_WARMUP * every, len(rule), every):
+            block = slice(b, min(len(rule), b + every))
+            rule[block] = weighted_rule(inputs, block)
+        cache["all"] = rule
+    rule, out = cache["all"], points["ensemble"][rows].copy()
+    for h in HORIZONS:
+        diffs, weights = [], []
+        for b in range(RULE_WARMUP * every, rows.start - every + 1, every):
+            past = np.arange(b, b + every)
+            past = past[past + h - 1 < rows.start]
+            if len(past) < every // 2:
+                continue
+            a = actual[past, h - 1]
+            diffs.append(wape(a, points["ensemble"][past, h - 1]) - wape(a, rule[past, h - 1]))
+            weights.append(0.5 ** ((rows.start - b) / every / HALF_LIFE_BLOCKS))
+        if len(diffs) >= 2 and significant_lead(np.array(diffs), np.array(weights), RULE_SWITCH_Z):
+            out[:, h - 1] = rule[rows, h - 1]
+    return out
+
+
+def residual_rule(inputs: dict, rows: slice) -> np.ndarray:
+    """The median ensemble plus half of ``beta_h`` times its last one-step error, ``beta_h``
+    fitted by recency-weighted least squares on the errors before the interval: a level
+    correction the seasonal members are slow to make."""
+    point, actual = inputs["points"]["ensemble"], inputs["actual"]
+    last = np.concatenate([[0.0], (actual[:, 0] - point[:, 0])[:-1]])
+    last = np.where(np.isfinite(last), last, 0.0)
+    out = point[rows].copy()
+    for h in HORIZONS:
+        known = np.arange(1, max(1, rows.start - h + 1))
+        target = actual[known, h - 1] - point[known, h - 1]
+        ok = np.isfinite(target)
+        w = 0.5 ** ((rows.start - known) / inputs["every"] / RULE_HALF_LIFE) * ok
+        x, t = last[known], np.where(ok, target, 0.0)
+        beta = float((w * x) @ t / max(float((w * x) @ x), 1e-12))
+        out[:, h - 1] = np.maximum(point[rows, h - 1] + 0.5 * beta * last[rows], 0.0)
+    return out
+
+
+RULES: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {
+    "median": (
+        "the median ensemble (the first incumbent today)",
+        lambda i, r, c: i["points"]["ensemble"][r],
+    ),
+    "phase_inverse": (
+        "per horizon and hour of the target's day (+-1 h kernel): inverse-squared error over "
+        "the best 3 of every single model and the median, half-life 14 intervals, half of it "
+        "mixed with the median; no daily season: the median",
+        lambda i, r, c: weighted_rule(i, r),
+    ),
+    "phase_inverse_everywhere": (
+        "phase_inverse, also without a daily season (errors pooled over the interval)",
+        lambda i, r, c: weighted_rule(i, r, seasonal_only=False),
+    ),
+    "horizon_inverse": (
+        "phase_inverse without phases: weights per horizon only",
+        lambda i, r, c: weighted_rule(i, r, phases=False),
+    ),
+    "phase_leader": (
+        "the leader per horizon and hour alone (no mixing); no daily season: the median",
+        lambda i, r, c: weighted_rule(i, r, mode="leader", shrink=1.0),
+    ),
+    "phase_inverse_gated": (
+        "phase_inverse only where it beat the median on past intervals (Diebold-Mariano, 5 %)",
+        gated_rule,
+    ),
+    "residual_correction": (
+        "the median plus half a least-squares correction from its last one-step error",
+        lambda i, r, c: residual_rule(i, r),
+    ),
+}
+
+
+def run_rules(specs: list[dict], smoke: bool) -> dict:
+    """Every rule's ratio to the best baseline per cell, design and check (see RULES)."""
+    cells: dict[str, dict[str, list[dict]]] = {r: {"design": [], "check": []} for r in RULES}
+    seconds: dict[str, list[float]] = {r: [] for r in RULES}
+    for spec in specs:
+        starts = windows(spec, smoke)
+        for k, start in enumerate(starts):
+            group = "check" if k == len(starts) - 1 else "design"
+            inputs = rule_inputs(spec, start)
+            points, actual = inputs["points"], inputs["actual"]
+            window = slice(start - inputs["first"], len(actual))
+            best = {
+                h: min(
+                    _wape(actual[window, h - 1], points[b][window, h - 1])
+                    for b in BASELINES
+                    if b in points and np.isfinite(points[b][window, h - 1]).all()
+                )
+                for h in HORIZONS
+            }
+            for rule, (_, forecast) in RULES.items():
+                out = np.full_like(actual[window], np.nan)
+                cache: dict = {}
+                for b in range(window.start, window.stop, inputs["every"]):
+                    rows = slice(b, min(window.stop, b + inputs["every"]))
+                    started = time.process_time()
+                    out[rows.start - window.start : rows.stop - window.start] = forecast(
+                        inputs, rows, cache
+                    )
+                    seconds[rule].append(time.process_time() - started)
+                for h in HORIZONS:
+                    ratio = _wape(actual[window, h - 1], out[:, h - 1]) / best[h]
+                    cells[rule][group].append(dict(series=spec["name"], window=k, h=h, ratio=ratio))
+        print(f"{spec['name']} rules done", file=sys.stderr)
+    summary: dict[str, dict] = {}
+    for rule, groups in cells.items():
+        summary[rule] = {"cpu_ms_per_interval": round(1000 * float(np.mean(seconds[rule])), 2)}
+        for group, group_cells in groups.items():
+            if not group_cells:
+                continue
+            ratios = np.array([c["ratio"] for c in group_cells])
+            worst = group_cells[int(np.argmax(ratios))]
+            summary[rule][group] = {
+                "cells": len(ratios),
+                "geomean_ratio": round(float(np.exp(np.mean(np.log(ratios)))), 3),
+                "worst_ratio": round(float(ratios.max()), 3),
+                "worst_cell": f"{worst['series']} window {worst['window']} h{worst['h']}",
+                "cells_over_goal_ratio": int((ratios > GOAL_RATIO).sum()),
+            }
+            # Per trace: the rules act on the GenAI series' daily season, not on Azure's hour.
+            for source in ("genai", "azure"):
+                mine = [np.log(c["ratio"]) for c in group_cells if c["series"].startswith(source)]
+                if mine:
+                    summary[rule][group][f"{source}_geomean_ratio"] = round(
+                        float(np.exp(np.mean(mine))), 3
+                    )
+    for groups in cells.values():
+        for group_cells in groups.values():
+            for c in group_cells:
+                c["ratio"] = round(c["ratio"], 3)
+    return {"rules": {r: d for r, (d, _) in RULES.items()}, "summary": summary, "cells": cells}
+
+
+def print_rules(report: dict) -> None:
+    print("\n== combination rules replayed offline (point forecasts; ratio to the best baseline)")
+    print(
+        f"{'rule':<26}{'design: geomean (GenAI, Azure) / worst / cells > 0.85':<56}"
+        f"{'check: the same':<56}CPU-ms per interval"
+    )
+    for rule, s in report["summary"].items():
+        row = ""
+        for group in ("design", "check"):
+            g = s.get(group)
+            text = "-"
+            if g:
+                parts = [
+                    f"{g[f'{t}_geomean_ratio']:.3f}"
+                    for t in ("genai", "azure")
+                    if f"{t}_geomean_ratio" in g
+                ]
+                text = (
+                    f"{g['geomean_ratio']:.3f} ({', '.join(parts)}) / {g['worst_ratio']:.3f} / "
+                    f"{g['cells_over_goal_ratio']}"
+                )
+            row += text.ljust(56)
+        print(f"{rule:<26}{row}{s['cpu_ms_per_interval']:.2f}")
+    for rule, description in report["rules"].items():
+        print(f"  {rule}: {description}")
+
+
 def print_report(report: dict) -> None:
     hs = [str(h) for h in HORIZONS]
     for name, series in report["series"].items():
@@ -419,6 +732,12 @@ def main(argv: list[str] | None = None) -> int:
         help="models offered only when a target names them (gru, tracking) to add to the "
         "candidates, alone and in the selection",
     )
+    parser.add_argument(
+        "--rules",
+        action="store_true",
+        help="instead of the service replay, replay the combination rules tried for the "
+        "geometric-mean goal from the candidates' own forecasts (design and check)",
+    )
     args = parser.parse_args(argv)
     extra = tuple(args.extra_models)
     unknown = sorted(set(extra) - set(ON_REQUEST))
@@ -439,6 +758,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench/predictor.py: {name} is not in {traces}: {fetch_hint(name)}")
             return 2
     started = time.perf_counter()
+    if args.rules:
+        loads = [round(x, 2) for x in os.getloadavg()]
+        rules = run_rules(series_specs(traces, args.smoke), args.smoke)
+        rules |= {
+            "cpus": os.cpu_count(),
+            "load_average_at_start": loads,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "total_seconds": round(time.perf_counter() - started, 1),
+        }
+        print_rules(rules)
+        print(
+            f"\nmachine: {rules['cpus']} CPUs, load average {loads} at start, "
+            f"{rules['load_average_at_end']} at end"
+        )
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rules, indent=2) + "\n")
+        print(f"\nwrote {args.json} ({rules['total_seconds']} s)")
+        return 0
     report: dict = {
         "quantile": QUANTILE,
         "horizons": list(HORIZONS),
