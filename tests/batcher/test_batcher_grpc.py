@@ -7,6 +7,7 @@ trailing metadata), independent implementations of the same protocol.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 import threading
@@ -26,6 +27,7 @@ from tritonclient.utils import InferenceServerException
 from autoglm.webconfig import WebConfig
 from batcher.model import TensorSpec
 from tests.batcher.batcher_test_models import EchoModel
+from tests.batcher.conftest import ServerThread
 from tests.batcher.test_batcher_best_effort_http import samples
 from tests.batcher.test_batcher_cli import start_up_error
 from tests.batcher.test_batcher_http import json_request
@@ -260,8 +262,6 @@ def test_draining_server_answers_unavailable_and_not_ready(serve) -> None:
     held = threading.Thread(target=client.infer, args=("echo", echo_inputs(x, k)))
     held.start()
     assert model.entered.wait(10)
-    import asyncio
-
     drained = asyncio.run_coroutine_threadsafe(server.batcher.drain(10), server.loop)
     deadline = time.monotonic() + 5
     while server.batcher.accepting and time.monotonic() < deadline:
@@ -367,3 +367,32 @@ def test_a_renewed_certificate_is_served_without_a_restart(serve, tmp_path) -> N
     while not live_for(new_ca) and time.monotonic() < deadline:
         time.sleep(0.3)  # the files are looked at once a second at most
     assert live_for(new_ca) and not live_for(old_ca)
+
+
+def test_the_grpc_face_serves_on_a_uvloop_loop() -> None:
+    """grpc.aio on uvloop (the loop ``uvloop.run`` gives the engine): health, infer, an abort
+    with its code, and the drain's UNAVAILABLE all work as on asyncio's own loop."""
+    uvloop = pytest.importorskip("uvloop")
+    model = EchoModel()
+    server = ServerThread(model, warmup_repeats=0, grpc_listen="127.0.0.1:0")
+    server.loop.close()
+    server.loop = uvloop.new_event_loop()
+    server.thread = threading.Thread(target=server.loop.run_forever, name="batcher-test-uvloop")
+    server.start()
+    try:
+        assert isinstance(server.loop, uvloop.Loop)
+        client = triton.InferenceServerClient(grpc_url(server))
+        assert client.is_server_live() and client.is_model_ready("echo")
+        x, k = np.array([[1, 2, 3]], dtype=np.float32), np.array([[1]], dtype=np.int32)
+        np.testing.assert_array_equal(client.infer("echo", echo_inputs(x, k)).as_numpy("y"), 2 * x)
+        wide = triton.InferInput("x", [1, 3], "FP64")
+        wide.set_data_from_numpy(x.astype(np.float64))
+        with pytest.raises(InferenceServerException, match="the model expects FP32") as bad:
+            client.infer("echo", [wide, echo_inputs(x, k)[1]])
+        assert bad.value.status() == "StatusCode.INVALID_ARGUMENT"
+        asyncio.run_coroutine_threadsafe(server.batcher.drain(10), server.loop).result(10)
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("echo", echo_inputs(x, k))
+        assert refused.value.status() == "StatusCode.UNAVAILABLE"
+    finally:
+        server.stop()
