@@ -594,6 +594,28 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+class Neighbours:
+    """CPU the rest of the machine used while this bench ran: every CPU's busy time (from
+    ``/proc/stat``) less this process and the servers it started. A load average counts waiting
+    tasks; this says how many cores other work actually took, which is what moves the figures."""
+
+    def __init__(self) -> None:
+        self._start = self._others()
+        self._wall = time.monotonic()
+
+    @staticmethod
+    def _others() -> float:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+        busy = (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+        return busy - tree_cpu_seconds(os.getpid())
+
+    def cores(self) -> float:
+        """Mean cores other work used since this object was made."""
+        elapsed = time.monotonic() - self._wall
+        return (self._others() - self._start) / elapsed if elapsed > 0 else math.nan
+
+
 def spread(values: list[float]) -> dict:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
@@ -739,6 +761,7 @@ async def run_passes(
         starts = dict.fromkeys(modes, args.start)
         for index in range(1, args.passes + 1):
             before = loadavg()
+            neighbours = Neighbours()
             best: dict[str, dict] = {}
 
             async def run(
@@ -784,11 +807,13 @@ async def run_passes(
                 }
                 starts[mode] = max(40.0, found[mode] / args.step)
             result["loadavg"] = {"before": before, "after": loadavg()}  # type: ignore[assignment]
+            result["neighbour_cores"] = neighbours.cores()  # type: ignore[assignment]
             passes.append(result)
             print(
                 f"pass {index}: "
                 + ", ".join(f"{m} {found[m]:.0f}/s" for m in modes)
-                + f"; load average {before} -> {loadavg()}",
+                + f"; load average {before} -> {loadavg()}, other work took "
+                f"{result['neighbour_cores']:.2f} cores",
                 flush=True,
             )
     finally:

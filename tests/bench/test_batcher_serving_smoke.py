@@ -66,3 +66,5 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         assert row["batch"] >= 1 and row["model_us_per_row"] > 0
         assert row["model_share"] > 0 and row["free_path_requests_per_cpu_second"] > 0
     assert "free path" in run.stdout
+    assert all(p["neighbour_cores"] > -0.5 for p in report["per_pass"])  # a number, sane
+    assert "other work took" in run.stdout
