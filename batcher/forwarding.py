@@ -39,9 +39,11 @@ from batcher.tensor_spec import TensorSpec
 FRAME_HEADER = struct.Struct("<III")  # call id, envelope length, payload length
 # The engine answers this status when the request's signature tag is not the served model's.
 SIGNATURE_CHANGED = 409
-# A decoded request in binary form can outgrow its JSON: "0," (2 bytes) becomes an 8-byte INT64 or
-# FP64, nothing grows more. The envelope and the binary request's JSON header fit in the allowance.
-BINARY_GROWTH = 4
+# A decoded request in binary form can outgrow what the client sent: JSON's "0," (2 bytes) becomes
+# an 8-byte INT64 or FP64 (4x), and a gRPC request's typed contents more: a packed varint of one
+# byte (an INT64 or UINT64 of 0..127) becomes 8 bytes. Nothing grows more than 8x. The envelope
+# and the binary request's JSON header fit in the allowance.
+BINARY_GROWTH = 8
 FRAME_ALLOWANCE_BYTES = 1 << 20
 # A call id for a message that expects no answer (a worker telling the engine it refused a
 # request as invalid, so the engine's request counters see every request).

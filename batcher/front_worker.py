@@ -46,6 +46,7 @@ from batcher.forwarding import (
     read_binary_answer,
     sent_in_binary,
 )
+from batcher.grpc_front import GrpcFront
 from batcher.request_body import read_body
 from batcher.worker_pool import CHANNEL_SOCKET, HTTP_SOCKET, READY_LINE
 
@@ -89,8 +90,9 @@ class FrontServer:
         self.connection_metrics = ConnectionMetrics(registry)
         self.requests = Counter(
             "autoglm_batcher_worker_requests",
-            "HTTP requests answered by each front worker (--workers), by handler (infer: decoded "
-            "here and batched by the engine; engine: passed to the engine as they came) and code.",
+            "Requests answered by each front worker (--workers), by handler (infer: decoded "
+            "here and batched by the engine; engine: passed to the engine as they came; grpc: a "
+            "gRPC call, its code a status name) and code.",
             ["worker", "handler", "code"],
             registry=registry,
         )
@@ -134,12 +136,18 @@ class FrontServer:
         )
         await self._listener.start(sock)
 
-    async def stop(self) -> None:
-        """Stop accepting, finish the requests in progress (each answered), then disconnect."""
+    async def stop_accepting(self) -> None:
+        """Stop accepting connections and finish the requests in progress (each answered)."""
         if self._listener is not None:
             await self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
+            self._runner = None
+
+    async def stop(self) -> None:
+        """Stop accepting, finish the requests in progress (each answered), then disconnect."""
+        await self.stop_accepting()
         if self._session is not None:
             await self._session.close()
         if self._engine is not None:
@@ -180,7 +188,7 @@ class FrontServer:
                 )
             except oip.ProtocolError as exc:
                 try:
-                    outdated = body is not None and await self._outdated(engine, key, signature)
+                    outdated = body is not None and await self.outdated(engine, key, signature)
                 except ChannelError as gone:
                     return _error(f"the engine is not answering ({gone}); try again", 503)
                 if outdated and not last_try:
@@ -196,7 +204,7 @@ class FrontServer:
                 else engine_request(parsed, signature)
             )
             try:
-                answer, payload = await self._call(engine, name, version, signature, forwarded)
+                answer, payload = await self.call(engine, name, version, signature, forwarded)
             except ChannelError as exc:
                 return _error(f"the engine is not answering ({exc}); try again", 503)
             if answer["status"] == SIGNATURE_CHANGED and not last_try:
@@ -205,8 +213,20 @@ class FrontServer:
             return self._answer(signature, parsed, answer, payload, as_sent)
         raise AssertionError("unreachable: the last try returns")
 
+    @property
+    def engine(self) -> WorkerEnd:
+        """The channel to the engine (connected by :meth:`start`)."""
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The engine's private HTTP socket (connected by :meth:`start`)."""
+        assert self._session is not None
+        return self._session
+
     @staticmethod
-    async def _outdated(engine: WorkerEnd, key: tuple[str, str], signature: Signature) -> bool:
+    async def outdated(engine: WorkerEnd, key: tuple[str, str], signature: Signature) -> bool:
         """Whether the engine now serves ``key`` with another signature than ``signature``."""
         name, version = key
         envelope = {"check": True, "model": name, "version": version, "signature": signature.tag}
@@ -214,7 +234,7 @@ class FrontServer:
         return bool(answer["status"] == SIGNATURE_CHANGED)
 
     @staticmethod
-    async def _call(
+    async def call(
         engine: WorkerEnd,
         name: str,
         version: str | None,
@@ -269,20 +289,35 @@ class FrontServer:
     ) -> Signature | web.Response:
         """The model's signature as the engine serves it, asked once and kept; the engine's
         answer itself when it has no such model or version."""
+        try:
+            signature = await self.signature(name, version)
+        except (aiohttp.ClientError, OSError) as exc:
+            return _error(f"the engine is not answering ({exc}); try again", 503)
+        if isinstance(signature, Signature):
+            return signature
+        status, body, headers = signature
+        return web.Response(status=status, body=body, headers=headers)
+
+    async def signature(
+        self, name: str, version: str | None
+    ) -> Signature | tuple[int, bytes, dict[str, str]]:
+        """The model's signature as the engine serves it, asked once and kept (forgotten with
+        :meth:`forget_signature`); the engine's answer (status, body, headers) when it has no
+        such model or version. ``aiohttp.ClientError`` or ``OSError``: the engine is gone."""
         key = (name, version or "1")
         known = self._signatures.get(key)
         if known is not None:
             return known
         path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "")
-        try:
-            status, body, headers = await self._engine_http("GET", path, b"", {})
-        except (aiohttp.ClientError, OSError) as exc:
-            return _error(f"the engine is not answering ({exc}); try again", 503)
+        status, body, headers = await self._engine_http("GET", path, b"", {})
         if status != 200:
-            return web.Response(status=status, body=body, headers=headers)
+            return status, body, headers
         signature = Signature.from_metadata(orjson.loads(body))
         self._signatures[key] = signature
         return signature
+
+    def forget_signature(self, key: tuple[str, str]) -> None:
+        self._signatures.pop(key, None)
 
     # --- everything else ---------------------------------------------------------------------
 
@@ -331,6 +366,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--drain-timeout-seconds", type=float, required=True)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", default="json")
+    parser.add_argument("--grpc-listen", default="")
     return parser.parse_args(argv)
 
 
@@ -346,19 +382,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
     from batcher.cli import stop_when_orphaned
 
+    registry = CollectorRegistry()  # multiprocess mode: the engine's /metrics reads the files
     server = FrontServer(
         args.worker,
         args.channel_dir,
         web_config,
         max_body_bytes=args.max_body_bytes,
         drain_timeout_seconds=args.drain_timeout_seconds,
-        registry=CollectorRegistry(),  # multiprocess mode: the engine's /metrics reads the files
+        registry=registry,
     )
+    grpc_front = GrpcFront(server, registry, listen=args.grpc_listen) if args.grpc_listen else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before "ready": the engine may stop it at once
         loop.add_signal_handler(sig, stop.set)
     await server.start(socket.socket(fileno=args.socket_fd))
+    if grpc_front is not None:
+        await grpc_front.start()
     sys.stdout.buffer.write(READY_LINE)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nothing else may fill the engine's pipe
@@ -367,6 +407,11 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
     await stop.wait()
     orphaned.cancel()
     log.info("front worker draining")
+    # gRPC and HTTP stop accepting together and finish their calls; the channel closes after
+    stopping = [server.stop_accepting()]
+    if grpc_front is not None:
+        stopping.append(grpc_front.stop(args.drain_timeout_seconds))
+    await asyncio.gather(*stopping)
     await server.stop()
     log.info("front worker stopped")
     return 0

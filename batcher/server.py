@@ -37,6 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -60,6 +61,7 @@ from batcher.errors import (
     UnknownModel,
 )
 from batcher.forwarding import SIGNATURE_CHANGED, request_frame_limit, signature_tag
+from batcher.grpc_face import GRPC_CODE_HEADER, GRPC_MODEL_HEADER
 from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
 from batcher.repository import LoadedModel, ModelRepository
@@ -186,6 +188,7 @@ class BatcherServer:
         )
         self.connection_metrics = ConnectionMetrics(registry) if self.workers is None else None
         self._first_worker_socket: socket.socket | None = None
+        self._grpc_socket: socket.socket | None = None  # holds the workers' gRPC port
         self._private_dir: Path | None = None
         self._channel: asyncio.Server | None = None
         self._channel_calls: set[asyncio.Task[None]] = set()
@@ -199,6 +202,7 @@ class BatcherServer:
                 web_config=self.web_config,
                 max_message_bytes=max_body_bytes,
                 version=self._version,
+                behind_workers=self.workers is not None,
             )
             if grpc_listen
             else None
@@ -228,6 +232,8 @@ class BatcherServer:
             app.router.add_get(base, self._model_metadata)
             app.router.add_get(base + "/ready", self._model_ready)
         RepositoryRoutes(self.models).register(app)
+        if not guarded and self.grpc is not None:  # the gRPC calls the workers pass on
+            app.router.add_post("/grpc/{method}", self._grpc_forwarded)
         return app
 
     async def start(self) -> None:
@@ -254,7 +260,7 @@ class BatcherServer:
             except ConfigError:
                 await self._close_http()
                 raise
-        if self.grpc is not None:
+        if self.grpc is not None and self.workers is None:
             try:
                 await self.grpc.start()
             except ConfigError:
@@ -294,7 +300,28 @@ class BatcherServer:
         for name in (HTTP_SOCKET, CHANNEL_SOCKET):
             os.chmod(private / name, 0o600)
         assert self._first_worker_socket is not None
-        await self.workers.start(host, self._first_worker_socket, private)
+        grpc_listen = ""
+        if self.grpc is not None:
+            # Bound, never listening: the port stays the workers' (each binds it with
+            # SO_REUSEPORT, so the kernel spreads connections over them) while one is replaced.
+            grpc_host, grpc_port = parse_listen(self.grpc.listen)
+            try:
+                self._grpc_socket = bind_socket(grpc_host, grpc_port, reuse_port=True)
+            except ConfigError as exc:
+                raise ConfigError(f"--grpc-listen: {exc}") from exc
+            self.grpc.port = self._grpc_socket.getsockname()[1]
+            grpc_listen = f"[{grpc_host}]:{self.grpc.port}"
+        await self.workers.start(host, self._first_worker_socket, private, grpc_listen)
+        if self.grpc is not None:
+            log.info(
+                "serving grpc",
+                extra={
+                    "listen": self.grpc.listen,
+                    "port": self.grpc.port,
+                    "tls": self.web_config.tls_material() is not None,
+                    "workers": self.workers.count,
+                },
+            )
 
     async def shutdown(self, drain_timeout: float) -> bool:
         """Refuse new work, answer everything accepted, then close; True if all finished."""
@@ -318,6 +345,8 @@ class BatcherServer:
             await self._runner.cleanup()
         if self._first_worker_socket is not None:
             self._first_worker_socket.close()
+        if self._grpc_socket is not None:
+            self._grpc_socket.close()
         if self._private_dir is not None:
             shutil.rmtree(self._private_dir, ignore_errors=True)
 
@@ -424,6 +453,20 @@ class BatcherServer:
             "retry_after": answer.retry_after,
         }
         return head, answer.body
+
+    async def _grpc_forwarded(self, request: web.Request) -> web.Response:
+        """A gRPC call other than ModelInfer that a worker admitted and passes on as it came
+        (the serialized request); answered as the engine's own gRPC face answers it, the code,
+        message and model label in headers, the serialized response in the body."""
+        assert self.grpc is not None
+        answer = await self.grpc.forwarded(request.match_info["method"], await request.read())
+        return web.Response(
+            body=answer.response or answer.message.encode(),
+            headers={
+                GRPC_CODE_HEADER: answer.code.name,
+                GRPC_MODEL_HEADER: quote(answer.model, safe=""),
+            },
+        )
 
     def _channel_notice(self, envelope: Envelope) -> None:
         """A worker refused a request as invalid: counted as if the engine had."""

@@ -13,6 +13,10 @@ A worker that exits while the engine is serving is started again (a warning and
 dying young, so a worker that cannot start does not spin a core. :meth:`WorkerPool.stop` sends
 each worker SIGTERM, and a worker stops accepting and finishes what it holds before it exits;
 the engine drains its own queues only after that, so nothing a worker accepted is lost.
+
+With ``--grpc-listen`` every worker serves gRPC too (:mod:`batcher.grpc_front`): grpc.aio binds
+its own socket, so each worker binds the gRPC port with ``SO_REUSEPORT`` while the engine holds
+it bound (not listening); connections to a worker being replaced are refused there, not queued.
 """
 
 from __future__ import annotations
@@ -75,11 +79,19 @@ class WorkerPool:
         self._channel_dir = Path()
         self._keepers: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._grpc_listen = ""
 
-    async def start(self, host: str, first: socket.socket, channel_dir: Path) -> None:
+    async def start(
+        self, host: str, first: socket.socket, channel_dir: Path, grpc_listen: str = ""
+    ) -> None:
         """Listen on ``first`` (bound with ``SO_REUSEPORT``) and as many more sockets on its
         port as there are workers beyond one, start every worker and wait until each listens;
-        :class:`ConfigError` (after stopping those that did start) when one does not."""
+        :class:`ConfigError` (after stopping those that did start) when one does not.
+
+        ``grpc_listen`` (``HOST:PORT``, a port the engine holds bound with ``SO_REUSEPORT``):
+        every worker also serves gRPC there, binding the port itself (grpc.aio takes no socket).
+        """
+        self._grpc_listen = grpc_listen
         port = first.getsockname()[1]
         self._sockets = [first] + [
             bind_socket(host, port, reuse_port=True) for _ in range(self.count - 1)
@@ -141,6 +153,7 @@ class WorkerPool:
             *("--max-body-bytes", str(settings.max_body_bytes)),
             *("--drain-timeout-seconds", str(settings.drain_timeout_seconds)),
             *("--log-level", settings.log_level, "--log-format", settings.log_format),
+            *("--grpc-listen", self._grpc_listen),
         ]
         environment = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(channel_dir / METRICS_FOLDER))
         process = await asyncio.create_subprocess_exec(

@@ -373,14 +373,35 @@ def test_the_engines_private_sockets_are_this_users_alone(served: list[Served]) 
     assert not folder.exists()
 
 
-def test_grpc_stays_in_the_engine_beside_the_workers(served: list[Served]) -> None:
-    """gRPC is served by the engine process itself; its requests and the workers' share the
-    engine's series."""
+def listening_sockets(pid: int, port: int) -> set[str]:
+    """The sockets of process ``pid`` listening on TCP ``port`` (their inodes)."""
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                listening.add(fields[9])
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(target[len("socket:[") : -1])
+    return listening & held
+
+
+def test_grpc_is_served_by_the_workers_beside_rest(served: list[Served]) -> None:
+    """With workers, the workers listen on the gRPC port and the engine does not; gRPC and REST
+    requests share the engine's series, and the worker counts its gRPC calls."""
     import tritonclient.grpc as triton_grpc
 
     server = Served("--model", ECHO, "--workers", "1", "--grpc-listen", "127.0.0.1:0")
     served.append(server)
     grpc_port = next(r for r in server.logs.seen if r.get("msg") == "serving grpc")["port"]
+    assert listening_sockets(server.serving["workers"][0], grpc_port)
+    assert not listening_sockets(server.proc.pid, grpc_port)
     client = triton_grpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
     x = triton_grpc.InferInput("x", [1, 3], "FP32")
     x.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32))
@@ -389,4 +410,7 @@ def test_grpc_stays_in_the_engine_beside_the_workers(served: list[Served]) -> No
     np.testing.assert_array_equal(client.infer("echo", [x, k]).as_numpy("y"), [[2, 4, 6]])
     rest = requests.post(f"{server.url}/v2/models/echo/infer", json=body(3), timeout=30)
     assert rest.status_code == 200
-    assert series(server.metrics())["ok"] == 2
+    text = server.metrics()
+    assert series(text)["ok"] == 2
+    grpc_calls = 'autoglm_batcher_worker_requests_total{code="OK",handler="grpc",worker="0"}'
+    assert metric_values(text, grpc_calls)[grpc_calls] == 1

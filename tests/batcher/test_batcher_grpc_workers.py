@@ -1,0 +1,331 @@
+"""gRPC served by the front workers (``--workers 2 --grpc-listen``), as real processes.
+
+The workers answer every RPC as the engine's own gRPC face does (compared call by call against a
+one-process server: the same responses, the same codes and words), ``tritonclient.grpc`` works
+unchanged, calls through both workers share batches, TLS and basic auth hold at the workers, the
+calls are counted in the engine's series, and SIGTERM answers every accepted call.
+"""
+
+from __future__ import annotations
+
+import base64
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import bcrypt
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as triton
+import yaml
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+from tritonclient.utils import InferenceServerException
+
+from tests.batcher.test_batcher_cli import series
+from tests.batcher.test_batcher_workers import ECHO, Served, metric_values
+from tests.selfsigned import ScratchCA
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+GRPC_OK = 'autoglm_batcher_grpc_requests_total{code="OK",method="ModelInfer",model="echo"}'
+
+
+def grpc_port(server: Served) -> int:
+    return int(next(r for r in server.logs.seen if r.get("msg") == "serving grpc")["port"])
+
+
+def stub(port: int, credentials: grpc.ChannelCredentials | None = None) -> Any:
+    """A stub on a connection of its own (no subchannel shared with other channels): each new
+    stub is a new connection, which the kernel gives to either worker."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    target = f"127.0.0.1:{port}"
+    channel = (
+        grpc.insecure_channel(target, options=options)
+        if credentials is None
+        else grpc.secure_channel(target, credentials, options=options)
+    )
+    return pb_grpc.GRPCInferenceServiceStub(channel)
+
+
+def infer_request(k: int = 0, rows: int = 1, **fields: object) -> pb.ModelInferRequest:
+    x = np.arange(3 * rows, dtype=np.float32).reshape(rows, 3) + k
+    request = pb.ModelInferRequest(model_name="echo", **fields)  # type: ignore[arg-type]
+    request.inputs.add(name="x", datatype="FP32", shape=[rows, 3])
+    request.inputs.add(name="k", datatype="INT32", shape=[rows, 1])
+    request.raw_input_contents.extend(
+        [x.tobytes(), np.full((rows, 1), k, dtype=np.int32).tobytes()]
+    )
+    return request
+
+
+def typed_request() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="echo", id="typed")
+    x = request.inputs.add(name="x", datatype="FP32", shape=[2, 3])
+    x.contents.fp32_contents.extend([1.5, -2, 3.25, 0, 1e-3, -7])
+    k = request.inputs.add(name="k", datatype="INT32", shape=[2, 1])
+    k.contents.int_contents.extend([4, -5])
+    request.outputs.add(name="k_out")
+    return request
+
+
+def wrong_datatype() -> pb.ModelInferRequest:
+    request = infer_request()
+    request.inputs[0].datatype = "FP64"
+    return request
+
+
+def missing_input() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="echo")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 3])
+    request.raw_input_contents.append(np.zeros(3, dtype=np.float32).tobytes())
+    return request
+
+
+CALLS: list[tuple[str, Callable[[], object]]] = [
+    ("ServerLive", pb.ServerLiveRequest),
+    ("ServerReady", pb.ServerReadyRequest),
+    ("ServerMetadata", pb.ServerMetadataRequest),
+    ("ModelReady", lambda: pb.ModelReadyRequest(name="echo")),
+    ("ModelReady", lambda: pb.ModelReadyRequest(name="nope")),
+    ("ModelReady", lambda: pb.ModelReadyRequest(name="echo", version="2")),
+    ("ModelMetadata", lambda: pb.ModelMetadataRequest(name="echo")),
+    ("ModelMetadata", lambda: pb.ModelMetadataRequest(name="nope")),
+    ("ModelConfig", lambda: pb.ModelConfigRequest(name="echo")),
+    ("RepositoryIndex", pb.RepositoryIndexRequest),
+    ("RepositoryModelLoad", lambda: pb.RepositoryModelLoadRequest(model_name="echo")),
+    ("ModelInfer", lambda: infer_request(3, rows=2, id="raw")),
+    ("ModelInfer", typed_request),
+    ("ModelInfer", wrong_datatype),
+    ("ModelInfer", missing_input),
+    ("ModelInfer", lambda: infer_request(model_version="7")),
+    ("ModelInfer", lambda: pb.ModelInferRequest(model_name="nope")),
+]
+
+
+def outcome(call: Callable[[object], object], request: object) -> object:
+    """The response, or the refusal's code and words."""
+    try:
+        return call(request)
+    except grpc.RpcError as exc:
+        return (exc.code(), exc.details())
+
+
+@pytest.fixture
+def served() -> Iterator[list[Served]]:
+    started: list[Served] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def test_the_workers_answer_every_rpc_as_the_engines_own_face(served: list[Served]) -> None:
+    alone = Served("--model", ECHO, "--grpc-listen", "127.0.0.1:0")
+    fronted = Served("--model", ECHO, "--workers", "2", "--grpc-listen", "127.0.0.1:0")
+    served += [alone, fronted]
+    assert grpc_port(alone) != grpc_port(fronted)
+    engine, workers = stub(grpc_port(alone)), stub(grpc_port(fronted))
+    refusals = 0
+    for method, make in CALLS:
+        expected = outcome(getattr(engine, method), make())
+        assert outcome(getattr(workers, method), make()) == expected, method
+        refusals += isinstance(expected, tuple)
+    assert refusals == 8  # NOT_FOUND, FAILED_PRECONDITION and INVALID_ARGUMENT among them
+    answer = outcome(workers.ModelInfer, infer_request(3, rows=2, id="raw"))
+    assert isinstance(answer, pb.ModelInferResponse) and answer.id == "raw"
+    assert outcome(workers.ModelInfer, wrong_datatype()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "input 'x' has datatype 'FP64'; the model expects FP32",
+    )
+    # Counted once, in the engine's series, with the workers' own count beside it.
+    text = fronted.metrics()
+    assert metric_values(text, GRPC_OK)[GRPC_OK] == 3
+    assert text.count("# TYPE autoglm_batcher_grpc_requests_total counter") <= 1
+    by_worker = metric_values(text, "autoglm_batcher_worker_requests_total{")
+    assert sum(v for k, v in by_worker.items() if 'handler="grpc"' in k) == len(CALLS) + 2
+    assert metric_values(text, 'autoglm_batcher_requests_total{model="echo",outcome="invalid"}')
+
+
+def test_tritonclient_grpc_works_through_the_workers(served: list[Served]) -> None:
+    server = Served("--model", ECHO, "--workers", "2", "--grpc-listen", "127.0.0.1:0")
+    served.append(server)
+    client = triton.InferenceServerClient(f"127.0.0.1:{grpc_port(server)}")
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("echo")
+    assert [t.name for t in client.get_model_metadata("echo").inputs] == ["x", "k"]
+    assert client.get_model_config("echo").config.max_batch_size > 0
+    x = np.array([[1.5, -2.0, 3.25], [0.0, 1e-3, -7.0]], dtype=np.float32)
+    k = np.array([[4], [-5]], dtype=np.int32)
+    inputs = [triton.InferInput("x", [2, 3], "FP32"), triton.InferInput("k", [2, 1], "INT32")]
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(k)
+    result = client.infer("echo", inputs, request_id="r1")
+    np.testing.assert_array_equal(result.as_numpy("y"), x * 2)
+    np.testing.assert_array_equal(result.as_numpy("k_out"), k)
+    assert result.get_response().id == "r1"
+    inputs[0] = triton.InferInput("x", [2, 3], "FP64")
+    inputs[0].set_data_from_numpy(x.astype(np.float64))
+    with pytest.raises(InferenceServerException, match="the model expects FP32") as refused:
+        client.infer("echo", inputs)
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+def test_grpc_calls_through_both_workers_share_batches(served: list[Served]) -> None:
+    """Rounds of eight concurrent calls, each on a new connection, into batches of exactly eight
+    (fixed-delay: dispatch at the preferred size, never earlier); a round both workers took part
+    in that made one batch of eight had calls of both in that batch."""
+    server = Served(
+        *("--model", ECHO, "--workers", "2", "--policy", "fixed-delay"),
+        *("--max-batch-size", "8", "--preferred-batch-size", "8", "--grpc-listen", "127.0.0.1:0"),
+        *("--max-queue-delay-seconds", "120", "--slo-seconds", "200", "--no-refuse-past-slo"),
+    )
+    served.append(server)
+    port = grpc_port(server)
+    batches = 'autoglm_batcher_batch_size_items_count{model="echo"}'
+    small = 'autoglm_batcher_batch_size_items_bucket{le="4.0",model="echo"}'
+
+    def by_worker(text: str) -> dict[str, float]:
+        found = metric_values(text, "autoglm_batcher_worker_requests_total{")
+        return {
+            k.split('worker="')[1].split('"')[0]: v
+            for k, v in found.items()
+            if 'handler="grpc"' in k and 'code="OK"' in k
+        }
+
+    deadline = time.monotonic() + 120
+    while True:
+        before = server.metrics()
+        answers: list[int] = []
+
+        def call(i: int, answers: list[int] = answers) -> None:
+            response = stub(port).ModelInfer(infer_request(i), timeout=120)
+            answers.append(int(np.frombuffer(response.raw_output_contents[1], np.int32)[0]))
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=150)
+        after = server.metrics()
+        assert sorted(answers) == list(range(8))
+        took = {w: n - by_worker(before).get(w, 0.0) for w, n in by_worker(after).items()}
+        count = metric_values(after, batches)[batches] - metric_values(before, batches).get(
+            batches, 0.0
+        )
+        assert count == 1
+        assert metric_values(after, small)[small] == metric_values(before, small).get(small, 0.0)
+        if sum(1 for n in took.values() if n > 0) == 2:
+            return
+        assert time.monotonic() < deadline, "every round's connections went to one worker"
+
+
+def test_tls_and_basic_auth_hold_at_the_workers_grpc(served: list[Served], tmp_path) -> None:
+    ca = ScratchCA(tmp_path)
+    cert = ca.server()
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+    config_file = tmp_path / "web.yml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": str(cert.cert), "key_file": str(cert.key)},
+                "basic_auth_users": {"alice": hashed},
+            }
+        )
+    )
+    server = Served(
+        *("--model", ECHO, "--workers", "2", "--web-config-file", str(config_file)),
+        *("--grpc-listen", "127.0.0.1:0"),
+        tls=True,
+    )
+    served.append(server)
+    port = grpc_port(server)
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca.cert_file.read_bytes())
+    auth = (("authorization", "Basic " + base64.b64encode(b"alice:s3cret").decode()),)
+    for i in range(4):  # new connections: the kernel spreads them over both workers
+        secure = stub(port, credentials)
+        for method, request in (
+            ("ServerLive", pb.ServerLiveRequest()),
+            ("ModelInfer", infer_request(i)),
+        ):
+            with pytest.raises(grpc.RpcError) as denied:
+                getattr(secure, method)(request, timeout=30)
+            assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert secure.ServerLive(pb.ServerLiveRequest(), metadata=auth, timeout=30).live
+        answer = secure.ModelInfer(infer_request(i), metadata=auth, timeout=30)
+        assert np.frombuffer(answer.raw_output_contents[1], np.int32).tolist() == [i]
+    with pytest.raises(grpc.RpcError) as plain:  # no TLS: no answer at all
+        stub(port).ServerLive(pb.ServerLiveRequest(), metadata=auth, timeout=5)
+    assert plain.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    client = triton.InferenceServerClient(
+        f"127.0.0.1:{port}", ssl=True, root_certificates=str(ca.cert_file)
+    )
+    assert client.is_server_ready(headers={"authorization": auth[0][1]})
+
+
+def test_sigterm_answers_every_grpc_call_the_workers_accepted(served: list[Served]) -> None:
+    server = Served(
+        *("--model", "tests.batcher.batcher_test_models:slow_echo", "--workers", "2"),
+        *("--max-batch-size", "2", "--slo-seconds", "5", "--grpc-listen", "127.0.0.1:0"),
+    )
+    served.append(server)
+    port = grpc_port(server)
+    answers: list[object] = []
+
+    def call(i: int) -> None:
+        answers.append(outcome(lambda r: stub(port).ModelInfer(r, timeout=120), infer_request(i)))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    # Ten calls at 0.2 s per batch of two: signal once all ten are accepted and some wait.
+    deadline = time.monotonic() + 60
+    while True:
+        seen = series(server.metrics())
+        if seen["ok"] + seen["queued"] + seen["running"] == 10 and seen["queued"] > 0:
+            break
+        assert time.monotonic() < deadline, f"calls were not all accepted in time: {seen}"
+        time.sleep(0.01)
+    server.proc.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=120)
+    stopped = server.logs.wait_for("stopped")
+    assert server.proc.wait(timeout=60) == 0
+    assert all(isinstance(a, pb.ModelInferResponse) for a in answers), answers
+    got = sorted(int(np.frombuffer(a.raw_output_contents[1], np.int32)[0]) for a in answers)  # type: ignore[attr-defined]
+    assert got == list(range(10))
+    assert stopped["drained"] is True
+
+
+def test_a_refusal_at_admission_is_resource_exhausted_through_the_workers(
+    served: list[Served],
+) -> None:
+    """A full queue refuses at the engine (HTTP 429 on the channel): the client sees
+    RESOURCE_EXHAUSTED with the engine's words, as from the engine's own face."""
+    server = Served(
+        *("--model", "tests.batcher.batcher_test_models:slow_echo", "--workers", "2"),
+        *("--max-batch-size", "1", "--max-queue", "1", "--grpc-listen", "127.0.0.1:0"),
+    )
+    served.append(server)
+    port = grpc_port(server)
+    outcomes: list[object] = []
+
+    def call(i: int) -> None:
+        outcomes.append(outcome(lambda r: stub(port).ModelInfer(r, timeout=120), infer_request(i)))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=150)
+    refused = [o for o in outcomes if isinstance(o, tuple)]
+    assert len(outcomes) == 8 and 0 < len(refused) < 8, outcomes
+    assert {code for code, _ in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+    assert all("queue" in words for _, words in refused), refused
+    text = server.metrics()
+    exhausted = (
+        'autoglm_batcher_grpc_requests_total{code="RESOURCE_EXHAUSTED",method="ModelInfer",'
+        'model="echo"}'
+    )
+    assert metric_values(text, exhausted)[exhausted] == len(refused)
