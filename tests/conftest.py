@@ -10,9 +10,10 @@ to re-measure); a test module may still mark a test ``slow`` itself.
 Parallel runs (pytest-xdist, ``-n N --dist loadgroup``, as ``scripts/test`` runs them): tests
 that share a module- or session-scoped fixture of this suite (a real Prometheus, the live stack)
 are put in one ``xdist_group``, so that one worker starts it once and runs them in their order;
-so are the CPU-bound ``BENCH_SMOKES``, one at a time; the rest spread one by one. ``RUN_FIRST``
-starts the longest tests before the short ones, so that they overlap the rest instead of
-trailing it (with ``--no-loadscope-reorder``, which keeps this order).
+the CPU-bound bench smokes go in two groups (``BENCH_LANES``), each run one smoke at a time; the
+rest spread one by one. ``RUN_FIRST`` starts the longest tests before the short ones, so that
+they overlap the rest instead of trailing it (with ``--no-loadscope-reorder``, which keeps this
+order).
 
 Skips: the helm chart tests need the helm binary that ``scripts/install-helm`` puts in
 ``.tools/bin``; without it they are skipped with that reason instead of failing.
@@ -74,18 +75,35 @@ SLOW_TESTS = (
 # Fixtures that start a real process or a Prometheus server.
 SLOW_FIXTURES = frozenset({"start_exporter", "live_stack"})
 
-# The bench smokes: each keeps the CPU busy while it runs. A parallel run gives them one
-# worker between them, one after another, so that they do not starve each other and the
-# wall-clock runs (``autoglm up``, the live stack) beside them.
-BENCH_SMOKES = (
-    "bench/",
-    "autoscaler/test_budget_simulator.py::test_the_bench_smoke",
-    "autoscaler/test_fleet_backfill_bench.py",
-    "batcher/test_batcher_backfill_bench.py",
-    "batcher/test_batcher_gpu_bench.py",
-    "batcher/test_batcher_models_bench.py",
-    "predictor/test_predictor_bench.py",
+# The bench smokes: each keeps a core busy while it runs, and none shares anything with another
+# (ports 0, temporary folders). A parallel run gives them lanes, xdist groups that run one smoke
+# after another: with two (the default), at most two run at once, one per core of CI's 2-core
+# machine, instead of one worker holding all of them for ~350 s in series on a quiet machine.
+# ``AUTOGLM_TEST_BENCH_LANES=1`` puts them all in one lane again (what to compare against: on a
+# machine other sessions keep busy the smokes slow each other down more than they gain, see
+# docs/testing.md, Measured). The lanes are about equal on a quiet machine; the first holds the
+# batcher bench, the longest. A test id goes to the first lane with a prefix of it; the second
+# lane's ``bench/`` takes any new smoke under tests/bench/.
+BENCH_LANES = (
+    (
+        "bench/test_bench_smokes.py::test_batcher_bench_smoke",
+        "bench/test_serving_cost_smokes.py::test_path_parts_smoke",
+        "batcher/test_batcher_models_bench.py",
+        "batcher/test_batcher_backfill_bench.py",
+        "autoscaler/test_budget_simulator.py::test_the_bench_smoke",
+        "autoscaler/test_fleet_backfill_bench.py",
+    ),
+    (
+        "bench/test_batcher_serving_smoke.py",
+        "batcher/test_batcher_gpu_bench.py",
+        "bench/test_serving_cost_smokes.py::test_cost_ab_smoke",
+        "bench/test_bench_smokes.py::test_exporter_bench_smoke",
+        "predictor/test_predictor_bench.py",
+        "bench/",
+    ),
 )
+BENCH_SMOKES = tuple(prefix for lane in BENCH_LANES for prefix in lane)
+BENCH_LANES_VARIABLE = "AUTOGLM_TEST_BENCH_LANES"
 
 # The slow tier's longest tests (a whole stack, or a bench, for a minute or more of wall clock),
 # moved to the front of the run in this order: in a parallel run they then overlap the many
@@ -132,6 +150,29 @@ def shared_fixture_home(item: pytest.Item) -> str | None:
     return min(homes)[1] if homes else None
 
 
+def bench_lane(item: pytest.Item, lanes: int = len(BENCH_LANES)) -> int | None:
+    """The number (1 to ``lanes``) of the lane that ``item`` runs in: its ``BENCH_LANES`` lane,
+    the last of ``lanes`` when there are fewer; None for a test that is not a bench smoke."""
+    test_id = _relative_id(item)
+    for number, lane in enumerate(BENCH_LANES, start=1):
+        if test_id.startswith(lane):
+            return min(number, lanes)
+    return None
+
+
+def bench_lane_count() -> int:
+    """How many bench lanes ``AUTOGLM_TEST_BENCH_LANES`` asks for (default: all of them)."""
+    raw = os.environ.get(BENCH_LANES_VARIABLE, "")
+    if not raw:
+        return len(BENCH_LANES)
+    if not (raw.isdigit() and 1 <= int(raw) <= len(BENCH_LANES)):
+        raise pytest.UsageError(
+            f"{BENCH_LANES_VARIABLE} must be a whole number from 1 to {len(BENCH_LANES)}, "
+            f"got {raw!r}"
+        )
+    return int(raw)
+
+
 def run_first_rank(item: pytest.Item) -> int:
     """The index of the first ``RUN_FIRST`` entry ``item`` matches; past the end when none."""
     test_id = _relative_id(item)
@@ -149,14 +190,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason=f"no helm binary at {HELM.relative_to(ROOT)}: run `bash scripts/install-helm`"
         )
     grouping = config.pluginmanager.hasplugin("xdist")
+    lanes = bench_lane_count()
     for item in items:
         if is_slow(item) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
         if no_helm is not None and _relative_id(item).startswith("helm/"):
             item.add_marker(no_helm)
         if grouping and not item.get_closest_marker("xdist_group"):
-            bench = _relative_id(item).startswith(BENCH_SMOKES)
-            group = "bench smokes" if bench else shared_fixture_home(item)
+            lane = bench_lane(item, lanes)
+            group = f"bench smokes {lane}" if lane else shared_fixture_home(item)
             if group is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=run_first_rank)  # stable: the order within each rank is kept
