@@ -46,12 +46,13 @@ from batcher.forwarding import (
     read_binary_answer,
     sent_in_binary,
 )
-from batcher.grpc_front import GrpcFront
 from batcher.request_body import read_body
 from batcher.worker_pool import CHANNEL_SOCKET, HTTP_SOCKET, READY_LINE
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Handler
+
+    from batcher.grpc_front import GrpcFront
 
 log = logging.getLogger("batcher.front_worker")  # not __main__: it runs with -m
 
@@ -391,7 +392,11 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
         drain_timeout_seconds=args.drain_timeout_seconds,
         registry=registry,
     )
-    grpc_front = GrpcFront(server, registry, listen=args.grpc_listen) if args.grpc_listen else None
+    grpc_front: GrpcFront | None = None
+    if args.grpc_listen:  # grpc is imported only by the workers that serve it
+        from batcher.grpc_front import GrpcFront
+
+        grpc_front = GrpcFront(server, registry, listen=args.grpc_listen)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before "ready": the engine may stop it at once

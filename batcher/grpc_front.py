@@ -100,20 +100,34 @@ class GrpcFront(GrpcFace):
         super().count(method, code, model)
         self.front.requests.labels(self.front.worker, "grpc", code.name).inc()
 
+    async def start(self) -> None:
+        """Learn the label of server-wide calls (a call refused here before any reached the
+        engine counts under it, as on the engine's face), then listen."""
+        try:
+            await self._ask_engine("ServerLive", pb.ServerLiveRequest())
+        except (aiohttp.ClientError, OSError, KeyError) as exc:
+            log.warning("the engine did not answer a first gRPC call", extra={"error": str(exc)})
+        await super().start()
+
+    async def _ask_engine(self, method: str, request: Any) -> tuple[grpc.StatusCode, bytes, str]:
+        """The engine's face's answer to ``request``: code, body, model label."""
+        async with self.front.session.post(
+            f"http://engine/grpc/{method}", data=request.SerializeToString()
+        ) as answer:
+            body = await answer.read()
+            code = grpc.StatusCode[answer.headers[GRPC_CODE_HEADER]]
+            model = unquote(answer.headers[GRPC_MODEL_HEADER])
+        if not (getattr(request, "name", "") or getattr(request, "model_name", "")):
+            self._server_model = model
+        return code, body, model
+
     async def forward(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """Pass ``request`` to the engine's gRPC face and answer as it did."""
         await self.admit(context, method)
         try:
-            async with self.front.session.post(
-                f"http://engine/grpc/{method}", data=request.SerializeToString()
-            ) as answer:
-                body = await answer.read()
-                code = grpc.StatusCode[answer.headers[GRPC_CODE_HEADER]]
-                model = unquote(answer.headers[GRPC_MODEL_HEADER])
+            code, body, model = await self._ask_engine(method, request)
         except (aiohttp.ClientError, OSError, KeyError) as exc:
             await self.fail(context, method, grpc.StatusCode.UNAVAILABLE, _engine_gone(exc))
-        if not (getattr(request, "name", "") or getattr(request, "model_name", "")):
-            self._server_model = model
         if code != grpc.StatusCode.OK:
             await self.fail(context, method, code, body.decode(errors="replace"), model)
         return self.answered(method, message_type(method, "output").FromString(body), model)

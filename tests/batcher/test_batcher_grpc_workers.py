@@ -262,6 +262,13 @@ def test_tls_and_basic_auth_hold_at_the_workers_grpc(served: list[Served], tmp_p
         f"127.0.0.1:{port}", ssl=True, root_certificates=str(ca.cert_file)
     )
     assert client.is_server_ready(headers={"authorization": auth[0][1]})
+    # Refused at the workers, counted as the engine's face counts them: under the served model.
+    text = server.metrics(verify=str(ca.cert_file), headers={"Authorization": auth[0][1]})
+    denied_live = (
+        'autoglm_batcher_grpc_requests_total{code="UNAUTHENTICATED",method="ServerLive",'
+        'model="echo"}'
+    )
+    assert metric_values(text, denied_live)[denied_live] == 4
 
 
 def test_sigterm_answers_every_grpc_call_the_workers_accepted(served: list[Served]) -> None:
