@@ -357,22 +357,28 @@ RULE_SWITCH_Z = 1.645  # one-sided 5 %: one rival (the median) for the gated rul
 RULE_WARMUP = 3  # intervals of errors before the gated rule scores itself
 
 
-def rule_inputs(spec: dict, start: int) -> dict:
+def rule_inputs(spec: dict, start: int, extra: tuple[str, ...] = ()) -> dict:
     """Every single candidate's forecasts from the first quarter of the history to the end of
     the window (refitted every ``reselect`` points, on the window's own refit points), the
-    median ensemble of them, and what each forecast was for."""
+    median ensemble of them, and what each forecast was for. Each single model of ``extra``
+    (one offered on request) joins the singles, and ``ensemble_with_<name>`` is the median of
+    the ensemble's members and it."""
     y, step, every = spec["y"][: start + spec["test"]], spec["step"], spec["reselect"]
     first = start - ((start - int(start * 0.25)) // every) * every
-    factories = factories_with(step, max(HORIZONS), start, ())
+    factories = factories_with(step, max(HORIZONS), start, extra)
     ensemble = factories["ensemble"]()
     assert isinstance(ensemble, Combination)
-    singles = {n: f for n, f in factories.items() if n not in COMBINED}
+    singles = {n: f for n, f in factories.items() if n not in (*COMBINED, "tracking")}
     refits = list(range(first, len(y), every))
     forecasts, _, _ = candidate_forecasts(singles, y, first, refits, max(HORIZONS))
     points = {n: f.point for n, f in forecasts.items() if n in singles}
     # NaN wherever a member could not run (a weekly model before two weeks of history), as the
     # selection leaves a combination unscored where a member has no forecast.
     points["ensemble"] = np.median(np.stack([points[m] for m in ensemble.member_names()]), axis=0)
+    for name in extra:
+        if name in points and name not in ensemble.member_names():
+            members = [points[m] for m in ensemble.member_names()] + [points[name]]
+            points[f"ensemble_with_{name}"] = np.median(np.stack(members), axis=0)
     # Phases of the day only where a daily season is usable (not on the hour-long Azure traces).
     day = round(DAY / step) if usable_seasons(step, SEASONS, start) else 0
     return dict(
@@ -551,15 +557,34 @@ RULES: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {
 }
 
 
-def run_rules(specs: list[dict], smoke: bool) -> dict:
-    """Every rule's ratio to the best baseline per cell, design and check (see RULES)."""
-    cells: dict[str, dict[str, list[dict]]] = {r: {"design": [], "check": []} for r in RULES}
-    seconds: dict[str, list[float]] = {r: [] for r in RULES}
+def extra_rules(extra: tuple[str, ...]) -> dict:
+    """For each single model of ``extra``: it alone, and the median ensemble with it as one
+    more member (points only, as every rule here)."""
+    rules: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {}
+    for name in extra:
+        if name == "tracking":  # a combination, not a single model
+            continue
+        rules[name] = (f"{name} alone", lambda i, r, c, n=name: i["points"][n][r])
+        rules[f"median_with_{name}"] = (
+            f"the median of the ensemble's members and {name}",
+            lambda i, r, c, n=name: i["points"].get(f"ensemble_with_{n}", i["points"]["ensemble"])[
+                r
+            ],
+        )
+    return rules
+
+
+def run_rules(specs: list[dict], smoke: bool, extra: tuple[str, ...] = ()) -> dict:
+    """Every rule's ratio to the best baseline per cell, design and check (see RULES); with
+    ``extra``, also each of those models alone and as a member of the median (extra_rules)."""
+    rules = RULES | extra_rules(extra)
+    cells: dict[str, dict[str, list[dict]]] = {r: {"design": [], "check": []} for r in rules}
+    seconds: dict[str, list[float]] = {r: [] for r in rules}
     for spec in specs:
         starts = windows(spec, smoke)
         for k, start in enumerate(starts):
             group = "check" if k == len(starts) - 1 else "design"
-            inputs = rule_inputs(spec, start)
+            inputs = rule_inputs(spec, start, extra)
             points, actual = inputs["points"], inputs["actual"]
             window = slice(start - inputs["first"], len(actual))
             best = {
@@ -570,7 +595,7 @@ def run_rules(specs: list[dict], smoke: bool) -> dict:
                 )
                 for h in HORIZONS
             }
-            for rule, (_, forecast) in RULES.items():
+            for rule, (_, forecast) in rules.items():
                 out = np.full_like(actual[window], np.nan)
                 cache: dict = {}
                 for b in range(window.start, window.stop, inputs["every"]):
@@ -610,7 +635,7 @@ def run_rules(specs: list[dict], smoke: bool) -> dict:
         for group_cells in groups.values():
             for c in group_cells:
                 c["ratio"] = round(c["ratio"], 3)
-    return {"rules": {r: d for r, (d, _) in RULES.items()}, "summary": summary, "cells": cells}
+    return {"rules": {r: d for r, (d, _) in rules.items()}, "summary": summary, "cells": cells}
 
 
 def print_rules(report: dict) -> None:
@@ -760,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.rules:
         loads = [round(x, 2) for x in os.getloadavg()]
-        rules = run_rules(series_specs(traces, args.smoke), args.smoke)
+        rules = run_rules(series_specs(traces, args.smoke), args.smoke, extra)
         rules |= {
             "cpus": os.cpu_count(),
             "load_average_at_start": loads,

@@ -3,6 +3,7 @@
 
 from predictor.models.autoregressive import AutoregressiveModel
 from predictor.models.base import ForecastModel, InsufficientHistory, Prediction
+from predictor.models.boosted import BoostedTreesModel
 from predictor.models.calendar import CalendarRegressionModel
 from predictor.models.catalog import (
     BASELINES,
@@ -26,6 +27,7 @@ __all__ = [
     "BASELINES",
     "ON_REQUEST",
     "AutoregressiveModel",
+    "BoostedTreesModel",
     "CalendarRegressionModel",
     "Combination",
     "ETSModel",

@@ -8,6 +8,7 @@ from functools import partial
 
 from predictor.models.autoregressive import RECENT_WINDOWS, AutoregressiveModel
 from predictor.models.base import ForecastModel
+from predictor.models.boosted import BoostedTreesModel
 from predictor.models.calendar import CalendarRegressionModel
 from predictor.models.ensemble import Combination
 from predictor.models.ets import ETSModel
@@ -37,6 +38,7 @@ LEARNED = (
     "mstl",
     "autoregressive",
     "calendar",
+    "boosted",
     "gru",
     "ensemble",
     "ensemble_trimmed",
@@ -144,6 +146,13 @@ def candidate_factories(
     factories["calendar"] = lambda: CalendarRegressionModel(
         max_horizon, periods=tuple(periods), recent_windows=recent
     )
+    # Trees on the calendar and on recent and seasonal lags, only where a season is usable: their
+    # hour and day features and seasonal lags are the point, and on the short seasonless series
+    # (a few hundred points) they lost to the median on the design windows (as a member too).
+    if longest is not None:
+        factories["boosted"] = lambda: BoostedTreesModel(
+            max_horizon, periods=tuple(periods), recent_windows=recent or RECENT_WINDOWS[:1]
+        )
     if "gru" in include:
         gru_window = int(min(MAX_SEQUENCE_WINDOW, max(2 * max_horizon, min(periods or [24]))))
         factories["gru"] = lambda: SequenceModel(
@@ -151,8 +160,8 @@ def candidate_factories(
         )
 
     # The median of members of different kinds (smoothing, decomposition, seasonal copies and
-    # averages, regressions), whose errors partly cancel; with a season the naive copy is left
-    # out: it is far off beyond the first step. Without one, the recent level stands in for
+    # averages, regressions, trees), whose errors partly cancel; with a season the naive copy is
+    # left out: it is far off beyond the first step. Without one, the recent level stands in for
     # the naive copy: the same guess with a burst's noise averaged away.
     members = [
         "ets_log",
@@ -162,6 +171,7 @@ def candidate_factories(
         "seasonal_level",
         "seasonal_blend",
         "seasonal_mean",
+        "boosted",
     ]
     if longest is None:
         members = ["ets_log", "autoregressive", "recent_level"]

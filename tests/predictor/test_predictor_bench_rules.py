@@ -124,3 +124,21 @@ def test_rules_smoke_reports_every_rule_on_the_check_window(tmp_path, bench):
         assert check["worst_ratio"] == pytest.approx(max(ratios), abs=1e-3)
     # The GenAI series has a daily season: applying the rule everywhere changes nothing there.
     assert report["cells"]["phase_inverse"] == report["cells"]["phase_inverse_everywhere"]
+
+
+def test_a_model_on_request_is_replayed_alone_and_as_one_more_member_of_the_median(bench):
+    rules = bench.extra_rules(("gru", "tracking"))
+    assert set(rules) == {"gru", "median_with_gru"}  # tracking is a combination: not a member
+    points = {
+        "gru": np.array([[1.0], [2.0]]),
+        "ensemble": np.array([[5.0], [5.0]]),
+        "ensemble_with_gru": np.array([[4.0], [3.0]]),
+    }
+    inputs = {"points": points}
+    np.testing.assert_array_equal(rules["gru"][1](inputs, slice(1, 2), {}), [[2.0]])
+    np.testing.assert_array_equal(
+        rules["median_with_gru"][1](inputs, slice(0, 2), {}), [[4.0], [3.0]]
+    )
+    # A window where the model could not run (no median with it): the plain median.
+    del points["ensemble_with_gru"]
+    np.testing.assert_array_equal(rules["median_with_gru"][1](inputs, slice(0, 1), {}), [[5.0]])
