@@ -17,14 +17,16 @@ the series the engine's face would count them in (multiprocess mode).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import aiohttp
 import grpc
 import orjson
 
+from autoglm.webconfig import WebConfig
 from batcher import oip
+from batcher.engine_channel import WorkerEnd
 from batcher.forwarding import SIGNATURE_CHANGED, ChannelError, Signature, engine_request
 from batcher.grpc_face import (
     FORWARDED_METHODS,
@@ -37,9 +39,6 @@ from batcher.grpc_face import (
 )
 from batcher.open_inference import predict_v2_pb2 as pb
 from batcher.open_inference import predict_v2_pb2_grpc as pb_grpc
-
-if TYPE_CHECKING:
-    from batcher.front_worker import FrontServer
 
 log = logging.getLogger(__name__)
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -73,6 +72,41 @@ class _Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
         return await self.owner.infer(request, context)
+
+
+class FrontServer(Protocol):
+    """What the gRPC face needs of its worker (:class:`batcher.front_worker.FrontServer`, which
+    imports this module): its settings and counter, the engine's channel and private socket, and
+    the signatures it knows."""
+
+    worker: str
+    web_config: WebConfig
+    max_body_bytes: int
+    requests: Any  # a prometheus Counter labelled (worker, handler, outcome)
+
+    @property
+    def engine(self) -> WorkerEnd: ...
+
+    @property
+    def session(self) -> aiohttp.ClientSession: ...
+
+    async def signature(
+        self, name: str, version: str | None
+    ) -> Signature | tuple[int, bytes, dict[str, str]]: ...
+
+    def forget_signature(self, key: tuple[str, str]) -> None: ...
+
+    @staticmethod
+    async def outdated(engine: WorkerEnd, key: tuple[str, str], signature: Signature) -> bool: ...
+
+    @staticmethod
+    async def call(
+        engine: WorkerEnd,
+        name: str,
+        version: str | None,
+        signature: Signature,
+        forwarded: tuple[bytes, int],
+    ) -> tuple[dict, bytes]: ...
 
 
 class GrpcFront(GrpcFace):
