@@ -754,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=[],
         metavar="NAME",
-        help="models offered only when a target names them (gru, tracking) to add to the "
+        help="models offered only when a target names them (gru, tracking, boosted) to add to the "
         "candidates, alone and in the selection",
     )
     parser.add_argument(

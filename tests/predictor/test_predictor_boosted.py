@@ -90,7 +90,7 @@ def test_a_replay_in_bulk_is_what_updates_point_by_point_give(seasons):
     # must be the live updates' forecasts, errors and bounds, calendar phase included.
     y, _ = weekday_rush(3, seed=5)
     if seasons:  # as the catalog offers it on hourly points with a daily season
-        factory = candidate_factories(3600, (86400.0,), 3, len(y))["boosted"]
+        factory = candidate_factories(3600, (86400.0,), 3, len(y), include=["boosted"])["boosted"]
     else:  # the catalog does not offer it without a season; the model still works
         factory = partial(BoostedTreesModel, 3)
     stepped, bulk = factory(), factory()
@@ -112,11 +112,15 @@ def test_a_replay_in_bulk_is_what_updates_point_by_point_give(seasons):
     np.testing.assert_allclose(ahead.upper, again.upper, rtol=1e-9)
 
 
-def test_the_catalog_offers_it_with_a_season_as_a_member_of_the_median_only_then():
-    with_season = candidate_factories(3600, (86400.0,), 8, 24 * 14)
+def test_the_catalog_offers_it_on_request_with_a_season_as_a_member_of_the_median_only_then():
+    named = ["boosted", "ensemble"]
+    with_season = candidate_factories(3600, (86400.0,), 8, 24 * 14, include=named)
     assert "boosted" in with_season
     assert "boosted" in with_season["ensemble"]().member_names()
-    without = candidate_factories(10, (86400.0,), 8, 400)
+    unnamed = candidate_factories(3600, (86400.0,), 8, 24 * 14)
+    assert "boosted" not in unnamed
+    assert "boosted" not in unnamed["ensemble"]().member_names()
+    without = candidate_factories(10, (86400.0,), 8, 400, include=named)  # no usable season
     assert "boosted" not in without
     assert "boosted" not in without["ensemble"]().member_names()
 
