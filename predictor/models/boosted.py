@@ -32,10 +32,14 @@ tail only, so the tail's errors (the upper bound's) are out of sample.
 
 from __future__ import annotations
 
-import lightgbm as lgb
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from predictor.models.base import ForecastModel
+
+if TYPE_CHECKING:  # imported by the first fit: lightgbm takes about a second to import
+    import lightgbm as lgb
 
 LAGS = 4
 RECENT_WINDOWS = (4, 16)
@@ -160,6 +164,8 @@ class BoostedTreesModel(ForecastModel):
             "seed": 0,
             "verbosity": -1,
         }
+        import lightgbm as lgb
+
         self.boosters = []
         for h in range(1, self.max_horizon + 1):
             x, level = self._features(z, origins, h)
