@@ -61,11 +61,17 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
     }
     assert "requests per server CPU-second" in run.stdout
     shares = report["summary"]["model_share"]
-    held = {m for m, row in report["summary"]["modes"].items() if row["top_rate"]["median"] > 0}
-    assert set(shares) == held - {"mlserver-json"}  # a row for every batcher way that held a rate
+    # a row for every batcher way that held a rate whose CPU was measurable (over 10 ms)
+    measured = {
+        mode
+        for mode, row in report["summary"]["modes"].items()
+        if row["top_rate"]["median"] > 0
+        and row["requests_per_server_cpu_second"]["median"] is not None  # NaN is written null
+    }
+    assert set(shares) == measured - {"mlserver-json"}
     for row in shares.values():
         assert row["batch"] >= 1 and row["model_us_per_row"] > 0
         assert row["model_share"] > 0 and row["free_path_requests_per_cpu_second"] > 0
-    assert "free path" in run.stdout
+    assert ("free path" in run.stdout) == bool(shares)  # the table, when a way held a rate
     assert all(p["neighbour_cores"] > -0.5 for p in report["per_pass"])  # a number, sane
     assert "other work took" in run.stdout
