@@ -28,7 +28,7 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -125,6 +125,44 @@ class Signature:
             )
 
         return cls(metadata["name"], specs("inputs"), specs("outputs"), signature_tag(metadata))
+
+
+class EngineCalls(Protocol):
+    """The worker's end of the channel (:class:`batcher.engine_channel.WorkerEnd`, which imports
+    this module): one call, one answer."""
+
+    async def call(
+        self, envelope: dict[str, Any], payload: bytes
+    ) -> tuple[dict[str, Any], bytes]: ...
+
+
+async def forward(
+    engine: EngineCalls,
+    name: str,
+    version: str | None,
+    signature: Signature,
+    forwarded: tuple[bytes, int],
+) -> tuple[dict[str, Any], bytes]:
+    """Send a binary request (body and JSON header length, as :func:`engine_request` gives
+    them) for ``signature``; the engine's answer (envelope and body). REST and gRPC workers
+    forward alike, so the engine cannot tell which face a request came through."""
+    payload, header_length = forwarded
+    envelope = {
+        "model": name,
+        "version": version or "1",
+        "signature": signature.tag,
+        "header_length": header_length,
+    }
+    return await engine.call(envelope, payload)
+
+
+async def outdated(engine: EngineCalls, key: tuple[str, str], signature: Signature) -> bool:
+    """Whether the engine now serves ``key`` (name, version) with another signature than
+    ``signature``: asked before a worker refuses a request its kept signature does not take."""
+    name, version = key
+    envelope = {"check": True, "model": name, "version": version, "signature": signature.tag}
+    answer, _ = await engine.call(envelope, b"")
+    return bool(answer["status"] == SIGNATURE_CHANGED)
 
 
 def engine_request(request: oip.InferRequest, signature: Signature) -> tuple[bytes, int]:

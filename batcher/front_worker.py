@@ -43,6 +43,8 @@ from batcher.forwarding import (
     ChannelError,
     Signature,
     engine_request,
+    forward,
+    outdated,
     read_binary_answer,
     sent_in_binary,
 )
@@ -189,10 +191,10 @@ class FrontServer:
                 )
             except oip.ProtocolError as exc:
                 try:
-                    outdated = body is not None and await self.outdated(engine, key, signature)
+                    stale = body is not None and await outdated(engine, key, signature)
                 except ChannelError as gone:
                     return _error(f"the engine is not answering ({gone}); try again", 503)
-                if outdated and not last_try:
+                if stale and not last_try:
                     self._signatures.pop(key, None)
                     continue
                 engine.notify({"invalid": name})
@@ -205,7 +207,7 @@ class FrontServer:
                 else engine_request(parsed, signature)
             )
             try:
-                answer, payload = await self.call(engine, name, version, signature, forwarded)
+                answer, payload = await forward(engine, name, version, signature, forwarded)
             except ChannelError as exc:
                 return _error(f"the engine is not answering ({exc}); try again", 503)
             if answer["status"] == SIGNATURE_CHANGED and not last_try:
@@ -225,31 +227,6 @@ class FrontServer:
         """The engine's private HTTP socket (connected by :meth:`start`)."""
         assert self._session is not None
         return self._session
-
-    @staticmethod
-    async def outdated(engine: WorkerEnd, key: tuple[str, str], signature: Signature) -> bool:
-        """Whether the engine now serves ``key`` with another signature than ``signature``."""
-        name, version = key
-        envelope = {"check": True, "model": name, "version": version, "signature": signature.tag}
-        answer, _ = await engine.call(envelope, b"")
-        return bool(answer["status"] == SIGNATURE_CHANGED)
-
-    @staticmethod
-    async def call(
-        engine: WorkerEnd,
-        name: str,
-        version: str | None,
-        signature: Signature,
-        forwarded: tuple[bytes, int],
-    ) -> tuple[dict, bytes]:
-        payload, header_length = forwarded
-        envelope = {
-            "model": name,
-            "version": version or "1",
-            "signature": signature.tag,
-            "header_length": header_length,
-        }
-        return await engine.call(envelope, payload)
 
     @staticmethod
     def _answer(

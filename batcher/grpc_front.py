@@ -27,7 +27,14 @@ import orjson
 from autoglm.webconfig import WebConfig
 from batcher import oip
 from batcher.engine_channel import WorkerEnd
-from batcher.forwarding import SIGNATURE_CHANGED, ChannelError, Signature, engine_request
+from batcher.forwarding import (
+    SIGNATURE_CHANGED,
+    ChannelError,
+    Signature,
+    engine_request,
+    forward,
+    outdated,
+)
 from batcher.grpc_face import (
     FORWARDED_METHODS,
     GRPC_CODE_HEADER,
@@ -95,18 +102,6 @@ class FrontServer(Protocol):
     ) -> Signature | tuple[int, bytes, dict[str, str]]: ...
 
     def forget_signature(self, key: tuple[str, str]) -> None: ...
-
-    @staticmethod
-    async def outdated(engine: WorkerEnd, key: tuple[str, str], signature: Signature) -> bool: ...
-
-    @staticmethod
-    async def call(
-        engine: WorkerEnd,
-        name: str,
-        version: str | None,
-        signature: Signature,
-        forwarded: tuple[bytes, int],
-    ) -> tuple[dict, bytes]: ...
 
 
 class GrpcFront(GrpcFace):
@@ -190,16 +185,16 @@ class GrpcFront(GrpcFace):
                 parsed = decode_infer_request(request, signature.inputs, signature.outputs)
             except oip.ProtocolError as exc:
                 try:
-                    outdated = await front.outdated(engine, key, signature)
+                    stale = await outdated(engine, key, signature)
                 except ChannelError as gone:
                     await self.fail(context, method, UNAVAILABLE, _engine_gone(gone), name)
-                if outdated and not last_try:
+                if stale and not last_try:
                     front.forget_signature(key)
                     continue
                 engine.notify({"invalid": name})
                 await self.fail(context, method, grpc.StatusCode.INVALID_ARGUMENT, str(exc), name)
             try:
-                answer, payload = await front.call(
+                answer, payload = await forward(
                     engine, name, version, signature, engine_request(parsed, signature)
                 )
             except ChannelError as exc:
