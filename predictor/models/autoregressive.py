@@ -37,7 +37,39 @@ TRANSFORMS = ("sqrt", "log", "none")
 CEILING = 1.5
 
 
-class AutoregressiveModel(ForecastModel):
+class LaggedFeaturesModel(ForecastModel):
+    """A model whose features at an origin read the last ``lags`` points and the means of
+    ``recent_windows``, and per season the same again one season back. How far back they read
+    sets the history a fit needs and the history kept between fits, and which seasons a short
+    history can afford; this model and :class:`~predictor.models.boosted.BoostedTreesModel`
+    read alike."""
+
+    lags: int
+    recent_windows: tuple[int, ...]
+    all_periods: tuple[int, ...]
+    # Points a season's features may read beyond the season plus the longest lag or window.
+    season_margin = 0
+
+    @property
+    def min_points(self) -> int:
+        return self._reach(()) + MIN_ORIGINS + self.max_horizon
+
+    def history_capacity(self) -> int:
+        return self._reach(self.all_periods)
+
+    def _reach(self, periods: tuple[int, ...]) -> int:
+        """How many past points the features of one origin read."""
+        longest = max(self.lags, *self.recent_windows, 1)
+        return max((longest, *(p + longest + self.season_margin for p in periods)))
+
+    def _affordable_periods(self, points: int) -> tuple[int, ...]:
+        """The seasons whose features a fit on ``points`` points can read for ``MIN_ORIGINS``
+        origins at every horizon."""
+        spare = points - self.max_horizon - MIN_ORIGINS
+        return tuple(m for m in self.all_periods if self._reach((m,)) <= spare)
+
+
+class AutoregressiveModel(LaggedFeaturesModel):
     """Direct linear autoregression per horizon; see the module docstring."""
 
     name = "autoregressive"
@@ -74,18 +106,6 @@ class AutoregressiveModel(ForecastModel):
             self.name = name
         super().__init__(max_horizon, **kwargs)
 
-    @property
-    def min_points(self) -> int:
-        return self._reach(()) + MIN_ORIGINS + self.max_horizon
-
-    def history_capacity(self) -> int:
-        return self._reach(self.all_periods)
-
-    def _reach(self, periods: tuple[int, ...]) -> int:
-        """How many past points the features of one origin read."""
-        longest = max(self.lags, *self.recent_windows, 1)
-        return max((longest, *(p + longest for p in periods)))
-
     def _transform(self, y: np.ndarray) -> np.ndarray:
         if not self.transformed:
             return np.asarray(y, dtype=float)
@@ -119,8 +139,7 @@ class AutoregressiveModel(ForecastModel):
     def _fit(self, y: np.ndarray, state_at: int) -> None:
         self.transformed = self.transform != "none" and bool(np.all(y >= 0))
         z = self._transform(y[:state_at])
-        spare = len(z) - self.max_horizon - MIN_ORIGINS
-        self.periods = tuple(m for m in self.all_periods if self._reach((m,)) <= spare)
+        self.periods = self._affordable_periods(len(z))
         origins = np.arange(self._reach(self.periods), len(z) - self.max_horizon + 1)
         self.ceiling = CEILING * float(np.max(np.abs(z))) if len(z) else np.inf
         half_life = self.half_life or max((*self.periods, 4 * MIN_ORIGINS))

@@ -36,14 +36,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from predictor.models.base import ForecastModel
+from predictor.models.autoregressive import MIN_ORIGINS, LaggedFeaturesModel
 
 if TYPE_CHECKING:  # imported by the first fit: lightgbm takes about a second to import
     import lightgbm as lgb
 
 LAGS = 4
 RECENT_WINDOWS = (4, 16)
-MIN_ORIGINS = 48
 MAX_ROWS = 2000
 ROUNDS = 100
 LEAVES = 8
@@ -52,11 +51,12 @@ MIN_LEAF = 10
 CEILING = 1.5
 
 
-class BoostedTreesModel(ForecastModel):
+class BoostedTreesModel(LaggedFeaturesModel):
     """Gradient-boosted trees per horizon on lags, seasonal lags and the calendar; see the module
     docstring."""
 
     name = "boosted"
+    season_margin = 1  # a point of margin per season, kept so fits stay as benched
 
     def __init__(
         self,
@@ -97,18 +97,6 @@ class BoostedTreesModel(ForecastModel):
             self.name = name
         super().__init__(max_horizon, **kwargs)
 
-    @property
-    def min_points(self) -> int:
-        return self._reach(()) + MIN_ORIGINS + self.max_horizon
-
-    def history_capacity(self) -> int:
-        return self._reach(self.all_periods)
-
-    def _reach(self, periods: tuple[int, ...]) -> int:
-        """How many past points the features of one origin read."""
-        longest = max(self.lags, *self.recent_windows)
-        return max((longest, *(p + longest + 1 for p in periods)))
-
     def _transform(self, y: np.ndarray) -> np.ndarray:
         return np.sqrt(np.maximum(y, 0.0)) if self.root else np.asarray(y, dtype=float)
 
@@ -145,8 +133,7 @@ class BoostedTreesModel(ForecastModel):
         self.root = bool(np.all(y >= 0))
         self._offset = 0
         z = self._transform(y[:state_at])
-        spare = len(z) - self.max_horizon - MIN_ORIGINS
-        self.periods = tuple(m for m in self.all_periods if self._reach((m,)) <= spare)
+        self.periods = self._affordable_periods(len(z))
         first = max(self._reach(self.periods), len(z) - self.max_horizon + 1 - self.max_rows)
         origins = np.arange(first, len(z) - self.max_horizon + 1)
         self.rows_fitted = len(origins)

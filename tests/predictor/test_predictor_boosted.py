@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pytest
 
@@ -82,34 +80,6 @@ def test_a_level_beyond_what_the_trees_saw_is_carried_by_the_recent_level():
         model.update(v)
     night = model.predict([1]).point[0]  # 2 days in: the next point is at 0 h, mean 2 x 10
     assert 12 < night < 28
-
-
-@pytest.mark.parametrize("seasons", [True, False])
-def test_a_replay_in_bulk_is_what_updates_point_by_point_give(seasons):
-    # The calibration replay after every fit (and the selection's backtest) is batched; it
-    # must be the live updates' forecasts, errors and bounds, calendar phase included.
-    y, _ = weekday_rush(3, seed=5)
-    if seasons:  # as the catalog offers it on hourly points with a daily season
-        factory = candidate_factories(3600, (86400.0,), 3, len(y), include=["boosted"])["boosted"]
-    else:  # the catalog does not offer it without a season; the model still works
-        factory = partial(BoostedTreesModel, 3)
-    stepped, bulk = factory(), factory()
-    for model in (stepped, bulk):
-        model.fit(y[:400])
-        model.update(y[400])
-    paths = []
-    for v in y[401:470]:
-        stepped.update(v)
-        paths.append(stepped.latest_path())
-    np.testing.assert_allclose(bulk.replay(y[401:470]), np.stack(paths), rtol=1e-9)
-    for v in y[470:475]:
-        stepped.update(v)
-        bulk.update(v)
-    for h in (1, 2, 3):
-        np.testing.assert_allclose(stepped.residuals.errors(h), bulk.residuals.errors(h))
-    ahead, again = stepped.predict([1, 2, 3]), bulk.predict([1, 2, 3])
-    np.testing.assert_allclose(ahead.point, again.point, rtol=1e-9)
-    np.testing.assert_allclose(ahead.upper, again.upper, rtol=1e-9)
 
 
 def test_the_catalog_offers_it_on_request_with_a_season_as_a_member_of_the_median_only_then():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from statsmodels.tsa.holtwinters import ExponentialSmoothing
 from predictor.backtest import rolling_origin
 from predictor.models import (
     AutoregressiveModel,
+    BoostedTreesModel,
     CalendarRegressionModel,
     Combination,
     ETSModel,
@@ -374,18 +377,33 @@ def test_the_calendar_regression_keeps_its_phase_across_updates():
     assert np.abs(model.predict([1, 2, 3, 4]).point - y[-4:]).max() < 1.0
 
 
-HOURLY = [(3600, name) for name in candidate_factories(3600, (86400.0,), 3, 24 * 14)]
-NO_SEASON = [(10, name) for name in ("recent_level", "ensemble")]
+def from_catalog(step: int, name: str, include: tuple[str, ...] = ()):
+    """A test parameter: the catalog's factory for ``name`` on a series of n points."""
+
+    def factory_for(n: int):
+        return candidate_factories(step, (86400.0,), 3, n, include=include)[name]
+
+    return pytest.param(factory_for, id=f"{step}-{name}")
 
 
-@pytest.mark.parametrize(("step", "name"), HOURLY + NO_SEASON)
-def test_a_replay_in_bulk_leaves_a_model_as_point_by_point_updates_would(step, name):
+HOURLY = [from_catalog(3600, name) for name in candidate_factories(3600, (86400.0,), 3, 24 * 14)]
+NO_SEASON = [from_catalog(10, name) for name in ("recent_level", "ensemble")]
+ON_REQUEST = [
+    from_catalog(3600, "boosted", include=("boosted",)),
+    # The catalog does not offer boosted trees without a season; the model still works.
+    pytest.param(lambda n: partial(BoostedTreesModel, 3), id="boosted-without-season"),
+]
+
+
+@pytest.mark.parametrize("factory_for", HOURLY + NO_SEASON + ON_REQUEST)
+def test_a_replay_in_bulk_leaves_a_model_as_point_by_point_updates_would(factory_for):
     # The calibration replay after each fit runs in bulk (batched forecasts for the models
     # whose state is their history); forecasts, errors and bounds must be the updates' own,
-    # including forecasts still pending from updates before the replay.
+    # including forecasts still pending from updates before the replay, and the calendar
+    # phase of models that read it.
     rng = np.random.default_rng(5)
     y = rng.poisson(seasonal(24 * 14, level=60.0)).astype(float)
-    factory = candidate_factories(step, (86400.0,), 3, len(y))[name]
+    factory = factory_for(len(y))
     stepped, bulk = factory(), factory()
     for model in (stepped, bulk):
         model.fit(y[:250])
