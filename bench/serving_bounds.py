@@ -1,0 +1,424 @@
+"""How far any server on this stack could go: the floors under issue 18's serving goals.
+
+Issue 18 asks REST JSON for 2,500 requests per server CPU-second with the reference MLP, and the
+binary extension and gRPC each for 1.5x REST JSON's rate. Whether a goal is out of reach for
+*any* serving design on aiohttp and grpc.aio is a question about the cheapest server these
+libraries allow, not about ours. This bench runs that server, a **floor**: one process answering
+``POST /v2/models/reference/infer`` (JSON and binary extension) on aiohttp and ``ModelInfer`` on
+grpc.aio with only what every Open Inference Protocol server must do for a one-row request (read
+the body, decode the tensor to a numpy array, encode the answer) and nothing else: no model, no
+batching, no validation, no metrics, no logging. Beside it, the real batcher serves the reference
+MLP on the same ways, and the MLP's own CPU per row is measured at full batches (a child process,
+one torch thread, as the batcher runs it). Every way of both servers is loaded with the same
+open-loop client (``bench/batcher_serving.py``'s) at the same rates, the points interleaved,
+over ``--rounds`` rounds; the figure is server CPU microseconds per answered request.
+
+Why the bounds hold (every cost per request, server CPU):
+
+* **Requests per CPU-second** of any server <= 1e6 / (floor JSON + MLP per row at the largest
+  batch): a server must do at least the floor's work and run the model's row.
+* **Binary (or gRPC) rate / JSON rate.** A JSON and a binary request differ only in their
+  codec: whatever the rest costs (R, at least the floor's) both pay it, so the ratio of their
+  costs, (R + json codec) / (R + binary codec), is largest when R is smallest, at the floor. A
+  server whose rate its CPU limits serves at a rate inversely proportional to its cost per
+  request, so rate ratio <= floor JSON / floor binary, and with the model's row added to both
+  (it runs for every request of either way) <= (floor JSON + MLP row) / (floor binary + MLP row).
+  gRPC's whole transport differs, so its floor is a whole grpc.aio call: the same argument with
+  the gRPC floor.
+* **A rate on this machine**, for ``--target-rate`` (say 8x MLServer's top rate from
+  ``bench/batcher_serving.py``): the cores it needs at the least are target x (floor JSON + MLP
+  row + the client's cost per request), against the machine's cores; and one interpreter's event
+  loop (which must do at least the floor's work for each of its requests) is full at
+  1e6 / floor JSON requests a second.
+
+    python bench/serving_bounds.py                           # 1,000 and 2,000 req/s, 3 rounds
+    python bench/serving_bounds.py --rates 1500 --rounds 5 --target-rate 2304
+    python bench/serving_bounds.py --smoke                   # proves it runs (the slow tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+from bench.batcher_serving import (  # noqa: E402
+    FEATURES,
+    MODEL_NAME,
+    BatcherServer,
+    Neighbours,
+    Served,
+    loadavg,
+    targets_for,
+)
+from bench.report_json import write_report  # noqa: E402
+
+MODES = ("rest-json", "rest-binary", "grpc")
+RESULTS = ROOT / "bench" / "results" / "serving_bounds.json"
+GOAL_REQUESTS_PER_CPU_SECOND = 2500.0
+GOAL_RATIO = 1.5
+SENSITIVITY_BATCHES = (32, 256, 512)  # the MLP's row at other batches, beside --batch's
+
+
+# --- the floor server (a child process: ``--serve PORT_FILE``) ------------------------------------
+
+
+def serve_floor(port_file: Path) -> None:
+    """Serve the floor on free ports, written to ``port_file`` as JSON, until killed."""
+    import grpc
+    import numpy as np
+    import orjson
+    from aiohttp import web
+
+    from batcher.open_inference import predict_v2_pb2 as pb
+
+    header_length = "Inference-Header-Content-Length"
+
+    async def infer(request: web.Request) -> web.Response:
+        body = await request.read()
+        if header_length in request.headers:
+            size = int(request.headers[header_length])
+            orjson.loads(body[:size])
+            row = np.frombuffer(body, dtype="<f4", offset=size).reshape(1, FEATURES)
+            raw = row.tobytes()
+            described = {
+                "name": "output",
+                "datatype": "FP32",
+                "shape": [1, FEATURES],
+                "parameters": {"binary_data_size": len(raw)},
+            }
+            head = orjson.dumps({"model_name": MODEL_NAME, "outputs": [described]})
+            return web.Response(
+                body=head + raw,
+                headers={header_length: str(len(head))},
+                content_type="application/octet-stream",
+            )
+        tensor = orjson.loads(body)["inputs"][0]
+        row = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+        output = {"name": "output", "datatype": "FP32", "shape": [1, FEATURES], "data": row}
+        answer = {"model_name": MODEL_NAME, "outputs": [output]}
+        return web.Response(
+            body=orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY),
+            content_type="application/json",
+        )
+
+    async def model_infer(request: pb.ModelInferRequest, context: object) -> pb.ModelInferResponse:
+        row = np.frombuffer(request.raw_input_contents[0], dtype="<f4").reshape(1, FEATURES)
+        response = pb.ModelInferResponse(model_name=MODEL_NAME)
+        response.outputs.add(name="output", datatype="FP32", shape=[1, FEATURES])
+        response.raw_output_contents.append(row.tobytes())
+        return response
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post(f"/v2/models/{MODEL_NAME}/infer", infer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        server = grpc.aio.server()
+        handler = grpc.unary_unary_rpc_method_handler(
+            model_infer,
+            request_deserializer=pb.ModelInferRequest.FromString,
+            response_serializer=pb.ModelInferResponse.SerializeToString,
+        )
+        service = "inference.GRPCInferenceService"
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler(service, {"ModelInfer": handler})]
+        )
+        grpc_port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        port_file.write_text(json.dumps({"http": http_port, "grpc": grpc_port}))
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+class FloorServer(Served):
+    """:func:`serve_floor` in a child process."""
+
+    name = "floor"
+
+    def __init__(self, scratch: Path) -> None:
+        port_file = scratch / "floor.ports"
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(port_file)], cwd=ROOT
+        )
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the floor server did not start")
+            time.sleep(0.05)
+        ports = json.loads(port_file.read_text())
+        self.http_port, self.grpc_port = ports["http"], ports["grpc"]
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+async def measure(servers: dict[str, Served], args: argparse.Namespace) -> list[dict]:
+    """Every (server, way, rate) point of every round, interleaved; each a point's record."""
+    targets, closers = {}, []
+    for name, server in servers.items():
+        found, close = await targets_for(server, None, MODES)  # type: ignore[arg-type]
+        closers.append(close)
+        targets.update({(name, mode): target for mode, target in found.items()})
+    points: list[dict] = []
+    try:
+        for target in targets.values():  # connections open, every path warm
+            await target.point(min(args.rates) / 4, 1.0, args.slo_seconds, seed=0)
+        for index in range(1, args.rounds + 1):
+            before = loadavg()
+            order = list(targets) if index % 2 else list(reversed(targets))
+            for rate in args.rates:
+                for name, mode in order:
+                    point = await targets[name, mode].point(
+                        rate, args.seconds, args.slo_seconds, seed=index
+                    )
+                    point.update(server=name, round=index)
+                    points.append(point)
+                    micros = 1e6 * point["server_cpu_seconds"] / max(1, point["answered"])
+                    print(
+                        f"  round {index} {name:<8} {mode:<12} {rate:6.0f}/s {micros:7.0f} us/req"
+                        f"  client {1000 * point['client_cpu_ms_per_request']:5.0f} us"
+                        f"  p99 {point['p99_ms']:7.1f} ms  failed {point['failures']}",
+                        flush=True,
+                    )
+            print(f"round {index}: load average {before} -> {loadavg()}", flush=True)
+    finally:
+        for close in closers:
+            await close()
+    return points
+
+
+def model_row_microseconds(sizes: list[int], seconds: float) -> dict[int, float]:
+    """The MLP's CPU per row alone, one torch thread, in a child (this process stays torch-free)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.reference_mlp", "--seconds", str(seconds)]
+        + [str(size) for size in sizes],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {int(size): cost for size, cost in json.loads(out.stdout).items()}
+
+
+def costs(points: list[dict]) -> dict[str, dict[str, dict[float, dict]]]:
+    """Per server, way and rate: the median server and client microseconds per request over the
+    rounds (answered requests only), with their ranges and the failures."""
+    grouped: dict[tuple[str, str, float], list[dict]] = {}
+    for point in points:
+        grouped.setdefault((point["server"], point["mode"], point["rate"]), []).append(point)
+    out: dict[str, dict[str, dict[float, dict]]] = {}
+    for (server, mode, rate), group in grouped.items():
+        server_us = [1e6 * p["server_cpu_seconds"] / max(1, p["answered"]) for p in group]
+        client_us = [1000 * p["client_cpu_ms_per_request"] for p in group]
+        out.setdefault(server, {}).setdefault(mode, {})[rate] = {
+            "server_us": statistics.median(server_us),
+            "server_us_range": [min(server_us), max(server_us)],
+            "client_us": statistics.median(client_us),
+            "p99_ms": [p["p99_ms"] for p in group],
+            "failures": sum(p["failures"] for p in group),
+            "mean_batch": statistics.median(p["mean_batch_items"] for p in group),
+        }
+    return out
+
+
+def bounds(
+    floor: dict[str, dict[float, dict]],
+    model_us: float,
+    cores: int,
+    target_rate: float | None,
+) -> dict:
+    """Each goal's bound from the cheapest floor measured at any rate (the bound most generous to
+    the goal). Pure arithmetic on the medians, so the tests can check it without a server."""
+    cheapest = {mode: min(floor[mode].values(), key=lambda c: c["server_us"]) for mode in MODES}
+    f_json, f_binary, f_grpc = (cheapest[m]["server_us"] for m in MODES)
+    out = {
+        "floor_us": {mode: cheapest[mode]["server_us"] for mode in MODES},
+        "model_us_per_row": model_us,
+        "requests_per_cpu_second": {
+            "bound": 1e6 / (f_json + model_us),
+            "goal": GOAL_REQUESTS_PER_CPU_SECOND,
+        },
+        "binary_over_json": {
+            "bound_without_model": f_json / f_binary,
+            "bound": (f_json + model_us) / (f_binary + model_us),
+            "goal": GOAL_RATIO,
+        },
+        "grpc_over_json": {
+            "bound_without_model": f_json / f_grpc,
+            "bound": (f_json + model_us) / (f_grpc + model_us),
+            "goal": GOAL_RATIO,
+        },
+        "one_interpreter_rate_bound": 1e6 / f_json,
+    }
+    if target_rate:
+        client_us = cheapest["rest-json"]["client_us"]
+        out["target_rate"] = {
+            "rate": target_rate,
+            "cores_needed_at_least": target_rate * (f_json + model_us + client_us) / 1e6,
+            "server_cores_needed_at_least": target_rate * (f_json + model_us) / 1e6,
+            "cores": cores,
+            "client_us": client_us,
+            "one_interpreter_load": target_rate * f_json / 1e6,
+        }
+    return out
+
+
+def verdict(bound: float, goal: float) -> str:
+    return "reachable" if bound >= goal else "OUT OF REACH"
+
+
+def print_report(measured: dict, found: dict) -> None:
+    print()
+    print("server CPU per answered request (median over rounds; client beside it)")
+    print(
+        f"{'server':<8} {'way':<12} {'rate':>6} {'us/req':>7} {'range':>11} {'client':>7} "
+        f"{'p99 ms (rounds)':>22} {'batch':>6} fail"
+    )
+    for server, modes in measured.items():
+        for mode, rates in modes.items():
+            for rate, c in sorted(rates.items()):
+                low, high = c["server_us_range"]
+                p99 = "/".join(f"{ms:.0f}" for ms in c["p99_ms"])
+                print(
+                    f"{server:<8} {mode:<12} {rate:6.0f} {c['server_us']:7.0f} "
+                    f"{f'{low:.0f}-{high:.0f}':>11} {c['client_us']:7.0f} {p99:>22} "
+                    f"{c['mean_batch']:6.1f} {c['failures']}"
+                )
+    f = found["floor_us"]
+    print()
+    print(
+        f"floors: JSON {f['rest-json']:.0f} us, binary {f['rest-binary']:.0f} us, "
+        f"gRPC {f['grpc']:.0f} us; MLP alone {found['model_us_per_row']:.0f} us a row at full batch"
+    )
+    print(f"{'goal':<34} {'bound':>10} {'goal':>8}  verdict")
+    per_cpu = found["requests_per_cpu_second"]
+    rows = [("REST JSON requests per CPU-second", per_cpu["bound"], per_cpu["goal"])]
+    for key, label in (
+        ("binary_over_json", "binary / JSON rate"),
+        ("grpc_over_json", "gRPC / JSON rate"),
+    ):
+        rows.append((f"{label} (model included)", found[key]["bound"], found[key]["goal"]))
+        rows.append(
+            (f"{label} (model free)", found[key]["bound_without_model"], found[key]["goal"])
+        )
+    for label, bound, goal in rows:
+        print(f"{label:<34} {bound:>10.2f} {goal:>8.2f}  {verdict(bound, goal)}")
+    full = found["one_interpreter_rate_bound"]
+    print(f"one interpreter's loop is full at {full:.0f} req/s of REST JSON")
+    target = found.get("target_rate")
+    if target:
+        print(
+            f"{target['rate']:.0f} req/s needs at least {target['cores_needed_at_least']:.2f} of "
+            f"{target['cores']} cores (server {target['server_cores_needed_at_least']:.2f}, client "
+            f"{target['client_us']:.0f} us a request) and loads one interpreter to "
+            f"{target['one_interpreter_load']:.2f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", default="1000,2000", help="requests per second, comma-separated")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per point")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slo-seconds", type=float, default=0.1)
+    parser.add_argument(
+        "--batch", type=int, default=128, help="the batch the MLP's row is timed at"
+    )
+    parser.add_argument("--target-rate", type=float, help="a rate to size (say 8x MLServer's)")
+    parser.add_argument("--no-batcher", action="store_true", help="floors only")
+    parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve_floor(args.serve)
+        return 0
+    try:
+        args.rates = [float(r) for r in args.rates.split(",") if r]
+    except ValueError:
+        parser.error(
+            f"--rates takes numbers separated by commas, e.g. 1000,2000; got {args.rates!r}"
+        )
+    if not args.rates or min(args.rates) <= 0 or args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rates, --rounds and --seconds must be positive")
+    if args.batch < 1:
+        parser.error("--batch must be at least 1")
+    if args.smoke:
+        args.rates, args.rounds, args.seconds, model_seconds = [50.0], 1, 0.5, 0.1
+    else:
+        model_seconds = 2.0
+    neighbours = Neighbours()
+    servers: dict[str, Served] = {}
+    with tempfile.TemporaryDirectory(prefix="serving-bounds-") as scratch:
+        try:
+            servers["floor"] = FloorServer(Path(scratch))
+            if not args.no_batcher:
+                servers["batcher"] = BatcherServer(
+                    ["--max-batch-size", "128", "--max-queue", "4096"]
+                )
+            load_before = loadavg()
+            points = asyncio.run(measure(servers, args))
+            other_cores = neighbours.cores()  # while the servers still count as this tree's
+        finally:
+            for server in servers.values():
+                server.stop()
+    load_after = loadavg()
+    sizes = sorted({args.batch, *SENSITIVITY_BATCHES})
+    model_us = model_row_microseconds(sizes, model_seconds)
+    measured = costs(points)
+    cores = os.cpu_count() or 1
+    found = bounds(measured["floor"], model_us[args.batch], cores, args.target_rate)
+    print_report(measured, found)
+    per_cpu = {size: 1e6 / (found["floor_us"]["rest-json"] + us) for size, us in model_us.items()}
+    print(
+        "with other batch sizes: "
+        + ", ".join(
+            f"{size}: MLP {model_us[size]:.0f} us/row, bound {per_cpu[size]:.0f} req/CPU-s"
+            for size in sizes
+        )
+    )
+    print(f"load average {load_before} -> {load_after}; other work took {other_cores:.2f} cores")
+    write_report(
+        args.json,
+        {
+            "rates": args.rates,
+            "seconds_per_point": args.seconds,
+            "rounds": args.rounds,
+            "smoke": args.smoke,
+            "loadavg_before": load_before,
+            "loadavg_after": load_after,
+            "other_cores": other_cores,
+            "cores": cores,
+            "batch": args.batch,
+            "measured": {
+                s: {m: {str(r): c for r, c in v.items()} for m, v in d.items()}
+                for s, d in measured.items()
+            },
+            "bounds": found,
+            "model_us_per_row_by_batch": {str(size): us for size, us in model_us.items()},
+            "requests_per_cpu_second_bound_by_batch": {str(k): v for k, v in per_cpu.items()},
+            "points": points,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""``bench/serving_bounds.py``: the bounds' arithmetic, and its smoke run end to end.
+
+The arithmetic is what turns measured floors into "out of reach" verdicts in the issue's notes,
+so it is checked against figures worked by hand; the smoke proves that every way into both
+servers (the floor and the batcher) is answered and the report has the shape the notes read.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.serving_bounds import bounds, verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cost(server_us: float, client_us: float = 100.0) -> dict:
+    return {"server_us": server_us, "client_us": client_us}
+
+
+def test_bounds_take_the_cheapest_floor_and_work_out_each_goal() -> None:
+    floor = {
+        "rest-json": {1000.0: cost(450.0), 2000.0: cost(400.0, client_us=80.0)},
+        "rest-binary": {1000.0: cost(300.0), 2000.0: cost(320.0)},
+        "grpc": {1000.0: cost(500.0), 2000.0: cost(600.0)},
+    }
+    found = bounds(floor, model_us=100.0, cores=2, target_rate=2000.0)
+    assert found["floor_us"] == {"rest-json": 400.0, "rest-binary": 300.0, "grpc": 500.0}
+    assert found["requests_per_cpu_second"]["bound"] == pytest.approx(1e6 / 500)
+    assert found["binary_over_json"]["bound"] == pytest.approx(500 / 400)
+    assert found["binary_over_json"]["bound_without_model"] == pytest.approx(400 / 300)
+    assert found["grpc_over_json"]["bound"] == pytest.approx(500 / 600)
+    assert found["one_interpreter_rate_bound"] == pytest.approx(2500)
+    target = found["target_rate"]
+    assert target["client_us"] == 80.0  # the client's cost beside the cheapest JSON floor
+    assert target["cores_needed_at_least"] == pytest.approx(2000 * (400 + 100 + 80) / 1e6)
+    assert target["server_cores_needed_at_least"] == pytest.approx(1.0)
+    assert target["one_interpreter_load"] == pytest.approx(0.8)
+
+
+def test_no_target_rate_no_sizing_and_the_verdict_is_strict_about_the_goal() -> None:
+    floor = {mode: {1000.0: cost(400.0)} for mode in ("rest-json", "rest-binary", "grpc")}
+    assert "target_rate" not in bounds(floor, model_us=0.0, cores=2, target_rate=None)
+    assert verdict(2500.0, 2500.0) == "reachable"
+    assert verdict(2499.9, 2500.0) == "OUT OF REACH"
+
+
+@pytest.mark.timeout(600)
+def test_smoke_answers_every_way_into_the_floor_and_the_batcher(tmp_path: Path) -> None:
+    out = tmp_path / "bounds.json"
+    command = [sys.executable, "bench/serving_bounds.py", "--smoke", "--target-rate", "100"]
+    run = subprocess.run(
+        [*command, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["smoke"] and report["rounds"] == 1
+    for server in ("floor", "batcher"):
+        ways = report["measured"][server]
+        assert set(ways) == {"rest-json", "rest-binary", "grpc"}
+        for rates in ways.values():
+            assert [c["failures"] for c in rates.values()] == [0]
+    assert report["bounds"]["model_us_per_row"] > 0
+    assert report["bounds"]["target_rate"]["rate"] == 100
+    assert "OUT OF REACH" in run.stdout or "reachable" in run.stdout
