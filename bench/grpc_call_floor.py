@@ -42,9 +42,15 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
-from bench.batcher_serving import Served, loadavg, targets_for  # noqa: E402
+from bench.batcher_serving import Served, loadavg  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
-from bench.serving_cost_ab import IDENTITY, TreeServer  # noqa: E402
+from bench.serving_cost_ab import (  # noqa: E402
+    IDENTITY,
+    TreeServer,
+    interleaved_rounds,
+    round_arguments,
+    smoke_rounds,
+)
 
 FLOORS = ("aio", "aio-uvloop", "sync", "sync-bridge", "sync-queue")
 BATCHER = ("batcher-grpc", "batcher-rest-json")
@@ -160,57 +166,17 @@ class FloorServer(Served):
         self.grpc_port = int(port_file.read_text())
 
 
-async def measure(
-    servers: dict[str, Served], args: argparse.Namespace
-) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Per style, server CPU microseconds per answered call in each round, and the failed calls."""
-    targets, closers = {}, []
-    for style, server in servers.items():
-        mode = "rest-json" if style == "batcher-rest-json" else "grpc"
-        found, close = await targets_for(server, None, (mode,))  # type: ignore[arg-type]
-        closers.append(close)
-        targets[style] = found[mode]
-    costs: dict[str, list[float]] = {style: [] for style in servers}
-    failed = dict.fromkeys(servers, 0)
-    try:
-        for target in targets.values():  # connections open, every path warm
-            await target.point(args.rate / 4, 1.0, 1.0, seed=0)
-        for index in range(1, args.rounds + 1):
-            before = loadavg()
-            order = list(targets) if index % 2 else list(reversed(targets))
-            for style in order:
-                point = await targets[style].point(args.rate, args.seconds, 1.0, seed=index)
-                micros = 1e6 * point["server_cpu_seconds"] / max(1, point["answered"])
-                costs[style].append(micros)
-                failed[style] += point["failures"]
-                print(
-                    f"  round {index} {style:<18} {micros:7.0f} us/call  "
-                    f"p99 {point['p99_ms']:7.1f} ms  failed {point['failures']}",
-                    flush=True,
-                )
-            print(f"round {index}: load average {before} -> {loadavg()}", flush=True)
-    finally:
-        for close in closers:
-            await close()
-    return costs, failed
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--styles", default=",".join(STYLES))
-    parser.add_argument("--rate", type=float, default=400.0, help="requests per second per point")
-    parser.add_argument("--seconds", type=float, default=4.0, help="per point")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
-    parser.add_argument("--json", type=Path, default=RESULTS)
+    round_arguments(parser, RESULTS)
     parser.add_argument("--serve", choices=FLOORS, help=argparse.SUPPRESS)
     parser.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         serve(args.serve, args.port_file)
         return 0
-    if args.smoke:
-        args.rounds, args.seconds, args.rate = 1, 0.5, 50.0
+    smoke_rounds(args)
     styles = [s for s in args.styles.split(",") if s]
     unknown = [s for s in styles if s not in STYLES]
     if unknown or not styles:
@@ -221,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("uvloop is not installed: aio-uvloop skipped", flush=True)
             styles.remove("aio-uvloop")
+    ways = [(style, "rest-json" if style == "batcher-rest-json" else "grpc") for style in styles]
     servers: dict[str, Served] = {}
     with tempfile.TemporaryDirectory(prefix="grpc-floor-") as scratch:
         try:
@@ -234,10 +201,14 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     servers[style] = FloorServer(style, Path(scratch))
             load_before = loadavg()
-            costs, failed = asyncio.run(measure(servers, args))
+            by_way, failed_by_way = asyncio.run(
+                interleaved_rounds(servers, ways, args.rounds, args.rate, args.seconds)
+            )
         finally:
             for server in {id(s): s for s in servers.values()}.values():
                 server.stop()
+    costs = {style: by_way[style, mode] for style, mode in ways}
+    failed = {style: failed_by_way[style, mode] for style, mode in ways}
     load_after = loadavg()
     print(f"server CPU per answered call at {args.rate:.0f}/s, load {load_before} -> {load_after}")
     medians = {style: statistics.median(values) for style, values in costs.items()}

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,7 @@ from bench.batcher_serving import (  # noqa: E402
     BATCHER_MODES,
     MODEL_NAME,
     Served,
+    Target,
     loadavg,
     targets_for,
 )
@@ -80,41 +82,65 @@ def export_revision(revision: str, into: Path) -> Path:
     return folder
 
 
-async def rounds(
-    servers: dict[str, TreeServer], modes: tuple[str, ...], args: argparse.Namespace
-) -> dict[str, dict[str, list[float]]]:
-    """Per mode and tree, the server CPU microseconds per answered request of each round."""
-    targets = {}
+Way = tuple[str, str]  # (server name, mode: one of bench.batcher_serving's ways in)
+
+
+async def interleaved_rounds(
+    servers: Mapping[str, Served],
+    ways: Sequence[Way],
+    rounds: int,
+    rate: float,
+    seconds: float,
+) -> tuple[dict[Way, list[float]], dict[Way, int]]:
+    """Per way, the server CPU microseconds per answered request of each round's open-loop
+    point, and the failed requests of all rounds. Connections are opened and every path warmed
+    first; the ways take turns in ``ways``' order on odd rounds and reversed on even ones, so a
+    machine whose load drifts hits each alike."""
+    targets: dict[Way, Target] = {}
     closers = []
-    for label, server in servers.items():
+    for name, server in servers.items():
+        modes = tuple(mode for named, mode in ways if named == name)
         found, close = await targets_for(server, None, modes)  # type: ignore[arg-type]
         closers.append(close)
-        for mode, target in found.items():
-            targets[(mode, label)] = target
-    costs: dict[str, dict[str, list[float]]] = {m: {s: [] for s in servers} for m in modes}
+        targets.update({(name, mode): found[mode] for mode in modes})
+    costs: dict[Way, list[float]] = {way: [] for way in ways}
+    failed = dict.fromkeys(ways, 0)
     try:
-        for target in targets.values():  # open the connections, warm every path
-            await target.point(args.rate / 4, 1.0, 1.0, seed=0)
-        for index in range(1, args.rounds + 1):
+        for target in targets.values():
+            await target.point(rate / 4, 1.0, 1.0, seed=0)
+        for index in range(1, rounds + 1):
             before = loadavg()
-            order = list(servers) if index % 2 else list(reversed(servers))
-            for mode in modes:
-                for label in order:
-                    point = await targets[(mode, label)].point(
-                        args.rate, args.seconds, 1.0, seed=index
-                    )
-                    micros = 1e6 * point["server_cpu_seconds"] / max(1, point["answered"])
-                    costs[mode][label].append(micros)
-                    print(
-                        f"  round {index} {mode:<12} {label:<12} {micros:7.0f} us/req  "
-                        f"p99 {point['p99_ms']:6.1f} ms  failed {point['failures']}",
-                        flush=True,
-                    )
+            for way in ways if index % 2 else reversed(ways):
+                point = await targets[way].point(rate, seconds, 1.0, seed=index)
+                micros = 1e6 * point["server_cpu_seconds"] / max(1, point["answered"])
+                costs[way].append(micros)
+                failed[way] += point["failures"]
+                print(
+                    f"  round {index} {way[0]:<18} {way[1]:<12} {micros:7.0f} us/req  "
+                    f"p99 {point['p99_ms']:7.1f} ms  failed {point['failures']}",
+                    flush=True,
+                )
             print(f"round {index}: load average {before} -> {loadavg()}", flush=True)
     finally:
         for close in closers:
             await close()
-    return costs
+    return costs, failed
+
+
+def round_arguments(parser: argparse.ArgumentParser, results: Path) -> None:
+    """The options of a bench of :func:`interleaved_rounds` (``--smoke``: see
+    :func:`smoke_rounds`)."""
+    parser.add_argument("--rate", type=float, default=400.0, help="requests per second per point")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per point")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
+    parser.add_argument("--json", type=Path, default=results)
+
+
+def smoke_rounds(args: argparse.Namespace) -> None:
+    """With ``--smoke``, one short, slow round: the slow tests prove the bench runs."""
+    if args.smoke:
+        args.rounds, args.seconds, args.rate = 1, 0.5, 50.0
 
 
 def summary(costs: dict[str, dict[str, list[float]]]) -> dict[str, dict]:
@@ -149,15 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new", type=Path, default=ROOT, help="a source directory")
     parser.add_argument("--modes", default=",".join(BATCHER_MODES))
     parser.add_argument("--model", default=IDENTITY)
-    parser.add_argument("--rate", type=float, default=400.0, help="requests per second per point")
-    parser.add_argument("--seconds", type=float, default=4.0, help="per point")
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-batch-size", type=int, default=128)
-    parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
-    parser.add_argument("--json", type=Path, default=RESULTS)
+    round_arguments(parser, RESULTS)
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.rounds, args.seconds, args.rate = 1, 0.5, 50.0
+    smoke_rounds(args)
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = [m for m in modes if m not in BATCHER_MODES]
     if unknown or not modes:
@@ -180,13 +201,16 @@ def main(argv: list[str] | None = None) -> int:
                 servers[label] = TreeServer(root, args.model, extra)
             print(f"old: {trees['old']}  new: {trees['new']}  model {args.model}, {args.rate}/s")
             load_before = loadavg()
-            costs = asyncio.run(rounds(servers, modes, args))
+            ways = [(label, mode) for mode in modes for label in servers]
+            by_way, _ = asyncio.run(
+                interleaved_rounds(servers, ways, args.rounds, args.rate, args.seconds)
+            )
         finally:
             for server in servers.values():
                 server.stop()
     load_after = loadavg()
     print(f"server CPU per answered request, load average {load_before} -> {load_after}")
-    result = summary(costs)
+    result = summary({m: {t: by_way[t, m] for t in trees} for m in modes})
     print_summary(result)
     report = {
         "old": str(trees["old"]) if Path(args.old).is_dir() else args.old,
