@@ -8,12 +8,10 @@ trailing metadata), independent implementations of the same protocol.
 from __future__ import annotations
 
 import asyncio
-import base64
 import socket
 import threading
 import time
 
-import bcrypt
 import grpc
 import ml_dtypes
 import numpy as np
@@ -32,6 +30,7 @@ from tests.batcher.test_batcher_best_effort_http import samples
 from tests.batcher.test_batcher_cli import start_up_error
 from tests.batcher.test_batcher_http import json_request
 from tests.batcher.test_batcher_oip_datatypes import TaggedScaler, TextModel
+from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
@@ -277,26 +276,10 @@ def test_draining_server_answers_unavailable_and_not_ready(serve) -> None:
 
 def test_tls_client_certificates_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     ca = ScratchCA(tmp_path)
-    cert = ca.server()
     allowed, stranger = ca.client("allowed", "reader.example"), ca.client("other", "x.example")
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
-    config_file = tmp_path / "web.yml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "tls_server_config": {
-                    "cert_file": str(cert.cert),
-                    "key_file": str(cert.key),
-                    "client_auth_type": "RequireAndVerifyClientCert",
-                    "client_ca_file": str(ca.cert_file),
-                    "client_allowed_sans": ["reader.example"],
-                },
-                "basic_auth_users": {"alice": hashed},
-            }
-        )
-    )
+    config_file = web_config_file(ca, client_sans=["reader.example"])
     server = serve(TextModel(), web_config=WebConfig.load(config_file), grpc_listen="127.0.0.1:0")
-    credentials = {"authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+    credentials = {"authorization": ALICE}
 
     def client(files) -> triton.InferenceServerClient:
         return triton.InferenceServerClient(

@@ -8,25 +8,26 @@ calls are counted in the engine's series, and SIGTERM answers every accepted cal
 
 from __future__ import annotations
 
-import base64
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import bcrypt
 import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-import yaml
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.batcher.test_batcher_cli import series
-from tests.batcher.test_batcher_workers import ECHO, Served, metric_values
+from tests.batcher.test_batcher_workers import (
+    ECHO,
+    Served,
+    metric_values,
+    sigterm_once_all_accepted,
+)
+from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -223,17 +224,7 @@ def test_grpc_calls_through_both_workers_share_batches(served: list[Served]) -> 
 
 def test_tls_and_basic_auth_hold_at_the_workers_grpc(served: list[Served], tmp_path) -> None:
     ca = ScratchCA(tmp_path)
-    cert = ca.server()
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
-    config_file = tmp_path / "web.yml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "tls_server_config": {"cert_file": str(cert.cert), "key_file": str(cert.key)},
-                "basic_auth_users": {"alice": hashed},
-            }
-        )
-    )
+    config_file = web_config_file(ca)
     server = Served(
         *("--model", ECHO, "--workers", "2", "--web-config-file", str(config_file)),
         *("--grpc-listen", "127.0.0.1:0"),
@@ -242,7 +233,7 @@ def test_tls_and_basic_auth_hold_at_the_workers_grpc(served: list[Served], tmp_p
     served.append(server)
     port = grpc_port(server)
     credentials = grpc.ssl_channel_credentials(root_certificates=ca.cert_file.read_bytes())
-    auth = (("authorization", "Basic " + base64.b64encode(b"alice:s3cret").decode()),)
+    auth = (("authorization", ALICE),)
     for i in range(4):  # new connections: the kernel spreads them over both workers
         secure = stub(port, credentials)
         for method, request in (
@@ -278,27 +269,13 @@ def test_sigterm_answers_every_grpc_call_the_workers_accepted(served: list[Serve
     )
     served.append(server)
     port = grpc_port(server)
-    answers: list[object] = []
 
-    def call(i: int) -> None:
-        answers.append(outcome(lambda r: stub(port).ModelInfer(r, timeout=120), infer_request(i)))
+    def call(i: int) -> object:
+        return outcome(lambda r: stub(port).ModelInfer(r, timeout=120), infer_request(i))
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(10)]
-    for thread in threads:
-        thread.start()
-    # Ten calls at 0.2 s per batch of two: signal once all ten are accepted and some wait.
-    deadline = time.monotonic() + 60
-    while True:
-        seen = series(server.metrics())
-        if seen["ok"] + seen["queued"] + seen["running"] == 10 and seen["queued"] > 0:
-            break
-        assert time.monotonic() < deadline, f"calls were not all accepted in time: {seen}"
-        time.sleep(0.01)
-    server.proc.send_signal(signal.SIGTERM)
-    for thread in threads:
-        thread.join(timeout=120)
-    stopped = server.logs.wait_for("stopped")
-    assert server.proc.wait(timeout=60) == 0
+    # Ten calls at 0.2 s per batch of two: some wait when the signal comes.
+    answers, stopped = sigterm_once_all_accepted(server, call)
+    assert len(answers) == 10
     assert all(isinstance(a, pb.ModelInferResponse) for a in answers), answers
     got = sorted(int(np.frombuffer(a.raw_output_contents[1], np.int32)[0]) for a in answers)  # type: ignore[attr-defined]
     assert got == list(range(10))

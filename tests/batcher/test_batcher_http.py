@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
 
-import bcrypt
 import numpy as np
 import pytest
 import requests
 import torch
 import tritonclient.http as triton
-import yaml
 from tritonclient.utils import InferenceServerException
 
 from autoglm.webconfig import WebConfig
 from batcher.models.demo import factory as demo_factory
 from tests.batcher.batcher_test_models import EchoModel
+from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
 
 pytestmark = pytest.mark.timeout(120)
@@ -382,17 +380,7 @@ def test_metrics_endpoint_counts_outcomes(serve) -> None:
 
 def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     ca = ScratchCA(tmp_path)
-    cert = ca.server()
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
-    config_file = tmp_path / "web.yml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "tls_server_config": {"cert_file": str(cert.cert), "key_file": str(cert.key)},
-                "basic_auth_users": {"alice": hashed},
-            }
-        )
-    )
+    config_file = web_config_file(ca)
     server = serve(EchoModel(), web_config=WebConfig.load(config_file))
     url = f"https://127.0.0.1:{server.server.port}/v2/models/echo/infer"
     body = json_request([[1, 2, 3]], [[1]])
@@ -404,7 +392,7 @@ def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
         url,
         json=body,
         verify=str(ca.cert_file),
-        headers={"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()},
+        headers={"Authorization": ALICE},
         timeout=10,
     )
     assert allowed.status_code == 200
@@ -412,7 +400,7 @@ def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     metrics = requests.get(
         url.replace("/v2/models/echo/infer", "/metrics"),
         verify=str(ca.cert_file),
-        headers={"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()},
+        headers={"Authorization": ALICE},
         timeout=10,
     )
     # The web config follows its file: its reload outcomes are the batcher's metrics too.
@@ -423,22 +411,9 @@ def test_client_certificates_and_headers_from_the_web_config(serve, tmp_path) ->
     """The batcher accepts TLS through the kernel's listener, as every component does: a client
     certificate whose SAN is not allowed is refused at the handshake and counted."""
     ca = ScratchCA(tmp_path)
-    cert = ca.server()
     reader, intruder = ca.client("reader", "reader.example"), ca.client("x", "intruder.example")
-    config_file = tmp_path / "web.yml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "tls_server_config": {
-                    "cert_file": str(cert.cert),
-                    "key_file": str(cert.key),
-                    "client_auth_type": "RequireAndVerifyClientCert",
-                    "client_ca_file": str(ca.cert_file),
-                    "client_allowed_sans": ["reader.example"],
-                },
-                "http_server_config": {"headers": {"X-Frame-Options": "deny"}},
-            }
-        )
+    config_file = web_config_file(
+        ca, basic_auth=False, client_sans=["reader.example"], headers={"X-Frame-Options": "deny"}
     )
     server = serve(EchoModel(), web_config=WebConfig.load(config_file))
     base = f"https://127.0.0.1:{server.server.port}"

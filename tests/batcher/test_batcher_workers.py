@@ -8,24 +8,22 @@ answers everything accepted.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import bcrypt
 import numpy as np
 import pytest
 import requests
 import tritonclient.http as triton
-import yaml
 
 from tests.batcher.test_batcher_cli import LogReader, batcher_process, series, start_up_error
+from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
 
 pytestmark = pytest.mark.timeout(240)
@@ -90,6 +88,32 @@ def served() -> Iterator[list[Served]]:
         server.stop()
 
 
+def sigterm_once_all_accepted(
+    server: Served, send: Callable[[int], object], n: int = 10
+) -> tuple[list[object], dict]:
+    """Send ``n`` requests at once (``send(i)``, each from a thread of its own), SIGTERM the
+    server once all are accepted and some still wait in its queue, and return their outcomes
+    (in the order they came back) and the server's "stopped" record, after it exited with 0.
+    The server should be slow enough (a slow model, small batches) for the queue to fill."""
+    outcomes: list[object] = []
+    threads = [threading.Thread(target=lambda i=i: outcomes.append(send(i))) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while True:
+        seen = series(server.metrics())
+        if seen["ok"] + seen["queued"] + seen["running"] == n and seen["queued"] > 0:
+            break
+        assert time.monotonic() < deadline, f"requests were not all accepted in time: {seen}"
+        time.sleep(0.01)
+    server.proc.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=120)
+    stopped = server.logs.wait_for("stopped")
+    assert server.proc.wait(timeout=60) == 0
+    return outcomes, stopped
+
+
 def test_workers_serve_json_and_binary_as_one_process_does(served: list[Served]) -> None:
     server = Served("--model", ECHO, "--workers", "2")
     served.append(server)
@@ -125,23 +149,13 @@ def test_workers_serve_json_and_binary_as_one_process_does(served: list[Served])
 
 def test_tls_and_basic_auth_hold_at_the_workers(served: list[Served], tmp_path) -> None:
     ca = ScratchCA(tmp_path)
-    cert = ca.server()
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
-    config_file = tmp_path / "web.yml"
-    config_file.write_text(
-        yaml.safe_dump(
-            {
-                "tls_server_config": {"cert_file": str(cert.cert), "key_file": str(cert.key)},
-                "basic_auth_users": {"alice": hashed},
-            }
-        )
-    )
+    config_file = web_config_file(ca)
     server = Served(
         *("--model", ECHO, "--workers", "2", "--web-config-file", str(config_file)), tls=True
     )
     served.append(server)
     url = server.url
-    auth = {"Authorization": "Basic " + base64.b64encode(b"alice:s3cret").decode()}
+    auth = {"Authorization": ALICE}
     for _ in range(4):  # new connections: the kernel spreads them over both workers
         denied = requests.post(
             f"{url}/v2/models/echo/infer", json=body(), verify=str(ca.cert_file), timeout=30
@@ -256,29 +270,13 @@ def test_sigterm_answers_everything_the_workers_accepted(served: list[Served]) -
         *("--max-batch-size", "2", "--slo-seconds", "5"),
     )
     served.append(server)
-    replies: list[requests.Response] = []
 
-    def post(i: int) -> None:
-        replies.append(
-            requests.post(f"{server.url}/v2/models/echo/infer", json=body(i), timeout=120)
-        )
+    def post(i: int) -> requests.Response:
+        return requests.post(f"{server.url}/v2/models/echo/infer", json=body(i), timeout=120)
 
-    threads = [threading.Thread(target=post, args=(i,)) for i in range(10)]
-    for thread in threads:
-        thread.start()
-    # Ten requests at 0.2 s per batch of two: signal once all ten are accepted and some wait.
-    deadline = time.monotonic() + 60
-    while True:
-        seen = series(server.metrics())
-        if seen["ok"] + seen["queued"] + seen["running"] == 10 and seen["queued"] > 0:
-            break
-        assert time.monotonic() < deadline, f"requests were not all accepted in time: {seen}"
-        time.sleep(0.01)
-    server.proc.send_signal(signal.SIGTERM)
-    for thread in threads:
-        thread.join(timeout=120)
-    stopped = server.logs.wait_for("stopped")
-    assert server.proc.wait(timeout=60) == 0
+    # Ten requests at 0.2 s per batch of two: some wait when the signal comes.
+    outcomes, stopped = sigterm_once_all_accepted(server, post)
+    replies = [r for r in outcomes if isinstance(r, requests.Response)]
     assert sorted(r.status_code for r in replies) == [200] * 10
     assert sorted(r.json()["outputs"][1]["data"][0] for r in replies) == list(range(10))
     assert stopped["drained"] is True
