@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -56,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 from bench.batcher_serving import (  # noqa: E402
     FEATURES,
     MODEL_NAME,
+    REFERENCE,
     BatcherServer,
     Neighbours,
     Served,
@@ -74,8 +76,10 @@ SENSITIVITY_BATCHES = (32, 256, 512)  # the MLP's row at other batches, beside -
 # --- the floor server (a child process: ``--serve PORT_FILE``) ------------------------------------
 
 
-def serve_floor(port_file: Path) -> None:
-    """Serve the floor on free ports, written to ``port_file`` as JSON, until killed."""
+def serve_floor(port_file: Path, hold_seconds: float) -> None:
+    """Serve the floor on free ports, written to ``port_file`` as JSON, until killed. With
+    ``hold_seconds`` every request's decoded row is held until a timer releases all those held
+    (a batch), as a batching server must hold it, and only then answered."""
     import grpc
     import numpy as np
     import orjson
@@ -84,6 +88,23 @@ def serve_floor(port_file: Path) -> None:
     from batcher.open_inference import predict_v2_pb2 as pb
 
     header_length = "Inference-Header-Content-Length"
+    held: list[tuple[asyncio.Future, np.ndarray]] = []
+
+    def release() -> None:
+        batch = held[:]
+        held.clear()
+        for future, row in batch:
+            future.set_result(row)
+
+    async def hold(row: np.ndarray) -> np.ndarray:
+        if hold_seconds <= 0:
+            return row
+        loop = asyncio.get_running_loop()
+        if not held:
+            loop.call_later(hold_seconds, release)
+        future = loop.create_future()
+        held.append((future, row))
+        return await future
 
     async def infer(request: web.Request) -> web.Response:
         body = await request.read()
@@ -91,7 +112,7 @@ def serve_floor(port_file: Path) -> None:
             size = int(request.headers[header_length])
             orjson.loads(body[:size])
             row = np.frombuffer(body, dtype="<f4", offset=size).reshape(1, FEATURES)
-            raw = row.tobytes()
+            raw = (await hold(row)).tobytes()
             described = {
                 "name": "output",
                 "datatype": "FP32",
@@ -105,7 +126,7 @@ def serve_floor(port_file: Path) -> None:
                 content_type="application/octet-stream",
             )
         tensor = orjson.loads(body)["inputs"][0]
-        row = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+        row = await hold(np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"]))
         output = {"name": "output", "datatype": "FP32", "shape": [1, FEATURES], "data": row}
         answer = {"model_name": MODEL_NAME, "outputs": [output]}
         return web.Response(
@@ -115,6 +136,7 @@ def serve_floor(port_file: Path) -> None:
 
     async def model_infer(request: pb.ModelInferRequest, context: object) -> pb.ModelInferResponse:
         row = np.frombuffer(request.raw_input_contents[0], dtype="<f4").reshape(1, FEATURES)
+        row = await hold(row)
         response = pb.ModelInferResponse(model_name=MODEL_NAME)
         response.outputs.add(name="output", datatype="FP32", shape=[1, FEATURES])
         response.raw_output_contents.append(row.tobytes())
@@ -149,12 +171,19 @@ def serve_floor(port_file: Path) -> None:
 class FloorServer(Served):
     """:func:`serve_floor` in a child process."""
 
-    name = "floor"
-
-    def __init__(self, scratch: Path) -> None:
-        port_file = scratch / "floor.ports"
+    def __init__(self, scratch: Path, name: str, hold_seconds: float) -> None:
+        self.name = name
+        port_file = scratch / f"{name}.ports"
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(port_file)], cwd=ROOT
+            [
+                sys.executable,
+                __file__,
+                "--serve",
+                str(port_file),
+                "--hold-seconds",
+                str(hold_seconds),
+            ],
+            cwd=ROOT,
         )
         deadline = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text():
@@ -239,14 +268,21 @@ def costs(points: list[dict]) -> dict[str, dict[str, dict[float, dict]]]:
 
 
 def bounds(
-    floor: dict[str, dict[float, dict]],
+    floors: dict[str, dict[str, dict[float, dict]]],
     model_us: float,
     cores: int,
     target_rate: float | None,
 ) -> dict:
-    """Each goal's bound from the cheapest floor measured at any rate (the bound most generous to
-    the goal). Pure arithmetic on the medians, so the tests can check it without a server."""
-    cheapest = {mode: min(floor[mode].values(), key=lambda c: c["server_us"]) for mode in MODES}
+    """Each goal's bound from the cheapest floor (answering at once or holding requests for a
+    batch) measured at any rate: the bound most generous to the goal. Pure arithmetic on the
+    medians, so the tests can check it without a server."""
+    cheapest = {
+        mode: min(
+            (c for ways in floors.values() for c in ways[mode].values()),
+            key=lambda c: c["server_us"],
+        )
+        for mode in MODES
+    }
     f_json, f_binary, f_grpc = (cheapest[m]["server_us"] for m in MODES)
     out = {
         "floor_us": {mode: cheapest[mode]["server_us"] for mode in MODES},
@@ -278,6 +314,22 @@ def bounds(
             "one_interpreter_load": target_rate * f_json / 1e6,
         }
     return out
+
+
+def beyond_floor(
+    batcher: dict[str, dict[float, dict]], floor_us: dict[str, float], model_us: dict[int, float]
+) -> dict[str, dict[float, float]]:
+    """Per way and rate, what the batcher spends per request beyond the floor's cost and the
+    MLP's row at the batch it ran: batching, admission, metrics, its HTTP app, and the slowdown
+    the model's memory traffic causes the serving thread on shared cores."""
+    return {
+        mode: {
+            rate: c["server_us"] - floor_us[mode] - model_us[round(c["mean_batch"])]
+            for rate, c in rates.items()
+            if math.isfinite(c["mean_batch"]) and c["mean_batch"] >= 1
+        }
+        for mode, rates in batcher.items()
+    }
 
 
 def verdict(bound: float, goal: float) -> str:
@@ -343,12 +395,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--target-rate", type=float, help="a rate to size (say 8x MLServer's)")
     parser.add_argument("--no-batcher", action="store_true", help="floors only")
+    parser.add_argument(
+        "--batcher-model",
+        default=REFERENCE,
+        help="the batcher's model (bench.reference_mlp:identity: what our code adds to the floor)",
+    )
     parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
     parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--hold-ms",
+        type=float,
+        default=10.0,
+        help="the held floor releases its requests every so many ms (0: no held floor)",
+    )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--hold-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve_floor(args.serve)
+        serve_floor(args.serve, args.hold_seconds)
         return 0
     try:
         args.rates = [float(r) for r in args.rates.split(",") if r]
@@ -368,11 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     servers: dict[str, Served] = {}
     with tempfile.TemporaryDirectory(prefix="serving-bounds-") as scratch:
         try:
-            servers["floor"] = FloorServer(Path(scratch))
+            servers["floor"] = FloorServer(Path(scratch), "floor", 0.0)
+            if args.hold_ms > 0:
+                servers["held"] = FloorServer(Path(scratch), "held", args.hold_ms / 1000)
             if not args.no_batcher:
-                servers["batcher"] = BatcherServer(
-                    ["--max-batch-size", "128", "--max-queue", "4096"]
-                )
+                extra = ["--max-batch-size", "128", "--max-queue", "4096"]
+                servers["batcher"] = BatcherServer(extra, model=args.batcher_model)
             load_before = loadavg()
             points = asyncio.run(measure(servers, args))
             other_cores = neighbours.cores()  # while the servers still count as this tree's
@@ -380,20 +445,29 @@ def main(argv: list[str] | None = None) -> int:
             for server in servers.values():
                 server.stop()
     load_after = loadavg()
-    sizes = sorted({args.batch, *SENSITIVITY_BATCHES})
-    model_us = model_row_microseconds(sizes, model_seconds)
     measured = costs(points)
+    batches = {
+        round(c["mean_batch"])
+        for c in (c for ways in measured.get("batcher", {}).values() for c in ways.values())
+        if math.isfinite(c["mean_batch"]) and c["mean_batch"] >= 1
+    }
+    sizes = sorted({args.batch, *SENSITIVITY_BATCHES, *batches})
+    model_us = model_row_microseconds(sizes, model_seconds)
+    floors = {n: ways for n, ways in measured.items() if n in ("floor", "held")}
     cores = os.cpu_count() or 1
-    found = bounds(measured["floor"], model_us[args.batch], cores, args.target_rate)
+    found = bounds(floors, model_us[args.batch], cores, args.target_rate)
     print_report(measured, found)
     per_cpu = {size: 1e6 / (found["floor_us"]["rest-json"] + us) for size, us in model_us.items()}
     print(
-        "with other batch sizes: "
-        + ", ".join(
-            f"{size}: MLP {model_us[size]:.0f} us/row, bound {per_cpu[size]:.0f} req/CPU-s"
-            for size in sizes
-        )
+        "the MLP's row at other batches, and the requests per CPU-second bound with it: "
+        + ", ".join(f"{size}: {model_us[size]:.0f} us, {per_cpu[size]:.0f}" for size in sizes)
     )
+    overhead = {}
+    if "batcher" in measured and args.batcher_model == REFERENCE:
+        overhead = beyond_floor(measured["batcher"], found["floor_us"], model_us)
+        print("the batcher beyond the floor and the MLP's row at its batch (us a request):")
+        for mode, rates in overhead.items():
+            print(f"  {mode:<12} " + ", ".join(f"{r:.0f}/s: {us:.0f}" for r, us in rates.items()))
     print(f"load average {load_before} -> {load_after}; other work took {other_cores:.2f} cores")
     write_report(
         args.json,
@@ -414,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
             "bounds": found,
             "model_us_per_row_by_batch": {str(size): us for size, us in model_us.items()},
             "requests_per_cpu_second_bound_by_batch": {str(k): v for k, v in per_cpu.items()},
+            "batcher_beyond_floor_us": {
+                m: {str(r): us for r, us in rates.items()} for m, rates in overhead.items()
+            },
             "points": points,
         },
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.serving_bounds import bounds, verdict
+from bench.serving_bounds import beyond_floor, bounds, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,13 +23,18 @@ def cost(server_us: float, client_us: float = 100.0) -> dict:
     return {"server_us": server_us, "client_us": client_us}
 
 
-def test_bounds_take_the_cheapest_floor_and_work_out_each_goal() -> None:
+def test_bounds_take_the_cheapest_floor_of_either_kind_and_work_out_each_goal() -> None:
     floor = {
-        "rest-json": {1000.0: cost(450.0), 2000.0: cost(400.0, client_us=80.0)},
+        "rest-json": {1000.0: cost(450.0), 2000.0: cost(420.0)},
         "rest-binary": {1000.0: cost(300.0), 2000.0: cost(320.0)},
         "grpc": {1000.0: cost(500.0), 2000.0: cost(600.0)},
     }
-    found = bounds(floor, model_us=100.0, cores=2, target_rate=2000.0)
+    held = {
+        "rest-json": {1000.0: cost(480.0), 2000.0: cost(400.0, client_us=80.0)},
+        "rest-binary": {1000.0: cost(310.0), 2000.0: cost(305.0)},
+        "grpc": {1000.0: cost(700.0), 2000.0: cost(650.0)},
+    }
+    found = bounds({"floor": floor, "held": held}, model_us=100.0, cores=2, target_rate=2000.0)
     assert found["floor_us"] == {"rest-json": 400.0, "rest-binary": 300.0, "grpc": 500.0}
     assert found["requests_per_cpu_second"]["bound"] == pytest.approx(1e6 / 500)
     assert found["binary_over_json"]["bound"] == pytest.approx(500 / 400)
@@ -45,9 +50,23 @@ def test_bounds_take_the_cheapest_floor_and_work_out_each_goal() -> None:
 
 def test_no_target_rate_no_sizing_and_the_verdict_is_strict_about_the_goal() -> None:
     floor = {mode: {1000.0: cost(400.0)} for mode in ("rest-json", "rest-binary", "grpc")}
-    assert "target_rate" not in bounds(floor, model_us=0.0, cores=2, target_rate=None)
+    assert "target_rate" not in bounds({"floor": floor}, model_us=0.0, cores=2, target_rate=None)
     assert verdict(2500.0, 2500.0) == "reachable"
     assert verdict(2499.9, 2500.0) == "OUT OF REACH"
+
+
+def test_beyond_floor_takes_off_the_floor_and_the_model_row_at_the_batch_ran() -> None:
+    batcher = {
+        "rest-json": {
+            1000.0: {"server_us": 900.0, "mean_batch": 31.6},
+            2000.0: {"server_us": 700.0, "mean_batch": 64.2},
+        },
+        "grpc": {1000.0: {"server_us": 800.0, "mean_batch": float("nan")}},
+    }
+    found = beyond_floor(
+        batcher, {"rest-json": 300.0, "grpc": 400.0}, {32: 250.0, 64: 200.0, 128: 150.0}
+    )
+    assert found == {"rest-json": {1000.0: 350.0, 2000.0: 200.0}, "grpc": {}}
 
 
 @pytest.mark.timeout(600)
@@ -64,11 +83,12 @@ def test_smoke_answers_every_way_into_the_floor_and_the_batcher(tmp_path: Path) 
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["smoke"] and report["rounds"] == 1
-    for server in ("floor", "batcher"):
+    for server in ("floor", "held", "batcher"):
         ways = report["measured"][server]
         assert set(ways) == {"rest-json", "rest-binary", "grpc"}
         for rates in ways.values():
             assert [c["failures"] for c in rates.values()] == [0]
     assert report["bounds"]["model_us_per_row"] > 0
     assert report["bounds"]["target_rate"]["rate"] == 100
+    assert set(report["batcher_beyond_floor_us"]) == {"rest-json", "rest-binary", "grpc"}
     assert "OUT OF REACH" in run.stdout or "reachable" in run.stdout
