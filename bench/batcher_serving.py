@@ -10,6 +10,9 @@ is skipped, naming that command, when not. The ways in:
 * ``grpc``          -- ``ModelInfer`` with ``raw_input_contents`` (tritonclient's own protobuf
                         messages), answered with ``raw_output_contents``;
 * ``mlserver-json`` -- MLServer's REST endpoint with the same JSON body;
+* ``minimal-json``  -- the same JSON body into :mod:`bench.minimal_batcher`: greedy batches of
+                        the same model and nothing else, the reference for what the batcher's
+                        own work costs (``--no-minimal`` leaves it out);
 * ``rest-json-workers``, ``rest-binary-workers`` -- the two REST ways into a second batcher
                         started with ``--workers N`` (``--workers``, 2 by default; 0 leaves them
                         out): front worker processes decode, the engine process batches.
@@ -78,6 +81,8 @@ BATCHER_MODES = ("rest-json", "rest-binary", "grpc")
 # The same two REST ways into a second batcher started with --workers N (front worker processes).
 WORKER_MODES = ("rest-json-workers", "rest-binary-workers")
 MLSERVER_MODE = "mlserver-json"
+# The same JSON requests into bench/minimal_batcher.py: greedy batches and nothing else.
+MINIMAL_MODE = "minimal-json"
 MODEL_NAME = "reference"
 FEATURES = 512  # bench.reference_mlp.FEATURES; not imported: that would load torch here
 REFERENCE = "bench.reference_mlp:reference_mlp"
@@ -489,6 +494,7 @@ async def targets_for(
     mlserver: MLServer | None,
     modes: tuple[str, ...],
     with_workers: BatcherServer | None = None,
+    minimal: Served | None = None,
 ) -> tuple[dict[str, Target], Callable[[], Awaitable[None]]]:
     """A sender per mode, over connections kept open for the whole run; and how to close them."""
     row_list = rows()
@@ -520,6 +526,8 @@ async def targets_for(
         http_target("rest-binary-workers", with_workers, binary_request)
     if mlserver is not None and MLSERVER_MODE in modes:
         http_target(MLSERVER_MODE, mlserver, json_request)
+    if minimal is not None and MINIMAL_MODE in modes:
+        http_target(MINIMAL_MODE, minimal, json_request)
 
     async def close() -> None:
         for pool in pools:
@@ -635,6 +643,8 @@ RATIOS = (
     ("rest-binary", "rest-json"),
     ("grpc", "rest-json"),
     ("rest-json", MLSERVER_MODE),
+    ("rest-json", MINIMAL_MODE),
+    (MINIMAL_MODE, MLSERVER_MODE),
 )
 
 
@@ -751,9 +761,10 @@ async def run_passes(
     batcher: BatcherServer,
     mlserver: MLServer | None,
     with_workers: BatcherServer | None,
+    minimal: Served | None = None,
 ) -> tuple[list[dict[str, dict]], list[dict]]:
-    modes = served_modes(mlserver, with_workers)
-    targets, close = await targets_for(batcher, mlserver, modes, with_workers)
+    modes = served_modes(mlserver, with_workers, minimal)
+    targets, close = await targets_for(batcher, mlserver, modes, with_workers, minimal)
     passes: list[dict[str, dict]] = []
     points: list[dict] = []
     try:
@@ -822,10 +833,13 @@ async def run_passes(
     return passes, points
 
 
-def served_modes(mlserver: MLServer | None, with_workers: BatcherServer | None) -> tuple[str, ...]:
+def served_modes(
+    mlserver: MLServer | None, with_workers: BatcherServer | None, minimal: Served | None = None
+) -> tuple[str, ...]:
     return (
         BATCHER_MODES
         + (WORKER_MODES if with_workers is not None else ())
+        + ((MINIMAL_MODE,) if minimal is not None else ())
         + ((MLSERVER_MODE,) if mlserver is not None else ())
     )
 
@@ -921,6 +935,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-mlserver", action="store_true", help="skip the MLServer column")
     parser.add_argument(
+        "--no-minimal", action="store_true", help="skip the minimal batcher's column"
+    )
+    parser.add_argument(
         "--model-device",
         default="cpu",
         help="where the batchers run the MLP: cpu, or cuda for the device check's table",
@@ -964,8 +981,13 @@ def main(argv: list[str] | None = None) -> int:
         skipped = f"{args.mlserver} is absent: run bash bench/mlserver-venv"
     load_before = loadavg()
     batcher = BatcherServer(extra, device=args.model_device)
-    mlserver = with_workers = None
+    mlserver = with_workers = minimal = None
+    scratch = tempfile.TemporaryDirectory(prefix="bench-minimal-")
     try:
+        if not args.no_minimal:
+            from bench.minimal_batcher import MinimalBatcher  # it imports this module
+
+            minimal = MinimalBatcher(Path(scratch.name), args.max_batch_size, args.model_device)
         if args.workers:
             workers = [*extra, "--workers", str(args.workers)]
             with_workers = BatcherServer(workers, device=args.model_device)
@@ -975,16 +997,19 @@ def main(argv: list[str] | None = None) -> int:
             )
         if skipped:
             print(f"MLServer column skipped: {skipped}")
-        passes, points = asyncio.run(run_passes(args, batcher, mlserver, with_workers))
+        passes, points = asyncio.run(run_passes(args, batcher, mlserver, with_workers, minimal))
     finally:
         batcher.stop()
+        if minimal is not None:
+            minimal.stop()
+        scratch.cleanup()
         if with_workers is not None:
             with_workers.stop()
         if mlserver is not None:
             mlserver.stop()
-    modes = served_modes(mlserver, with_workers)
+    modes = served_modes(mlserver, with_workers, minimal)
     result = summary(passes, modes)
-    batched = tuple(m for m in modes if m != MLSERVER_MODE)
+    batched = tuple(m for m in modes if m not in (MLSERVER_MODE, MINIMAL_MODE))
     if args.model_device == "cpu":  # the MLP alone is timed on one CPU thread: a CPU-only share
         result["model_share"] = model_share(
             passes,

@@ -40,7 +40,8 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
     assert "bench/mlserver-venv" in report["mlserver_skipped"]
     assert "MLServer column skipped" in run.stdout
     assert report["workers"] == 2
-    for mode in ("rest-json", "rest-binary", "grpc", "rest-json-workers", "rest-binary-workers"):
+    ways = ("rest-json", "rest-binary", "grpc", "rest-json-workers", "rest-binary-workers")
+    for mode in (*ways, "minimal-json"):
         points = [p for p in report["points"] if p["mode"] == mode]
         assert sum(p["answered"] for p in points) > 0, mode
         assert all(p["server_cpu_seconds"] >= 0 for p in points)
@@ -58,6 +59,8 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         "rest-binary/rest-json cpu",
         "grpc/rest-json rate",
         "grpc/rest-json cpu",
+        "rest-json/minimal-json rate",
+        "rest-json/minimal-json cpu",
     }
     assert "requests per server CPU-second" in run.stdout
     shares = report["summary"]["model_share"]
@@ -68,7 +71,7 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         if row["top_rate"]["median"] > 0
         and row["requests_per_server_cpu_second"]["median"] is not None  # NaN is written null
     }
-    assert set(shares) == measured - {"mlserver-json"}
+    assert set(shares) == measured - {"mlserver-json", "minimal-json"}
     for row in shares.values():
         assert row["batch"] >= 1 and row["model_us_per_row"] > 0
         assert row["model_share"] > 0 and row["free_path_requests_per_cpu_second"] > 0
