@@ -107,6 +107,16 @@ class ServerThread:
 
 
 @pytest.fixture
+def served() -> Iterator[list[Any]]:
+    """Server processes a test started (each with a ``stop()``, as ``Served`` of
+    test_batcher_workers); every one is stopped at teardown, pass or fail."""
+    started: list[Any] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
 def serve() -> Iterator[Callable[..., ServerThread]]:
     """Start servers for a test; all are shut down (drained) at teardown."""
     started: list[ServerThread] = []

@@ -15,23 +15,17 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.test_bench_smokes import ROOT, run_bench
+
 BENCH = "bench/grpc_call_floor.py"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_floor_smoke_answers_every_server_style(tmp_path: Path) -> None:
     pytest.importorskip("uvloop")
     out = tmp_path / "floor.json"
-    run = subprocess.run(
-        [sys.executable, BENCH, "--smoke", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = run_bench(BENCH, out)
     report = json.loads(out.read_text())
     styles = {
         "aio", "aio-uvloop", "sync", "sync-bridge", "sync-queue",

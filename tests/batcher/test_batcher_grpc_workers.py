@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -113,14 +113,6 @@ def outcome(call: Callable[[object], object], request: object) -> object:
         return call(request)
     except grpc.RpcError as exc:
         return (exc.code(), exc.details())
-
-
-@pytest.fixture
-def served() -> Iterator[list[Served]]:
-    started: list[Served] = []
-    yield started
-    for server in started:
-        server.stop()
 
 
 def test_the_workers_answer_every_rpc_as_the_engines_own_face(served: list[Served]) -> None:

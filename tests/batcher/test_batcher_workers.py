@@ -14,7 +14,7 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -78,14 +78,6 @@ class Served:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-
-
-@pytest.fixture
-def served() -> Iterator[list[Served]]:
-    started: list[Served] = []
-    yield started
-    for server in started:
-        server.stop()
 
 
 def sigterm_once_all_accepted(

@@ -9,31 +9,17 @@ are read by. The A/B compares this tree with itself, so it needs no git.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.test_bench_smokes import ROOT, run_bench
 
 
-def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
-    run = subprocess.run(
-        [sys.executable, *args, "--smoke"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return run
-
-
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_path_parts_smoke_measures_every_codec_step_and_the_engine(tmp_path: Path) -> None:
     out = tmp_path / "parts.json"
-    run_bench("bench/serving_path_parts.py", "--json", str(out))
+    run_bench("bench/serving_path_parts.py", out)
     report = json.loads(out.read_text())
     steps = report["us_per_request"]
     for way in ("REST JSON", "REST binary"):
@@ -44,10 +30,10 @@ def test_path_parts_smoke_measures_every_codec_step_and_the_engine(tmp_path: Pat
     assert report["mean_batch_by_in_flight"]["1"] == 1.0
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_cost_ab_smoke_answers_every_way_into_both_trees(tmp_path: Path) -> None:
     out = tmp_path / "ab.json"
-    run = run_bench("bench/serving_cost_ab.py", "--old", str(ROOT), "--json", str(out))
+    run = run_bench("bench/serving_cost_ab.py", out, "--old", str(ROOT))
     report = json.loads(out.read_text())
     assert report["smoke"] and report["rounds"] == 1
     assert set(report["modes"]) == {"rest-json", "rest-binary", "grpc"}
