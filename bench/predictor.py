@@ -32,8 +32,9 @@ the load average.
 
 ``--rules`` replays, instead of the service, the combination rules tried for the geometric-mean
 goal (weights per hour of the day and per horizon, shrunk toward the median ensemble, gated by
-a Diebold-Mariano test, a residual correction) from the candidates' own forecasts, on the design
-and check windows alike (docs/predictor-accuracy.md, "Fifth round").
+a Diebold-Mariano test, a residual correction; least-absolute-error convex weights fitted on the
+past, the causal version of the per-block weights bound) from the candidates' own forecasts, on
+the design and check windows alike (docs/predictor-accuracy.md, "Fifth round", "Seventh round").
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ from predictor.backtest import (  # noqa: E402
     wape,
 )
 from predictor.fitting import fit_chosen  # noqa: E402
-from predictor.hindsight import best_pick_wape, best_weights_wape  # noqa: E402
+from predictor.hindsight import (  # noqa: E402
+    best_pick_wape,
+    best_weights_wape,
+    least_absolute_weights,
+)
 from predictor.models import (  # noqa: E402
     BASELINES,
     ON_REQUEST,
@@ -347,7 +352,8 @@ def timing_2000(traces: Path, extra: tuple[str, ...] = ()) -> dict:
 # selection's backtest; in the test window the refits are the service's). A rule sets its
 # weights at each refit from the errors whose targets came before it, and keeps them through
 # the interval. Point forecasts only: these rules were tried for issue 19's geometric-mean goal
-# (docs/predictor-accuracy.md, "Fifth round"), and none is a model of the service.
+# (docs/predictor-accuracy.md, "Fifth round" and "Seventh round"), and none is a model of the
+# service.
 COMBINED = ("ensemble", "ensemble_trimmed", "combination")
 RULE_TOP, RULE_POWER = 3, 2.0  # inverse-squared error over the three best, as `combination`
 RULE_SHRINK = 0.5  # the rule's share of the forecast; the rest is the median ensemble's
@@ -355,6 +361,10 @@ RULE_HALF_LIFE = 14.0  # in re-selection intervals (days on GenAI)
 RULE_PHASE_HOURS = 1.0  # the Gaussian kernel's width over the target's time of day
 RULE_SWITCH_Z = 1.645  # one-sided 5 %: one rival (the median) for the gated rule
 RULE_WARMUP = 3  # intervals of errors before the gated rule scores itself
+# The least-absolute-error convex weights (seventh round), chosen on the design windows.
+RULE_LP_HALF_LIFE = 7.0  # in re-selection intervals (days on GenAI)
+RULE_LP_SHRINK = 0.1  # the weights' share of the forecast; the rest is the median ensemble's
+RULE_LP_WINDOW: int | None = 2  # re-selection intervals of past origins; None: all
 
 
 def rule_inputs(spec: dict, start: int, extra: tuple[str, ...] = ()) -> dict:
@@ -523,6 +533,41 @@ def residual_rule(inputs: dict, rows: slice) -> np.ndarray:
     return out
 
 
+def lp_weights_rule(
+    inputs: dict,
+    rows: slice,
+    half_life: float = RULE_LP_HALF_LIFE,
+    shrink: float = RULE_LP_SHRINK,
+    window: int | None = RULE_LP_WINDOW,
+) -> np.ndarray:
+    """The causal version of the per-block weights bound: per horizon, the convex weights over
+    every single model (the seasonal copies among them) and the median ensemble with the least
+    recency-weighted sum of absolute errors on targets before the interval (the last ``window``
+    intervals of origins, or all; a point ``half_life`` intervals old weighs half), found by the
+    hindsight module's linear programme; ``shrink`` of the forecast theirs, the rest the median
+    ensemble's. Candidates without a forecast in the interval are left out, and past points
+    where a remaining one has none."""
+    points, actual, every = inputs["points"], inputs["actual"], inputs["every"]
+    median = points["ensemble"][rows]
+    names = [n for n in points if np.isfinite(points[n][rows]).all()]
+    begin = rows.start
+    oldest = 0 if window is None else max(0, begin - window * every)
+    out = median.copy()
+    for h in HORIZONS:
+        known = np.arange(oldest, max(oldest, begin - h + 1))  # targets seen before the interval
+        past = np.column_stack([points[n][known, h - 1] for n in names])
+        ok = np.isfinite(actual[known, h - 1]) & np.isfinite(past).all(axis=1)
+        if not ok.any():
+            continue
+        ages = (begin - known[ok]) / every
+        weights, _ = least_absolute_weights(
+            actual[known[ok], h - 1], past[ok], 0.5 ** (ages / half_life)
+        )
+        forecast = np.column_stack([points[n][rows, h - 1] for n in names]) @ weights
+        out[:, h - 1] = shrink * forecast + (1.0 - shrink) * median[:, h - 1]
+    return out
+
+
 RULES: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {
     "median": (
         "the median ensemble (the first incumbent today)",
@@ -553,6 +598,12 @@ RULES: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {
     "residual_correction": (
         "the median plus half a least-squares correction from its last one-step error",
         lambda i, r, c: residual_rule(i, r),
+    ),
+    "lp_weights": (
+        f"per horizon, the convex weights over every single model and the median with the "
+        f"least absolute error on the past {RULE_LP_WINDOW or 'all'} intervals (half-life "
+        f"{RULE_LP_HALF_LIFE:g}), {RULE_LP_SHRINK:g} of it mixed with the median",
+        lambda i, r, c: lp_weights_rule(i, r),
     ),
 }
 

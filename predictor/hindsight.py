@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
 import numpy as np
+from scipy import sparse
 from scipy.optimize import linprog
 
 
@@ -60,13 +61,32 @@ def best_weights_wape(
     actuals, forecasts, total = _blocks(actual, points, block_starts)
     error = 0.0
     for a, f in zip(actuals, forecasts, strict=True):
-        f = f[:, np.isfinite(f).all(axis=0)]
-        n, k = f.shape
-        # Variables: k weights, then n over- and n under-forecast parts of the errors.
-        cost = np.concatenate([np.zeros(k), np.ones(2 * n)])
-        equalities = np.block([[f, np.eye(n), -np.eye(n)], [np.ones((1, k)), np.zeros((1, 2 * n))]])
-        result = linprog(cost, A_eq=equalities, b_eq=np.append(a, 1.0), method="highs")
-        if not result.success:
-            raise ValueError(f"hindsight weights: {result.message}")
-        error += float(result.fun)
+        error += least_absolute_weights(a, f[:, np.isfinite(f).all(axis=0)])[1]
     return 100.0 * error / total if total > 0 else float("nan")
+
+
+def least_absolute_weights(
+    actual: np.ndarray, forecasts: np.ndarray, point_weights: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
+    """The convex weights over the columns of ``forecasts`` (points x candidates) whose
+    combination has the least (``point_weights``-weighted) sum of absolute errors on
+    ``actual``, and that sum: a linear programme, solved by HiGHS. In hindsight it bounds a
+    block's combinations; fitted on past errors, it is a combination rule that sees only the
+    past. Every value must be finite."""
+    n, k = forecasts.shape
+    w = np.ones(n) if point_weights is None else np.asarray(point_weights, dtype=float)
+    # Variables: k weights, then n over- and n under-forecast parts of the errors.
+    cost = np.concatenate([np.zeros(k), w, w])
+    # Sparse: the error parts are identities, and a fit on past errors may hold weeks of points.
+    identity = sparse.identity(n, format="csr")
+    equalities = sparse.vstack(
+        [
+            sparse.hstack([sparse.csr_matrix(forecasts), identity, -identity]),
+            sparse.hstack([np.ones((1, k)), sparse.csr_matrix((1, 2 * n))]),
+        ],
+        format="csr",
+    )
+    result = linprog(cost, A_eq=equalities, b_eq=np.append(actual, 1.0), method="highs")
+    if not result.success:
+        raise ValueError(f"least absolute weights: {result.message}")
+    return np.asarray(result.x[:k]), float(result.fun)

@@ -142,3 +142,44 @@ def test_a_model_on_request_is_replayed_alone_and_as_one_more_member_of_the_medi
     # A window where the model could not run (no median with it): the plain median.
     del points["ensemble_with_gru"]
     np.testing.assert_array_equal(rules["median_with_gru"][1](inputs, slice(0, 1), {}), [[5.0]])
+
+
+def switching(days: int = 10):
+    """Two experts on an hourly series: ``a`` exact until day 6 and 5 too high after it, ``b``
+    the other way round; the median ensemble is their mean, 2.5 off everywhere."""
+    inputs = alternating(days)
+    actual = inputs["actual"]
+    late = (np.arange(len(actual)) >= 24 * 6)[:, None]
+    a, b = actual + np.where(late, 5.0, 0.0), actual + np.where(late, 0.0, 5.0)
+    return dict(inputs, points={"a": a, "b": b, "ensemble": 0.5 * (a + b)})
+
+
+def test_lp_weights_follow_the_recent_leader_and_shrink_toward_the_median(bench):
+    inputs = switching()
+    rows = slice(24 * 8, 24 * 9)
+    actual, median = inputs["actual"][rows], inputs["points"]["ensemble"][rows]
+    ok = np.isfinite(actual)
+    # "b" has been exact for the last two days: with a short half-life it takes all the weight.
+    recent = bench.lp_weights_rule(inputs, rows, half_life=0.5, shrink=1.0, window=None)
+    assert np.abs(recent - actual)[ok].max() < 1e-6
+    # Without decay the six days when "a" was exact outweigh them; a trailing window of two
+    # days sees only "b"'s lead.
+    whole = bench.lp_weights_rule(inputs, rows, half_life=1e9, shrink=1.0, window=None)
+    assert np.abs(whole - actual)[ok].min() > 4.9
+    trailing = bench.lp_weights_rule(inputs, rows, half_life=1e9, shrink=1.0, window=2)
+    assert np.abs(trailing - actual)[ok].max() < 1e-6
+    half = bench.lp_weights_rule(inputs, rows, half_life=0.5, shrink=0.5, window=None)
+    np.testing.assert_allclose(half, 0.5 * recent + 0.5 * median, atol=1e-6)
+    np.testing.assert_array_equal(
+        bench.lp_weights_rule(inputs, rows, shrink=0.0, window=None), median
+    )
+
+
+def test_lp_weights_leave_out_a_candidate_without_a_forecast_in_the_interval(bench):
+    inputs = switching()
+    rows = slice(24 * 8, 24 * 9)
+    points = dict(inputs["points"], b=inputs["points"]["b"].copy())
+    points["b"][rows] = np.nan
+    out = bench.lp_weights_rule(dict(inputs, points=points), rows, half_life=0.5, shrink=1.0)
+    assert np.isfinite(out).all()
+    assert np.abs(out - inputs["actual"][rows])[np.isfinite(inputs["actual"][rows])].min() > 2.4

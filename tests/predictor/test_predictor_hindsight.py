@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from predictor.backtest import coverage_interval
-from predictor.hindsight import best_pick_wape, best_weights_wape
+from predictor.hindsight import best_pick_wape, best_weights_wape, least_absolute_weights
 
 ACTUAL = np.array([10.0, 10.0, 10.0, 10.0])
 # "low" is right on the first two points, "high" on the last two; each is off by 4 elsewhere.
@@ -49,3 +49,17 @@ def test_the_coverage_interval_holds_the_estimate_and_narrows_with_more_points()
     assert narrow < wide / 3
     assert coverage_interval(60, 60)[1] == pytest.approx(100.0)
     assert all(np.isnan(coverage_interval(0, 0)))
+
+
+def test_least_absolute_weights_recover_a_mixture_and_follow_the_point_weights():
+    a, b = np.array([0.0, 10.0, 20.0, 30.0]), np.array([10.0, 30.0, 10.0, 50.0])
+    weights, error = least_absolute_weights(0.3 * a + 0.7 * b, np.column_stack([a, b]))
+    np.testing.assert_allclose(weights, [0.3, 0.7], atol=1e-9)
+    assert error == pytest.approx(0.0, abs=1e-9)
+    # "low" is exact on the first two points and "high" on the last two (POINTS): the points
+    # that weigh more decide, and the error is the weighted sum.
+    forecasts = np.column_stack(list(POINTS.values()))
+    weights, error = least_absolute_weights(ACTUAL, forecasts, np.array([1.0, 1.0, 3.0, 3.0]))
+    np.testing.assert_allclose(weights, [0.0, 1.0], atol=1e-9)
+    assert error == pytest.approx(4 + 4)
+    assert weights.sum() == pytest.approx(1.0) and (weights >= -1e-12).all()
