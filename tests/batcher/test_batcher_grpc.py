@@ -252,6 +252,34 @@ def test_best_effort_refusal_is_resource_exhausted_with_retry_after(serve) -> No
     assert found[("autoglm_batcher_best_effort_refusals_total", (("reason", "throttled"),))] == 2
 
 
+def test_a_deadline_passed_in_the_queue_is_deadline_exceeded_and_never_run(serve) -> None:
+    """A call whose client deadline (``client_timeout``) or request ``timeout`` passes while it
+    waits behind a held batch: DEADLINE_EXCEEDED, the model never sees it, and it is counted
+    (cancelled by the client, timed out by the engine); the next call is answered."""
+    model = EchoModel()
+    server = serve(model, warmup_repeats=0, grpc_listen="127.0.0.1:0", max_batch_size=1)
+    client = triton.InferenceServerClient(grpc_url(server))
+    x, k = np.ones((1, 3), dtype=np.float32), np.ones((1, 1), dtype=np.int32)
+    model.release.clear()
+    held = threading.Thread(target=client.infer, args=("echo", echo_inputs(x, k)))
+    held.start()
+    assert model.entered.wait(10)
+    for deadline in ({"client_timeout": 0.5}, {"timeout": 500_000}):
+        with pytest.raises(InferenceServerException) as expired:
+            client.infer("echo", echo_inputs(x, k), **deadline)
+        assert expired.value.status() == "StatusCode.DEADLINE_EXCEEDED", expired.value
+    model.release.set()
+    held.join(10)
+    np.testing.assert_array_equal(client.infer("echo", echo_inputs(x, k)).as_numpy("y"), x * 2)
+    assert model.items == 2
+    found = samples(server.url)
+    outcomes = {
+        outcome: found[("autoglm_batcher_requests_total", (("outcome", outcome),))]
+        for outcome in ("ok", "cancelled", "timeout")
+    }
+    assert outcomes == {"ok": 2, "cancelled": 1, "timeout": 1}
+
+
 def test_draining_server_answers_unavailable_and_not_ready(serve) -> None:
     model = EchoModel()
     server = serve(model, warmup_repeats=0, grpc_listen="127.0.0.1:0")

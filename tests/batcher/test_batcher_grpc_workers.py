@@ -21,6 +21,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.batcher.test_batcher_cli import series
 from tests.batcher.test_batcher_workers import (
     ECHO,
     Served,
@@ -52,10 +53,12 @@ def stub(port: int, credentials: grpc.ChannelCredentials | None = None) -> Any:
     return pb_grpc.GRPCInferenceServiceStub(channel)
 
 
-def infer_request(k: int = 0, rows: int = 1, **fields: object) -> pb.ModelInferRequest:
-    x = np.arange(3 * rows, dtype=np.float32).reshape(rows, 3) + k
+def infer_request(
+    k: int = 0, rows: int = 1, features: int = 3, **fields: object
+) -> pb.ModelInferRequest:
+    x = np.arange(features * rows, dtype=np.float32).reshape(rows, features) + k
     request = pb.ModelInferRequest(model_name="echo", **fields)  # type: ignore[arg-type]
-    request.inputs.add(name="x", datatype="FP32", shape=[rows, 3])
+    request.inputs.add(name="x", datatype="FP32", shape=[rows, features])
     request.inputs.add(name="k", datatype="INT32", shape=[rows, 1])
     request.raw_input_contents.extend(
         [x.tobytes(), np.full((rows, 1), k, dtype=np.int32).tobytes()]
@@ -305,3 +308,134 @@ def test_a_refusal_at_admission_is_resource_exhausted_through_the_workers(
         'model="echo"}'
     )
     assert metric_values(text, exhausted)[exhausted] == len(refused)
+
+
+def outcomes_counted(server: Served) -> dict[str, float]:
+    """The engine's ``requests_total`` of the echo model, by outcome."""
+    prefix = 'autoglm_batcher_requests_total{model="echo",outcome="'
+    return {k[len(prefix) : -2]: v for k, v in metric_values(server.metrics(), prefix).items()}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the engine runs a call its worker gave up on: the channel has no way to take a call "
+    "back (batcher/engine_channel.py)",
+)
+def test_a_deadline_passed_in_the_engines_queue_is_deadline_exceeded_through_the_workers(
+    served: list[Served],
+) -> None:
+    """A call whose client deadline (``client_timeout``) passes while it waits in the engine's
+    queue behind a backlog: DEADLINE_EXCEEDED, as from the engine's own face; the engine never
+    runs it and counts it as one process does (cancelled); the worker answers the next call."""
+    server = Served(
+        *("--model", "tests.batcher.batcher_test_models:slow_echo", "--workers", "2"),
+        *("--max-batch-size", "1", "--slo-seconds", "60", "--grpc-listen", "127.0.0.1:0"),
+    )
+    served.append(server)
+    port = grpc_port(server)
+    client = triton.InferenceServerClient(f"127.0.0.1:{port}")  # one connection, one worker
+    x, k = np.ones((1, 3), dtype=np.float32), np.ones((1, 1), dtype=np.int32)
+    inputs = [triton.InferInput("x", [1, 3], "FP32"), triton.InferInput("k", [1, 1], "INT32")]
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(k)
+    client.infer("echo", inputs)  # its worker knows the signature: the late call goes straight on
+    backlog = 16  # 0.2 s a call, one at a time
+    answers: list[object] = []
+    threads = [
+        threading.Thread(
+            target=lambda i=i: answers.append(
+                outcome(lambda r: stub(port).ModelInfer(r, timeout=120), infer_request(i))
+            )
+        )
+        for i in range(backlog)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while series(server.metrics()).get("queued", 0) < backlog // 2:  # 1.6 s of work ahead
+        assert time.monotonic() < deadline, "the backlog never queued"
+        time.sleep(0.01)
+    with pytest.raises(InferenceServerException) as expired:
+        client.infer("echo", inputs, client_timeout=0.8)
+    assert expired.value.status() == "StatusCode.DEADLINE_EXCEEDED", expired.value
+    for thread in threads:
+        thread.join(timeout=150)
+    assert all(isinstance(a, pb.ModelInferResponse) for a in answers), answers
+    np.testing.assert_array_equal(client.infer("echo", inputs).as_numpy("y"), x * 2)
+    items = 'autoglm_batcher_batch_size_items_sum{model="echo"}'
+    assert metric_values(server.metrics(), items)[items] == backlog + 2
+    counted = outcomes_counted(server)
+    assert (counted["ok"], counted.get("cancelled")) == (backlog + 2, 1)
+
+
+def grpc_calls_by_worker(server: Served) -> dict[str, float]:
+    """gRPC calls each worker answered, whatever their code."""
+    found: dict[str, float] = {}
+    for name, value in metric_values(
+        server.metrics(), "autoglm_batcher_worker_requests_total{"
+    ).items():
+        if 'handler="grpc"' in name:
+            worker = name.split('worker="')[1].split('"')[0]
+            found[worker] = found.get(worker, 0.0) + value
+    return found
+
+
+def through_both_workers(server: Served, call: Callable[[Any], None]) -> None:
+    """``call(stub)`` on new connections, four at a time, until both workers answered one."""
+    before = grpc_calls_by_worker(server)
+    deadline = time.monotonic() + 60
+    while True:
+        for _ in range(4):
+            call(stub(grpc_port(server)))
+        after = grpc_calls_by_worker(server)
+        if sum(1 for w, n in after.items() if n > before.get(w, 0.0)) == 2:
+            return
+        assert time.monotonic() < deadline, "every connection went to one worker"
+
+
+def test_grpc_workers_follow_a_model_reloaded_with_another_signature(
+    served: list[Served], tmp_path
+) -> None:
+    """Each worker keeps the signature it decoded calls with. After a reload with another one
+    (tritonclient.grpc's repository calls), a call decoded for the old signature is checked
+    again (the engine answers 409 on the channel; the worker asks for the new one) and refused
+    with the engine's words; after a reload back, a call valid only for the new signature is
+    answered, though the worker's kept signature refuses it. Both ways, on every worker."""
+    folder = tmp_path / "models" / "echo"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"model: {ECHO}\n")
+    server = Served(
+        *("--model-repository", str(tmp_path / "models"), "--workers", "2"),
+        *("--grpc-listen", "127.0.0.1:0"),
+    )
+    served.append(server)
+    client = triton.InferenceServerClient(f"127.0.0.1:{grpc_port(server)}")
+
+    def answered(features: int) -> Callable[[Any], None]:
+        def call(worker: Any) -> None:
+            response = worker.ModelInfer(infer_request(1, features=features), timeout=30)
+            y = np.frombuffer(response.raw_output_contents[0], np.float32)
+            assert y.tolist() == [2.0 * (i + 1) for i in range(features)]
+
+        return call
+
+    def refused(features: int, served_features: int) -> Callable[[Any], None]:
+        def call(worker: Any) -> None:
+            code, words = outcome(worker.ModelInfer, infer_request(features=features))  # type: ignore[misc]
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"shape [1, {features}]; the model expects [-1, {served_features}]" in words
+
+        return call
+
+    def reload(factory: str) -> None:
+        client.unload_model("echo")
+        (folder / "config.yaml").write_text(f"model: tests.batcher.batcher_test_models:{factory}\n")
+        client.load_model("echo")
+
+    through_both_workers(server, answered(3))  # both workers keep the three-feature signature
+    reload("wide_echo")
+    through_both_workers(server, refused(3, 4))  # decoded for three features: 409, asked again
+    through_both_workers(server, answered(4))
+    reload("echo")
+    through_both_workers(server, answered(3))  # refused by the kept four: checked, then served
+    through_both_workers(server, refused(4, 3))
