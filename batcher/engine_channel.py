@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from batcher.forwarding import NO_ANSWER, ChannelError, FrameReader, frame
+from batcher.forwarding import CANCEL, NO_ANSWER, ChannelError, FrameReader, frame
 from batcher.oip import error_body
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class EngineEnd(asyncio.Protocol):
         self._call = call
         self._notice = notice
         self._calls = calls  # shared by every connection, so a drain can wait for all of them
+        self._answering: dict[int, asyncio.Task[None]] = {}  # this connection's, by call id
         self._reader = FrameReader(max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._outbox: _Outbox | None = None
@@ -75,11 +76,21 @@ class EngineEnd(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         for call_id, envelope, payload in frames:
             if call_id == NO_ANSWER:
-                self._notice(envelope)
+                if CANCEL in envelope:  # its caller gave up: drop the call, as one process would
+                    self._cancel(envelope[CANCEL])
+                else:
+                    self._notice(envelope)
                 continue
             task = loop.create_task(self._answer(call_id, envelope, payload))
             self._calls.add(task)
+            self._answering[call_id] = task
             task.add_done_callback(self._calls.discard)
+
+    def _cancel(self, call_id: int) -> None:
+        """Cancel a call in progress (its request leaves the queue, counted "cancelled")."""
+        task = self._answering.pop(call_id, None)
+        if task is not None:
+            task.cancel()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -90,6 +101,8 @@ class EngineEnd(asyncio.Protocol):
         except Exception:  # a bug must not leave the worker's client waiting: answer 500
             log.exception("a worker's call failed", extra={"model": envelope.get("model")})
             answer, body = {"status": 500, "header_length": None}, error_body("internal error")
+        finally:
+            self._answering.pop(call_id, None)
         if self._outbox is not None and self._transport is not None:
             self._outbox.send(frame(call_id, answer, body))
 
@@ -151,7 +164,12 @@ class WorkerEnd(asyncio.Protocol):
         waiter = asyncio.get_running_loop().create_future()
         self._pending[call_id] = waiter
         self._outbox.send(frame(call_id, envelope, payload))
-        return await waiter
+        try:
+            return await waiter
+        except asyncio.CancelledError:  # a client's deadline passed: the engine drops it too
+            if self._pending.pop(call_id, None) is not None:
+                self.notify({CANCEL: call_id})
+            raise
 
     def notify(self, envelope: Envelope) -> None:
         """Send a message that expects no answer (dropped when the channel is gone)."""

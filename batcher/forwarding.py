@@ -48,6 +48,9 @@ FRAME_ALLOWANCE_BYTES = 1 << 20
 # A call id for a message that expects no answer (a worker telling the engine it refused a
 # request as invalid, so the engine's request counters see every request).
 NO_ANSWER = 0
+# The key of such a message that takes back call ``envelope[CANCEL]`` (its caller gave up: a gRPC
+# client's deadline passed), so the engine drops it from the queue as one process would.
+CANCEL = "cancel"
 
 
 class ChannelError(ConnectionError):

@@ -200,6 +200,41 @@ def test_calls_waiting_when_the_engine_goes_fail_with_a_channel_error(tmp_path) 
     asyncio.run(main())
 
 
+def test_a_call_its_worker_gives_up_on_is_cancelled_at_the_engine(tmp_path) -> None:
+    """A call cancelled at the worker (a gRPC client's deadline) cancels the engine's task, as a
+    one-process server's call is cancelled (the request leaves the queue); a notice is not sent
+    to the engine's notice handler, and the connection serves the next call."""
+    notices: list[dict] = []
+    cancelled: list[int] = []
+
+    async def call(envelope: dict, payload: bytes) -> tuple[dict, bytes]:
+        try:
+            await asyncio.sleep(envelope["wait"])
+        except asyncio.CancelledError:
+            cancelled.append(envelope["n"])
+            raise
+        return {"status": 200, "echo": envelope["n"]}, b""
+
+    async def main() -> tuple[dict, bytes]:
+        path = str(tmp_path / "channel.sock")
+        calls: set[asyncio.Task[None]] = set()
+        server = await asyncio.get_running_loop().create_unix_server(
+            lambda: EngineEnd(call, notices.append, calls, 1 << 16), path
+        )
+        worker = await WorkerEnd.connect(path)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(worker.call({"n": 1, "wait": 30}, b""), 0.2)
+        answer = await asyncio.wait_for(worker.call({"n": 2, "wait": 0}, b""), 30)
+        while calls:
+            await asyncio.sleep(0.01)
+        worker.close()
+        server.close()
+        return answer
+
+    assert asyncio.run(main()) == ({"status": 200, "echo": 2}, b"")
+    assert cancelled == [1] and notices == []
+
+
 def test_envelopes_are_json_only() -> None:
     """Nothing on the channel is pickled: an envelope is a JSON object, and anything else in
     its place breaks the channel."""

@@ -316,11 +316,6 @@ def outcomes_counted(server: Served) -> dict[str, float]:
     return {k[len(prefix) : -2]: v for k, v in metric_values(server.metrics(), prefix).items()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine runs a call its worker gave up on: the channel has no way to take a call "
-    "back (batcher/engine_channel.py)",
-)
 def test_a_deadline_passed_in_the_engines_queue_is_deadline_exceeded_through_the_workers(
     served: list[Served],
 ) -> None:
