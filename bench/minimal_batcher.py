@@ -20,8 +20,11 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
@@ -36,7 +39,6 @@ def serve(port_file: Path, max_batch_size: int, device: str) -> None:
     import numpy as np
     import orjson
     import torch
-    from aiohttp import web
 
     from bench.reference_mlp import reference_mlp
 
@@ -84,16 +86,22 @@ def serve(port_file: Path, max_batch_size: int, device: str) -> None:
         )
 
     async def main() -> None:
-        app = web.Application()
-        app.router.add_post(f"/v2/models/{MODEL_NAME}/infer", infer)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port_file.write_text(str(site._server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
+        port_file.write_text(str(await serve_infer_route(infer)))
         await asyncio.Event().wait()
 
     asyncio.run(main())
+
+
+async def serve_infer_route(infer: Callable[[web.Request], Awaitable[web.Response]]) -> int:
+    """Serve ``infer`` as ``POST /v2/models/reference/infer`` alone, with no access log, on a
+    free port of 127.0.0.1 (returned), until the loop ends: all the HTTP a lower reference has."""
+    app = web.Application()
+    app.router.add_post(f"/v2/models/{MODEL_NAME}/infer", infer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 
 
 class MinimalBatcher(Served):

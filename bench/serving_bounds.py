@@ -64,6 +64,7 @@ from bench.batcher_serving import (  # noqa: E402
     loadavg,
     targets_for,
 )
+from bench.minimal_batcher import serve_infer_route  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
 MODES = ("rest-json", "rest-binary", "grpc")
@@ -143,13 +144,7 @@ def serve_floor(port_file: Path, hold_seconds: float) -> None:
         return response
 
     async def main() -> None:
-        app = web.Application()
-        app.router.add_post(f"/v2/models/{MODEL_NAME}/infer", infer)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        http_port = await serve_infer_route(infer)
         server = grpc.aio.server()
         handler = grpc.unary_unary_rpc_method_handler(
             model_infer,

@@ -8,13 +8,12 @@ servers (the floor and the batcher) is answered and the report has the shape the
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.serving_bounds import beyond_floor, bounds, verdict
+from tests.bench.test_bench_smokes import run_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,18 +68,10 @@ def test_beyond_floor_takes_off_the_floor_and_the_model_row_at_the_batch_ran() -
     assert found == {"rest-json": {1000.0: 350.0, 2000.0: 200.0}, "grpc": {}}
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_smoke_answers_every_way_into_the_floor_and_the_batcher(tmp_path: Path) -> None:
     out = tmp_path / "bounds.json"
-    command = [sys.executable, "bench/serving_bounds.py", "--smoke", "--target-rate", "100"]
-    run = subprocess.run(
-        [*command, "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = run_bench("bench/serving_bounds.py", out, "--target-rate", "100")
     report = json.loads(out.read_text())
     assert report["smoke"] and report["rounds"] == 1
     for server in ("floor", "held", "batcher"):
