@@ -15,8 +15,6 @@ import pytest
 from bench.serving_bounds import beyond_floor, bounds, verdict
 from tests.bench.test_bench_smokes import run_bench
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def cost(server_us: float, client_us: float = 100.0) -> dict:
     return {"server_us": server_us, "client_us": client_us}
