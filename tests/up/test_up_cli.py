@@ -117,8 +117,7 @@ def run_up_until(command: list[str], log_path: Path, seen: Callable[[list[dict]]
             out, _ = proc.communicate(timeout=STOP_SECONDS)
         finally:
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                kill_tree(proc)
     return UpRun(proc.returncode, out, log_path.read_text())
 
 
@@ -135,6 +134,26 @@ def children_of(pid: int) -> list[int]:
             if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
+
+
+def descendants_of(pid: int) -> list[int]:
+    """Every process below ``pid``, children first: the stack's Prometheus runs in a session of
+    its own, so killing ``autoglm up`` alone would leave it (and the batchers) running."""
+    found = []
+    for child in children_of(pid):
+        found += [child, *descendants_of(child)]
+    return found
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` and everything it started (a test that gives up on a run must not leave
+    its stack behind)."""
+    below = descendants_of(proc.pid)
+    proc.kill()
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
 
 
 def up_then_down_and_best_effort_done(records: list[dict]) -> bool:
@@ -316,8 +335,7 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
             out, _ = proc.communicate(timeout=180)
         finally:
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                kill_tree(proc)
     assert proc.returncode == 0, log_path.read_text()[-3000:]
     assert "summary after" in out and (report_dir / "report.html").is_file()
     assert "--no-prometheus: the autoscaler reads an embedded metrics window" in (
