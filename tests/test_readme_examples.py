@@ -7,6 +7,9 @@ Every fenced block whose info string starts with ``bash example`` is one test. T
   it (a reader runs them in a second terminal). The test replaces PORT everywhere in the block by
   a free port, starts the server, waits until it accepts connections, runs the rest, then stops
   the server with SIGTERM and expects it to exit 0.
+* ``ready=PATH``: with ``serve``, the rest waits until ``GET PATH`` answers 200 too (a server
+  that listens before it has anything to serve, as the exporter before its first collection;
+  a reader's second terminal takes longer than that).
 * ``timeout=S``: the block must finish within S seconds (default 60).
 * ``slow``: the block belongs to the slow tier (as every ``serve`` block does).
 * ``requires=BINARY``: skipped, naming BINARY, when it is not on the PATH.
@@ -25,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +54,7 @@ class Example:
     line: int
     body: str
     serve: int | None = None
+    ready: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     slow: bool = False
     requires: str | None = None
@@ -68,7 +73,7 @@ def parse_examples(document: Path) -> list[Example]:
         if not words or words[0] != MARKER:
             continue
         options = dict(word.partition("=")[::2] for word in words[1:])
-        unknown = set(options) - {"serve", "timeout", "slow", "requires"}
+        unknown = set(options) - {"serve", "ready", "timeout", "slow", "requires"}
         assert not unknown, f"{document.name}: unknown example words {sorted(unknown)}"
         indent = len(match["indent"])
         body = "".join(line[indent:] for line in match["body"].splitlines(keepends=True))
@@ -78,6 +83,7 @@ def parse_examples(document: Path) -> list[Example]:
                 line=text.count("\n", 0, match.start()) + 1,
                 body=body,
                 serve=int(options["serve"]) if options.get("serve") else None,
+                ready=options.get("ready") or None,
                 timeout=float(options.get("timeout") or DEFAULT_TIMEOUT),
                 slow="slow" in options,
                 requires=options.get("requires") or None,
@@ -128,6 +134,21 @@ def wait_for_port(port: int, server: subprocess.Popen, deadline: float) -> None:
     raise AssertionError(f"the server did not listen on {port} in {SERVER_READY_TIMEOUT:.0f} s")
 
 
+def wait_for_ready(url: str, server: subprocess.Popen, deadline: float) -> None:
+    """Until ``url`` answers 200 (the server says it has something to serve)."""
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the server exited with {server.returncode} before ready")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:  # refused, or an HTTP error status (503 until ready)
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer 200 in {SERVER_READY_TIMEOUT:.0f} s")
+
+
 def stop(server: subprocess.Popen) -> tuple[int, str]:
     """SIGTERM to the server's process group; its exit code and what it wrote."""
     if server.poll() is None:
@@ -159,7 +180,10 @@ def run_with_server(example: Example) -> None:
         start_new_session=True,
     )
     try:
-        wait_for_port(port, server, time.monotonic() + SERVER_READY_TIMEOUT)
+        deadline = time.monotonic() + SERVER_READY_TIMEOUT
+        wait_for_port(port, server, deadline)
+        if example.ready:
+            wait_for_ready(f"http://127.0.0.1:{port}{example.ready}", server, deadline)
         result = run_block("\n".join(rest), example.timeout)
     finally:
         code, server_output = stop(server)
