@@ -85,3 +85,19 @@ def stop_process(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def start_with_port_file(
+    command: Sequence[str], port_file: Path, what: str, timeout: float = 60.0
+) -> tuple[subprocess.Popen, str]:
+    """Start ``command`` (a bench's own server in a child process, from the repository root) and
+    wait until it writes where it listens to ``port_file``; the process and what it wrote. A
+    child that exits or stays silent past ``timeout`` is stopped, and the bench told which."""
+    proc = subprocess.Popen(list(command), cwd=ROOT)
+    deadline = time.monotonic() + timeout
+    while not port_file.exists() or not port_file.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise RuntimeError(f"the {what} did not start")
+        time.sleep(0.05)
+    return proc, port_file.read_text()

@@ -678,11 +678,15 @@ def model_row_costs(
         for m in modes
         if math.isfinite(p[m].get("mean_batch_items", math.nan))
     }
-    if not sizes:
-        return {}
+    return model_row_microseconds(sorted(sizes), seconds) if sizes else {}
+
+
+def model_row_microseconds(sizes: list[int], seconds: float) -> dict[int, float]:
+    """The MLP's CPU per row alone at each of ``sizes``, one torch thread, in a child process
+    (the bench's own stays free of torch)."""
     out = subprocess.run(
         [sys.executable, "-m", "bench.reference_mlp", "--seconds", str(seconds)]
-        + [str(size) for size in sorted(sizes)],
+        + [str(size) for size in sizes],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -28,11 +28,9 @@ import argparse
 import asyncio
 import collections
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from concurrent import futures
 from pathlib import Path
 
@@ -42,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
+from bench.batcher_process import start_with_port_file  # noqa: E402
 from bench.batcher_serving import Served, loadavg  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 from bench.serving_cost_ab import (  # noqa: E402
@@ -153,17 +152,12 @@ class FloorServer(Served):
     def __init__(self, style: str, scratch: Path) -> None:
         self.name = style
         port_file = scratch / f"{style}.port"
-        self.proc = subprocess.Popen(
+        self.proc, port = start_with_port_file(
             [sys.executable, __file__, "--serve", style, "--port-file", str(port_file)],
-            cwd=ROOT,
+            port_file,
+            f"{style} server",
         )
-        deadline = time.monotonic() + 60
-        while not port_file.exists() or not port_file.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the {style} server did not start")
-            time.sleep(0.05)
-        self.grpc_port = int(port_file.read_text())
+        self.grpc_port = int(port)
 
 
 def main(argv: list[str] | None = None) -> int:

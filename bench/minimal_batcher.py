@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.batcher_process import stop_process  # noqa: E402
+from bench.batcher_process import start_with_port_file  # noqa: E402
 from bench.batcher_serving import FEATURES, MODEL_NAME, Served  # noqa: E402
 
 
@@ -112,14 +110,10 @@ class MinimalBatcher(Served):
     def __init__(self, scratch: Path, max_batch_size: int, device: str = "cpu") -> None:
         port_file = scratch / "minimal.port"
         options = ["--max-batch-size", str(max_batch_size), "--device", device]
-        self.proc = subprocess.Popen([sys.executable, __file__, str(port_file), *options], cwd=ROOT)
-        deadline = time.monotonic() + 120
-        while not port_file.exists() or not port_file.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                stop_process(self.proc)
-                raise RuntimeError("the minimal batcher did not start")
-            time.sleep(0.05)
-        self.http_port = int(port_file.read_text())
+        self.proc, port = start_with_port_file(
+            [sys.executable, __file__, str(port_file), *options], port_file, "minimal batcher", 120
+        )
+        self.http_port = int(port)
 
 
 if __name__ == "__main__":

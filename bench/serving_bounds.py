@@ -44,16 +44,15 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.batcher_process import start_with_port_file  # noqa: E402
 from bench.batcher_serving import (  # noqa: E402
     FEATURES,
     MODEL_NAME,
@@ -62,6 +61,7 @@ from bench.batcher_serving import (  # noqa: E402
     Neighbours,
     Served,
     loadavg,
+    model_row_microseconds,
     targets_for,
 )
 from bench.minimal_batcher import serve_infer_route  # noqa: E402
@@ -169,24 +169,11 @@ class FloorServer(Served):
     def __init__(self, scratch: Path, name: str, hold_seconds: float) -> None:
         self.name = name
         port_file = scratch / f"{name}.ports"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "--serve",
-                str(port_file),
-                "--hold-seconds",
-                str(hold_seconds),
-            ],
-            cwd=ROOT,
+        command = [sys.executable, __file__, "--serve", str(port_file)]
+        self.proc, written = start_with_port_file(
+            [*command, "--hold-seconds", str(hold_seconds)], port_file, f"{name} floor server"
         )
-        deadline = time.monotonic() + 60
-        while not port_file.exists() or not port_file.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the floor server did not start")
-            time.sleep(0.05)
-        ports = json.loads(port_file.read_text())
+        ports = json.loads(written)
         self.http_port, self.grpc_port = ports["http"], ports["grpc"]
 
 
@@ -226,19 +213,6 @@ async def measure(servers: dict[str, Served], args: argparse.Namespace) -> list[
         for close in closers:
             await close()
     return points
-
-
-def model_row_microseconds(sizes: list[int], seconds: float) -> dict[int, float]:
-    """The MLP's CPU per row alone, one torch thread, in a child (this process stays torch-free)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.reference_mlp", "--seconds", str(seconds)]
-        + [str(size) for size in sizes],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return {int(size): cost for size, cost in json.loads(out.stdout).items()}
 
 
 def costs(points: list[dict]) -> dict[str, dict[str, dict[float, dict]]]:
