@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parent = os.getppid()  # before anything slow: a supervisor may be killed while we load
     config = load_config(
         BatcherConfig,
         argv,
@@ -60,11 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if config.model_repository:
         _configure_torch(config)
-        return asyncio.run(serve_repository(config, device, web_config))
+        return asyncio.run(serve_repository(config, device, web_config, parent))
     model = _load(config, device)
     if model is None:
         return EXIT_USAGE
-    return asyncio.run(serve(config, model, web_config))
+    return asyncio.run(serve(config, model, web_config, parent))
 
 
 def check_repository(config: BatcherConfig) -> None:
@@ -164,7 +165,9 @@ def _load(config: BatcherConfig, device: str) -> ServedModel | None:
     return model
 
 
-async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig) -> int:
+async def serve(
+    config: BatcherConfig, model: ServedModel, web_config: WebConfig, parent: int
+) -> int:
     """Serve one model until SIGTERM or SIGINT, then drain; the exit code says whether the drain
     finished."""
     from prometheus_client import CollectorRegistry
@@ -192,10 +195,12 @@ async def serve(config: BatcherConfig, model: ServedModel, web_config: WebConfig
     models = ModelRepository(metrics=repository_metrics, device=batcher.device)
     parameter_bytes = module_bytes(model.run.module) if isinstance(model.run, ModuleRunner) else 0
     models.add(LoadedModel(model, batcher, model_registry, parameter_bytes))
-    return await _serve_until_stopped(config, models, registry, web_config, executor.close)
+    return await _serve_until_stopped(config, models, registry, web_config, executor.close, parent)
 
 
-async def serve_repository(config: BatcherConfig, device: str, web_config: WebConfig) -> int:
+async def serve_repository(
+    config: BatcherConfig, device: str, web_config: WebConfig, parent: int
+) -> int:
     """Serve the models of ``--model-repository`` on one device until SIGTERM or SIGINT."""
     from prometheus_client import CollectorRegistry
 
@@ -225,7 +230,7 @@ async def serve_repository(config: BatcherConfig, device: str, web_config: WebCo
             await models.drain(config.drain_timeout_seconds)
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    return await _serve_until_stopped(config, models, registry, web_config, lambda: None)
+    return await _serve_until_stopped(config, models, registry, web_config, lambda: None, parent)
 
 
 async def _serve_until_stopped(
@@ -234,9 +239,11 @@ async def _serve_until_stopped(
     registry: CollectorRegistry,
     web_config: WebConfig,
     on_failed_start: Callable[[], None],
+    parent: int,
 ) -> int:
     """Listen, wait for SIGTERM or SIGINT (or an orphaning), then drain; exit code 0 when the
     drain finished, 1 when it timed out, 2 when the server could not listen."""
+    from autoglm.gc_pauses import GcPauses, freeze_startup_heap
     from batcher.server import BatcherServer
     from batcher.worker_pool import WorkerSettings
 
@@ -270,21 +277,28 @@ async def _serve_until_stopped(
         on_failed_start()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    watch = asyncio.create_task(stop_when_orphaned(stop)) if config.exit_with_parent else None
+    gc_pauses = GcPauses(registry, "autoglm_batcher")
+    gc_pauses.install()
+    log.info("start-up heap frozen", extra={"objects": freeze_startup_heap()})
+    watch = (
+        asyncio.create_task(stop_when_orphaned(stop, parent)) if config.exit_with_parent else None
+    )
     await stop.wait()
     if watch is not None:
         watch.cancel()
     finished = await server.shutdown(config.drain_timeout_seconds)
+    gc_pauses.remove()
     return 0 if finished else 1
 
 
-async def stop_when_orphaned(stop: asyncio.Event, every_seconds: float = 1.0) -> None:
-    """Set ``stop`` once this process's parent is gone (it is re-parented, so the id changes).
+async def stop_when_orphaned(stop: asyncio.Event, parent: int, every_seconds: float = 1.0) -> None:
+    """Set ``stop`` once ``parent`` (this process's parent, recorded when it started) is gone:
+    the process is re-parented, so the id changes. Recorded at start, not here, so a parent killed
+    while the model loads or the heap is frozen is still noticed.
 
     A supervisor killed with SIGKILL cannot stop its workers; this way they stop themselves (and
     the front workers of ``--workers`` so stop when their engine is killed).
     """
-    parent = os.getppid()
     while os.getppid() == parent:
         await asyncio.sleep(every_seconds)
     log.warning("parent process gone; draining and exiting", extra={"parent_pid": parent})

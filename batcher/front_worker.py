@@ -349,15 +349,17 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parent = os.getppid()  # the engine; recorded before anything slow
     args = _arguments(argv)
     setup_logging("batcher", args.log_level, args.log_format)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_WorkerField(args.worker))
     web_config = WebConfig.load(args.web_config_file or None)
-    return asyncio.run(_serve(args, web_config))
+    return asyncio.run(_serve(args, web_config, parent))
 
 
-async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
+async def _serve(args: argparse.Namespace, web_config: WebConfig, parent: int) -> int:
+    from autoglm.gc_pauses import freeze_startup_heap
     from batcher.cli import stop_when_orphaned
 
     registry = CollectorRegistry()  # multiprocess mode: the engine's /metrics reads the files
@@ -381,11 +383,12 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig) -> int:
     await server.start(socket.socket(fileno=args.socket_fd))
     if grpc_front is not None:
         await grpc_front.start()
+    freeze_startup_heap()  # a full collection would hold every request in flight here
     sys.stdout.buffer.write(READY_LINE)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nothing else may fill the engine's pipe
     server.engine_gone.add_done_callback(lambda _: stop.set())
-    orphaned = loop.create_task(stop_when_orphaned(stop))
+    orphaned = loop.create_task(stop_when_orphaned(stop, parent))
     await stop.wait()
     orphaned.cancel()
     log.info("front worker draining")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,7 +170,16 @@ def test_sigterm_drains_queued_and_running_requests_then_exits() -> None:
     try:
         logs = LogReader(proc)
         port = logs.wait_for("serving")["port"]
+        frozen = logs.wait_for("start-up heap frozen")["objects"]
         url = f"http://127.0.0.1:{port}"
+        gc_series = {
+            (s.name, s.labels.get("generation")): s.value
+            for family in text_string_to_metric_families(
+                requests.get(f"{url}/metrics", timeout=10).text
+            )
+            for s in family.samples
+            if s.name.startswith("autoglm_batcher_gc_")
+        }
         body = {
             "inputs": [
                 {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
@@ -213,6 +223,9 @@ def test_sigterm_drains_queued_and_running_requests_then_exits() -> None:
     assert sorted(r.status_code for r in replies) == [200] * 10
     assert sorted(r.json()["outputs"][1]["data"][0] for r in replies) == list(range(10))
     assert stopped["drained"] is True
+    # the start-up heap is out of the collector's way, and collections are timed from then on
+    assert frozen > 10_000 and gc_series["autoglm_batcher_gc_frozen_objects", None] > 10_000
+    assert {("autoglm_batcher_gc_pause_seconds_count", g) for g in "012"} <= set(gc_series)
 
 
 def _alive(pid: int) -> bool:
