@@ -56,13 +56,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_can_listen(config.grpc_listen, "--grpc-listen")
         web_config = WebConfig.load(config.web_config_file or None)
         device = usable_device(config.device)
+        if config.model_process and device != "cpu":
+            raise ConfigError(
+                f"--model-process runs CPU models only for now (the device is {device}); "
+                "drop --model-process to serve on CUDA, or give --device cpu"
+            )
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if config.model_repository:
-        _configure_torch(config)
+        configure_torch(config)
         return asyncio.run(serve_repository(config, device, web_config, parent))
-    model = _load(config, device)
+    model = start_model(config, device)
     if model is None:
         return EXIT_USAGE
     return asyncio.run(serve(config, model, web_config, parent))
@@ -88,7 +93,7 @@ def check_repository(config: BatcherConfig) -> None:
         )
 
 
-def _configure_torch(config: BatcherConfig) -> str:
+def configure_torch(config: BatcherConfig) -> str:
     """Process-wide torch settings, before any model is built; returns the allocator's line."""
     import torch
 
@@ -134,11 +139,30 @@ def usable_device(setting: str) -> str:
     return device
 
 
-def _load(config: BatcherConfig, device: str) -> ServedModel | None:
+def start_model(config: BatcherConfig, device: str) -> ServedModel | None:
+    """The model to serve: loaded here, or in a child process with ``--model-process``; None
+    (after one line on stderr, the child's own when it failed) on a problem."""
+    if not config.model_process:
+        return load_or_explain(config, device)
+    from dataclasses import asdict
+
+    from batcher.model import ServedModel
+    from batcher.model_process import ModelProcess, ModelProcessFailed
+
+    configure_torch(config)  # the allocator's environment is the child's too
+    process = ModelProcess({"config": asdict(config), "device": device})
+    try:
+        process.start()
+    except ModelProcessFailed:
+        return None
+    return ServedModel.from_process(process, device)
+
+
+def load_or_explain(config: BatcherConfig, device: str) -> ServedModel | None:
     """Import torch and the model, and load it; None (after one line on stderr) on a problem."""
     from batcher.model import load_model
 
-    allocator = _configure_torch(config)
+    allocator = configure_torch(config)
     try:
         model = load_model(
             config.model, name=config.model_name, checkpoint=config.checkpoint, device=device
@@ -173,10 +197,11 @@ async def serve(
     from prometheus_client import CollectorRegistry
 
     from batcher.engine import from_config
-    from batcher.execution import ThreadExecutor
+    from batcher.execution import BatchExecutor, ThreadExecutor
     from batcher.memory import MemoryMonitor
     from batcher.metrics import BatcherMetrics
     from batcher.model import ModuleRunner
+    from batcher.model_process import ModelProcess
     from batcher.repository import LoadedModel, ModelRepository
     from batcher.repository_loader import module_bytes
     from batcher.repository_metrics import RepositoryMetrics
@@ -186,14 +211,24 @@ async def serve(
     metrics = BatcherMetrics(model_registry, model.name, config.slo_seconds, config.max_batch_size)
     memory = MemoryMonitor(model.device, config.idle_release_seconds)
     metrics.watch_memory(memory.stats)
-    executor = ThreadExecutor(model.run, model.batch_size_for, memory)
+    executor: BatchExecutor = (
+        model.run
+        if isinstance(model.run, ModelProcess)
+        else ThreadExecutor(model.run, model.batch_size_for, memory)
+    )
     batcher = from_config(executor, config, memory=memory, metrics=metrics)
     await warm_up(batcher, model, config)
     registry = CollectorRegistry()
     repository_metrics = RepositoryMetrics()
     registry.register(repository_metrics)
     models = ModelRepository(metrics=repository_metrics, device=batcher.device)
-    parameter_bytes = module_bytes(model.run.module) if isinstance(model.run, ModuleRunner) else 0
+    parameter_bytes = (
+        module_bytes(model.run.module)
+        if isinstance(model.run, ModuleRunner)
+        else model.run.parameter_bytes
+        if isinstance(model.run, ModelProcess)
+        else 0
+    )
     models.add(LoadedModel(model, batcher, model_registry, parameter_bytes))
     return await _serve_until_stopped(config, models, registry, web_config, executor.close, parent)
 

@@ -36,6 +36,7 @@ import torch
 
 from autoglm.config import ConfigError
 from batcher.memory import bucket_size
+from batcher.model_process import ModelProcess
 from batcher.tensor_spec import TensorSpec
 
 Payload = dict[str, np.ndarray]
@@ -96,19 +97,29 @@ class ServedModel:
     name: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    run: Callable[[list[Payload]], list[Payload]]
+    # the batch function, or the process that runs it (``--model-process``)
+    run: Callable[[list[Payload]], list[Payload]] | ModelProcess
     batch_size_for: Callable[[int], int]
     device: str
 
     @property
     def pads(self) -> bool:
         """Whether batches can be padded (torch modules; a batch callable gets what it gets)."""
+        if isinstance(self.run, ModelProcess):
+            return self.run.pads
         return isinstance(self.run, ModuleRunner)
 
     def use_buckets(self, buckets: Sequence[int] | None) -> None:
         """Pad batches to ``buckets`` from now on (None: no padding); torch modules only."""
-        if isinstance(self.run, ModuleRunner):
+        if isinstance(self.run, (ModuleRunner, ModelProcess)) and self.pads:
             self.run.buckets = tuple(sorted(buckets)) if buckets else None
+
+    @classmethod
+    def from_process(cls, process: ModelProcess, device: str) -> ServedModel:
+        """The model a started :class:`ModelProcess` serves, as the engine and server see it."""
+        return cls(
+            process.name, process.inputs, process.outputs, process, process.batch_size_for, device
+        )
 
 
 class ModuleRunner:

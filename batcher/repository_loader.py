@@ -24,6 +24,7 @@ from batcher.execution import ThreadExecutor
 from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
 from batcher.model import ModuleRunner, ServedModel, load_model, wrap_model
+from batcher.model_process import ModelProcess
 from batcher.repository import LoadedModel, MemoryCheck
 from batcher.repository_folder import model_config, model_names
 from batcher.warmup import warm_up
@@ -55,6 +56,7 @@ class FolderSource:
         model, parameter_bytes = await asyncio.to_thread(self._build, config, check)
         registry = CollectorRegistry()
         metrics = BatcherMetrics(registry, name, config.slo_seconds, config.max_batch_size)
+        assert not isinstance(model.run, ModelProcess)  # --model-process serves one --model
         executor = ThreadExecutor(model.run, model.batch_size_for, self.memory)
         batcher = from_config(executor, config, memory=self.memory, metrics=metrics, device=device)
         try:

@@ -947,6 +947,13 @@ def main(argv: list[str] | None = None) -> int:
         help="where the batchers run the MLP: cpu, or cuda for the device check's table",
     )
     parser.add_argument(
+        "--model-process",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the batchers run the model in a child process (their --model-process); default: "
+        "on for --model-device cpu, off for cuda (where they serve in-process)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=2,
@@ -976,6 +983,10 @@ def main(argv: list[str] | None = None) -> int:
         *("--slo-seconds", str(args.slo_seconds)),
         *("--warmup-repeats", "1" if args.smoke else "3"),
     ]
+    if args.model_process is None:
+        args.model_process = args.model_device == "cpu"
+    if args.model_process:
+        extra.append("--model-process")
     if args.profile:
         return profile(args, extra)
     skipped = ""
@@ -1032,6 +1043,7 @@ def main(argv: list[str] | None = None) -> int:
         "smoke": args.smoke,
         "mlserver_skipped": skipped or None,
         "workers": args.workers,
+        "model_process": args.model_process,
         "mlserver": None
         if mlserver is None
         else {

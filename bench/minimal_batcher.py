@@ -7,8 +7,9 @@ the rate it holds is answered by serving the same model with none of it: this se
 v2 JSON request on aiohttp, holds its row while the model is busy, runs every row waiting (up to
 the maximum batch) as one batch on a model thread as soon as the previous batch ends (greedy
 batching, the throughput-optimal rule for a single device), and answers. No checks, no metrics,
-no logs: a lower reference, not a product. ``bench/batcher_serving.py`` runs it as the
-``minimal-json`` column.
+no logs: a lower reference, not a product. Like the batcher it freezes its start-up heap, so no
+full garbage collection stalls it; unlike the batcher's ``--model-process`` its model shares the
+interpreter. ``bench/batcher_serving.py`` runs it as the ``minimal-json`` column.
 
     python bench/minimal_batcher.py PORT_FILE [--max-batch-size 128] [--device cpu]
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -84,7 +86,10 @@ def serve(port_file: Path, max_batch_size: int, device: str) -> None:
         )
 
     async def main() -> None:
-        port_file.write_text(str(await serve_infer_route(infer)))
+        port = await serve_infer_route(infer)
+        gc.collect()  # as the batcher does: no full collection walks the start-up heap
+        gc.freeze()
+        port_file.write_text(str(port))
         await asyncio.Event().wait()
 
     asyncio.run(main())

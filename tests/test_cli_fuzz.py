@@ -116,7 +116,7 @@ CLIS = [
         "batcher",
         "batcher.cli:main",
         config_parser("batcher.config", "BatcherConfig", "autoglm-batcher"),
-        starts=("batcher.cli._load",),
+        starts=("batcher.cli.start_model",),
     ),
     Cli(
         "predictor serve",

@@ -55,3 +55,22 @@ class WideEchoModel(EchoModel):
 def wide_echo() -> WideEchoModel:
     """A wide echo model that answers at once."""
     return WideEchoModel()
+
+
+class EveryTypeEcho:
+    """Batch callable answering each input as it came (``<name>_out``), one per datatype the
+    protocol carries; an FP32 value of -1 makes the batch fail, as a broken model would."""
+
+    kinds = (("f", "FP32"), ("i", "INT64"), ("h", "BF16"), ("s", "BYTES"), ("b", "BOOL"))
+    input_specs = tuple(TensorSpec(name, datatype, (2,)) for name, datatype in kinds)
+    output_specs = tuple(TensorSpec(f"{name}_out", datatype, (2,)) for name, datatype in kinds)
+    model_name = "every_type"
+
+    def __call__(self, batch: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        if any((p["f"] == -1).any() for p in batch):
+            raise RuntimeError("asked to fail")
+        return [{f"{name}_out": p[name] for name, _ in self.kinds} for p in batch]
+
+
+def every_type_echo() -> EveryTypeEcho:
+    return EveryTypeEcho()

@@ -1,0 +1,247 @@
+"""Running the model in a process of its own (``--model-process``), out of the server's GIL.
+
+In one process the model's thread and the event loop share one interpreter lock. torch lets the
+lock go inside each operator but takes it back between operators, and a thread that wants it back
+waits until the holder gives it up: up to the interpreter's switch interval (5 ms) when the loop
+is busy parsing requests. A forward pass of a few operators then takes several times its own
+time exactly when the server is loaded, so batches run slower, queues grow and the latency SLO
+is missed at a rate the CPU could hold (docs/batcher-serving.md has the measurements).
+
+Here the model runs in a child process with an interpreter of its own, and the engine's
+:class:`~batcher.execution.BatchExecutor` is :class:`ModelProcess`: each batch goes to the child
+as one frame over a private socket pair (the requests' tensors as raw bytes after a small JSON
+envelope, :mod:`batcher.forwarding`'s framing) and its outcome comes back the same way. What the
+engine decides and how it recovers (out-of-memory splits, model errors) is unchanged: the child
+runs each batch through :func:`~batcher.execution.run_guarded` and sends back the
+:class:`~batcher.execution.Outcome`. A child that dies fails its batch, the batches after it fail
+fast while a new child loads the model, and serving resumes.
+
+CPU models only for now: on CUDA the engine's memory cap and idle release read the allocator,
+which would then live in the child (the in-process path serves CUDA).
+
+The child's side is :mod:`batcher.model_process_child`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from batcher import oip
+from batcher.execution import Outcome
+from batcher.forwarding import FrameReader, frame
+from batcher.memory import bucket_size
+from batcher.tensor_spec import TensorSpec
+
+log = logging.getLogger(__name__)
+
+Payload = dict[str, np.ndarray]
+START_TIMEOUT_SECONDS = 600.0  # a large model from a slow disk
+
+
+class ModelProcessFailed(RuntimeError):
+    """The child could not load the model; it has said why on stderr already."""
+
+
+def encode_payloads(payloads: Sequence[Payload]) -> tuple[list[list[list[Any]]], bytes]:
+    """Each payload's tensors as ``[name, datatype, shape, bytes]`` and their raw bytes, joined."""
+    described: list[list[list[Any]]] = []
+    parts: list[bytes] = []
+    for payload in payloads:
+        tensors = []
+        for name, array in payload.items():
+            datatype = oip.datatype_of(array)
+            raw = oip.encode_binary_output(name, datatype, array)
+            tensors.append([name, datatype, list(array.shape), len(raw)])
+            parts.append(raw)
+        described.append(tensors)
+    return described, b"".join(parts)
+
+
+def decode_payloads(described: list[list[list[Any]]], raw: bytes) -> list[Payload]:
+    """The payloads :func:`encode_payloads` described, read back from ``raw``."""
+    view = memoryview(raw)
+    offset = 0
+    payloads = []
+    for tensors in described:
+        payload = {}
+        for name, datatype, shape, length in tensors:
+            raw_tensor = view[offset : offset + length]
+            payload[name] = oip.decode_binary_data(
+                bytes(raw_tensor) if datatype == "BYTES" else raw_tensor,  # type: ignore[arg-type]
+                name,
+                datatype,
+                oip.DATATYPES[datatype],
+                shape,
+            )
+            offset += length
+        payloads.append(payload)
+    return payloads
+
+
+class _Replies(asyncio.Protocol):
+    """The parent's end of the socket: hands each reply frame to the waiting batch."""
+
+    def __init__(self, owner: ModelProcess) -> None:
+        self._owner = owner
+        self._reader = FrameReader(None)
+
+    def data_received(self, data: bytes) -> None:
+        for _, envelope, payload in self._reader.feed(data):
+            self._owner._replied(envelope, payload)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._lost()
+
+
+class ModelProcess:
+    """The engine's executor when the model runs in a child process; one batch at a time.
+
+    :meth:`start` spawns the child and waits until it has loaded the model (blocking: call it
+    before serving, or on a worker thread); the model's signature comes back with it.
+    """
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.name = ""
+        self.inputs: tuple[TensorSpec, ...] = ()
+        self.outputs: tuple[TensorSpec, ...] = ()
+        self.pads = False
+        self.parameter_bytes = 0.0
+        self.buckets: tuple[int, ...] | None = None
+        self.restarts = 0
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._transport: asyncio.Transport | None = None
+        self._waiting: asyncio.Future[Outcome] | None = None
+        self._restarting: asyncio.Task[None] | None = None
+        self._closing = False
+        self._calls = 0
+
+    # --- the child's life ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the child and wait for the model's signature; :class:`ModelProcessFailed`
+        when the child exits first (it printed the reason)."""
+        ours, theirs = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "batcher.model_process_child", "--fd", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        ours.sendall(frame(0, self.settings))
+        signature = read_frame(ours, time.monotonic() + START_TIMEOUT_SECONDS)
+        if signature is None:
+            ours.close()
+            code = self._proc.wait(timeout=30)
+            raise ModelProcessFailed(f"the model process exited with code {code} while loading")
+        envelope = signature[1]
+        self.name = envelope["name"]
+        self.inputs = tuple(TensorSpec(n, d, tuple(s)) for n, d, s in envelope["inputs"])
+        self.outputs = tuple(TensorSpec(n, d, tuple(s)) for n, d, s in envelope["outputs"])
+        self.pads = envelope["pads"]
+        self.parameter_bytes = envelope["parameter_bytes"]
+        self._sock = ours
+        log.info("model process ready", extra={"pid": self._proc.pid, "model": self.name})
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def close(self) -> None:
+        """Stop the child: it exits when its socket closes (SIGKILL if it does not in 30 s)."""
+        self._closing = True
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            with contextlib.suppress(RuntimeError):  # its event loop has ended already
+                transport.close()
+        if self._sock is not None:
+            self._sock.close()
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+    def _lost(self) -> None:
+        """The socket closed: the child exited. Fail the batch it held and start a new one."""
+        self._transport = None
+        code = self._proc.poll() if self._proc is not None else None
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.set_result(
+                Outcome(error=f"the model process exited (code {code}) while running the batch")
+            )
+        if self._closing:
+            return
+        log.error("model process exited; starting another", extra={"exit_code": code})
+        self._restarting = asyncio.get_running_loop().create_task(self._restart())
+
+    async def _restart(self) -> None:
+        if self._proc is not None:
+            await asyncio.to_thread(self._proc.wait)
+        try:
+            await asyncio.to_thread(self.start)
+        except ModelProcessFailed as exc:
+            log.error("model process could not be restarted", extra={"error": str(exc)})
+            return
+        self.restarts += 1
+
+    # --- the executor -------------------------------------------------------------------------
+
+    def batch_size_for(self, items: int) -> int:
+        return bucket_size(items, self.buckets) if self.buckets else items
+
+    async def execute(self, payloads: list[Payload]) -> Outcome:
+        if self._transport is None:
+            if self._restarting is not None and not self._restarting.done():
+                return Outcome(error="the model process is restarting; retry shortly")
+            if self._sock is None or self._sock.fileno() < 0:
+                return Outcome(error="the model process is gone and could not be restarted")
+            loop = asyncio.get_running_loop()
+            transport, _ = await loop.create_connection(lambda: _Replies(self), sock=self._sock)
+            self._transport = transport  # type: ignore[assignment]
+        described, raw = encode_payloads(payloads)
+        self._calls += 1
+        self._waiting = asyncio.get_running_loop().create_future()
+        envelope = {"tensors": described, "buckets": list(self.buckets) if self.buckets else None}
+        assert self._transport is not None
+        self._transport.write(frame(self._calls, envelope, raw))
+        return await self._waiting
+
+    def _replied(self, envelope: dict[str, Any], payload: bytes) -> None:
+        if self._waiting is None or self._waiting.done():
+            return
+        self._waiting.set_result(
+            Outcome(
+                results=decode_payloads(envelope["tensors"], payload),
+                out_of_memory=envelope["out_of_memory"],
+                error=envelope["error"],
+                seconds=envelope["seconds"],
+                peak_bytes=envelope["peak_bytes"],
+            )
+        )
+
+
+def read_frame(sock: socket.socket, deadline: float) -> tuple[int, dict, bytes] | None:
+    """One whole frame from a blocking socket; None at end of stream."""
+    reader = FrameReader(None)
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.0, deadline - time.monotonic()))
+        data = sock.recv(1 << 20)
+        if not data:
+            return None
+        frames = reader.feed(data)
+        if frames:
+            return frames[0]
+    raise TimeoutError("the model process sent nothing in time")

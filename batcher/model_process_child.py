@@ -1,0 +1,99 @@
+"""The model process's side of ``--model-process`` (:mod:`batcher.model_process`): load the model,
+say its signature, then run each batch the server sends and answer it, until the server closes
+the socket. Its log lines go to the server's stderr.
+
+    python -m batcher.model_process_child --fd N     # started by ModelProcess, never by hand
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from batcher.forwarding import FRAME_HEADER, ChannelError, frame
+from batcher.model_process import decode_payloads, encode_payloads, read_frame
+
+
+def _recv_exactly(sock: socket.socket, count: int) -> bytes | None:
+    chunks = bytearray()
+    while len(chunks) < count:
+        data = sock.recv(min(count - len(chunks), 1 << 22))
+        if not data:
+            return None
+        chunks += data
+    return bytes(chunks)
+
+
+def _serve_batches(sock: socket.socket, model: Any, memory: Any) -> None:
+    """Run each batch that arrives and answer it, until the parent closes the socket."""
+    import orjson
+
+    from batcher.execution import run_guarded
+
+    while (header := _recv_exactly(sock, FRAME_HEADER.size)) is not None:
+        call_id, head_length, payload_length = FRAME_HEADER.unpack(header)
+        body = _recv_exactly(sock, head_length + payload_length)
+        if body is None:
+            return
+        envelope = orjson.loads(body[:head_length])
+        model.use_buckets(envelope["buckets"])
+        payloads = decode_payloads(envelope["tensors"], body[head_length:])
+        outcome = run_guarded(model.run, payloads, memory)
+        described, raw = encode_payloads(outcome.results)
+        reply = {
+            "tensors": described,
+            "out_of_memory": outcome.out_of_memory,
+            "error": outcome.error,
+            "seconds": outcome.seconds,
+            "peak_bytes": outcome.peak_bytes,
+        }
+        sock.sendall(frame(call_id, reply, raw))
+
+
+def child_main(argv: Sequence[str] | None = None) -> int:
+    """Serve one parent over the socket pair end ``--fd``; 2 when the model does not load."""
+    parser = argparse.ArgumentParser(prog="batcher.model_process")
+    parser.add_argument("--fd", type=int, required=True)
+    sock = socket.socket(fileno=parser.parse_args(argv).fd)
+    first = read_frame(sock, time.monotonic() + 60)
+    if first is None:
+        return 0
+    settings = first[1]
+    from autoglm.logs import setup_logging
+    from batcher.cli import configure_torch, load_or_explain
+    from batcher.config import BatcherConfig
+    from batcher.memory import MemoryMonitor
+    from batcher.model import ModuleRunner
+
+    config = BatcherConfig(**settings["config"])
+    setup_logging("batcher", config.log_level, config.log_format)
+    configure_torch(config)
+    model = load_or_explain(config, settings["device"])
+    if model is None:
+        return 2
+    parameter_bytes = 0.0
+    if isinstance(model.run, ModuleRunner):
+        from batcher.repository_loader import module_bytes
+
+        parameter_bytes = module_bytes(model.run.module)
+    signature = {
+        "name": model.name,
+        "inputs": [[s.name, s.datatype, list(s.shape)] for s in model.inputs],
+        "outputs": [[s.name, s.datatype, list(s.shape)] for s in model.outputs],
+        "pads": model.pads,
+        "parameter_bytes": parameter_bytes,
+    }
+    sock.sendall(frame(0, signature))
+    sock.settimeout(None)
+    try:
+        _serve_batches(sock, model, MemoryMonitor(model.device, config.idle_release_seconds))
+    except (ChannelError, ConnectionError):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(child_main())

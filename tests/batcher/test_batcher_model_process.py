@@ -1,0 +1,183 @@
+"""``--model-process``: the model in a child process, its batches over a private socket pair."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+import requests
+
+from batcher.config import BatcherConfig
+from batcher.model_process import (
+    ModelProcess,
+    ModelProcessFailed,
+    decode_payloads,
+    encode_payloads,
+)
+from batcher.oip import DATATYPES
+from tests.batcher.test_batcher_cli import LogReader, _alive, batcher_process
+
+EVERY_TYPE = "tests.batcher.batcher_test_models:every_type_echo"
+
+
+def _payload(rows: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((rows, 2)).astype(np.float32)
+    return {
+        "f": values,
+        "i": rng.integers(-(2**62), 2**62, (rows, 2), dtype=np.int64),
+        "h": values.astype(ml_dtypes.bfloat16),
+        "s": np.array([[b"", bytes([seed % 256]) * 3]] * rows, dtype=object),
+        "b": values > 0,
+    }
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and a[k].tolist() == b[k].tolist()
+        for k in a
+    )
+
+
+@pytest.mark.parametrize("datatype", sorted(DATATYPES))
+def test_every_datatype_travels_bit_for_bit(datatype: str) -> None:
+    dtype = DATATYPES[datatype]
+    if datatype == "BYTES":
+        array = np.array([[b"a", b""], [b"\x00\xff", b"xyz" * 100]], dtype=object)
+    elif datatype == "BOOL":
+        array = np.array([[True, False], [False, True]])
+    else:
+        array = (np.arange(4) * 3).reshape(2, 2).astype(dtype)
+    payloads = [{"x": array, "y": array[:1]}, {"x": array[::-1]}]
+    described, raw = encode_payloads(payloads)
+    back = decode_payloads(described, raw)
+    assert all(_same(p, q) for p, q in zip(payloads, back, strict=True))
+    assert all(array.flags.writeable for payload in back for array in payload.values())
+
+
+def test_nothing_to_send_is_an_empty_frame() -> None:
+    assert encode_payloads([]) == ([], b"")
+    assert decode_payloads([], b"") == []
+
+
+def test_a_repository_cannot_use_it_yet() -> None:
+    with pytest.raises(Exception, match="--model-process serves one --model"):
+        BatcherConfig(model_process=True, model_repository="models")
+
+
+def _settings(model: str) -> dict:
+    config = BatcherConfig(model=model, model_process=True, log_format="text")
+    from dataclasses import asdict
+
+    return {"config": asdict(config), "device": "cpu"}
+
+
+@pytest.fixture
+def process():
+    started = ModelProcess(_settings(EVERY_TYPE))
+    started.start()
+    yield started
+    started.close()
+
+
+@pytest.mark.slow
+def test_batches_run_in_the_child_and_come_back_whole(process: ModelProcess) -> None:
+    assert process.name == "every_type" and [s.datatype for s in process.inputs] == [
+        "FP32",
+        "INT64",
+        "BF16",
+        "BYTES",
+        "BOOL",
+    ]
+    payloads = [_payload(rows, seed) for seed, rows in enumerate((1, 3, 2))]
+
+    async def run():
+        return [await process.execute(payloads), await process.execute(payloads[:1])]
+
+    first, second = asyncio.run(run())
+    assert first.ok and first.seconds > 0 and len(first.results) == 3
+    for sent, got in zip(payloads, first.results, strict=True):
+        assert _same({f"{k}_out": v for k, v in sent.items()}, got)
+    assert second.ok and len(second.results) == 1
+    assert process.pid is not None and process.pid != os.getpid()
+
+
+@pytest.mark.slow
+def test_a_model_error_fails_only_its_batch(process: ModelProcess) -> None:
+    bad = _payload(1, 0)
+    bad["f"][0, 0] = -1
+
+    async def run():
+        return await process.execute([bad]), await process.execute([_payload(1, 1)])
+
+    failed, after = asyncio.run(run())
+    assert not failed.ok and "RuntimeError: asked to fail" in failed.error
+    assert after.ok
+
+
+@pytest.mark.slow
+def test_a_child_that_dies_fails_its_batch_and_is_replaced(process: ModelProcess) -> None:
+    async def run():
+        assert (await process.execute([_payload(1, 0)])).ok
+        first_pid = process.pid
+        assert first_pid is not None
+        os.kill(first_pid, signal.SIGKILL)
+        lost = await process.execute([_payload(1, 1)])
+        while_restarting = await process.execute([_payload(1, 2)])
+        deadline = time.monotonic() + 120
+        while process.restarts == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return first_pid, lost, while_restarting, await process.execute([_payload(2, 3)])
+
+    first_pid, lost, while_restarting, after = asyncio.run(run())
+    assert "exited (code -9)" in lost.error
+    assert "restarting" in while_restarting.error
+    assert process.restarts == 1 and process.pid != first_pid
+    assert after.ok and len(after.results) == 1
+    assert not _alive(first_pid)
+
+
+@pytest.mark.slow
+def test_a_model_that_does_not_load_says_why_once(capfd) -> None:
+    failing = ModelProcess(_settings("no_such_module:factory"))
+    with pytest.raises(ModelProcessFailed, match="exited with code 2 while loading"):
+        failing.start()
+    err = capfd.readouterr().err
+    assert err.count("autoglm-batcher: error: --model 'no_such_module:factory'") == 1
+
+
+@pytest.mark.slow
+def test_the_server_answers_through_the_child_and_stops_it_on_sigterm() -> None:
+    proc = batcher_process(
+        *("--model", "tests.batcher.batcher_test_models:echo", "--model-process"),
+        *("--listen", "127.0.0.1:0", "--warmup-repeats", "1"),
+    )
+    try:
+        logs = LogReader(proc)
+        child = logs.wait_for("model process ready")["pid"]
+        port = logs.wait_for("serving")["port"]
+        url = f"http://127.0.0.1:{port}/v2/models/echo"
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
+                {"name": "k", "shape": [2, 1], "datatype": "INT32", "data": [7, 8]},
+            ]
+        }
+        answer = requests.post(f"{url}/infer", json=body, timeout=30)
+        metadata = requests.get(url, timeout=30).json()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert answer.status_code == 200, answer.text
+    outputs = {o["name"]: o["data"] for o in answer.json()["outputs"]}
+    assert outputs == {"y": [2, 4, 6, 8, 10, 12], "k_out": [7, 8]}
+    assert [i["name"] for i in metadata["inputs"]] == ["x", "k"]
+    assert child != proc.pid and not _alive(child)
