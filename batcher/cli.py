@@ -201,7 +201,7 @@ async def serve(
     from batcher.memory import MemoryMonitor
     from batcher.metrics import BatcherMetrics
     from batcher.model import ModuleRunner
-    from batcher.model_process import ModelProcess
+    from batcher.model_process import ModelProcess, ModelProcessCollector
     from batcher.repository import LoadedModel, ModelRepository
     from batcher.repository_loader import module_bytes
     from batcher.repository_metrics import RepositoryMetrics
@@ -211,11 +211,12 @@ async def serve(
     metrics = BatcherMetrics(model_registry, model.name, config.slo_seconds, config.max_batch_size)
     memory = MemoryMonitor(model.device, config.idle_release_seconds)
     metrics.watch_memory(memory.stats)
-    executor: BatchExecutor = (
-        model.run
-        if isinstance(model.run, ModelProcess)
-        else ThreadExecutor(model.run, model.batch_size_for, memory)
-    )
+    executor: BatchExecutor
+    if isinstance(model.run, ModelProcess):
+        executor = model.run
+        model_registry.register(ModelProcessCollector(model.run))
+    else:
+        executor = ThreadExecutor(model.run, model.batch_size_for, memory)
     batcher = from_config(executor, config, memory=memory, metrics=metrics)
     await warm_up(batcher, model, config)
     registry = CollectorRegistry()

@@ -31,10 +31,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from batcher import oip
 from batcher.execution import Outcome
@@ -119,6 +121,7 @@ class ModelProcess:
         self.parameter_bytes = 0.0
         self.buckets: tuple[int, ...] | None = None
         self.restarts = 0
+        self.up = False  # a child has loaded the model and has not died since
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._transport: asyncio.Transport | None = None
@@ -152,6 +155,7 @@ class ModelProcess:
         self.pads = envelope["pads"]
         self.parameter_bytes = envelope["parameter_bytes"]
         self._sock = ours
+        self.up = True
         log.info("model process ready", extra={"pid": self._proc.pid, "model": self.name})
 
     @property
@@ -177,6 +181,7 @@ class ModelProcess:
     def _lost(self) -> None:
         """The socket closed: the child exited. Fail the batch it held and start a new one."""
         self._transport = None
+        self.up = False
         code = self._proc.poll() if self._proc is not None else None
         if self._waiting is not None and not self._waiting.done():
             self._waiting.set_result(
@@ -231,6 +236,30 @@ class ModelProcess:
                 peak_bytes=envelope["peak_bytes"],
             )
         )
+
+
+class ModelProcessCollector(Collector):
+    """``autoglm_batcher_model_process_up{model}`` (1 while a child serves batches) and
+    ``autoglm_batcher_model_process_restarts_total{model}`` (children started after one died)."""
+
+    def __init__(self, process: ModelProcess) -> None:
+        self.process = process
+
+    def collect(self) -> Iterable[Metric]:
+        name = self.process.name
+        up = GaugeMetricFamily(
+            "autoglm_batcher_model_process_up",
+            "1 while the model's child process is serving batches; 0 while it is replaced.",
+            labels=["model"],
+        )
+        up.add_metric([name], 1.0 if self.process.up else 0.0)
+        restarts = CounterMetricFamily(
+            "autoglm_batcher_model_process_restarts",
+            "Model processes started after the previous one died.",
+            labels=["model"],
+        )
+        restarts.add_metric([name], float(self.process.restarts))
+        return [up, restarts]
 
 
 def read_frame(sock: socket.socket, deadline: float) -> tuple[int, dict, bytes] | None:

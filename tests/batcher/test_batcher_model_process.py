@@ -11,10 +11,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 import requests
+from prometheus_client import CollectorRegistry
 
 from batcher.config import BatcherConfig
 from batcher.model_process import (
     ModelProcess,
+    ModelProcessCollector,
     ModelProcessFailed,
     decode_payloads,
     encode_payloads,
@@ -122,12 +124,16 @@ def test_a_model_error_fails_only_its_batch(process: ModelProcess) -> None:
 
 @pytest.mark.slow
 def test_a_child_that_dies_fails_its_batch_and_is_replaced(process: ModelProcess) -> None:
+    lost_up = None
+
     async def run():
         assert (await process.execute([_payload(1, 0)])).ok
         first_pid = process.pid
         assert first_pid is not None
         os.kill(first_pid, signal.SIGKILL)
         lost = await process.execute([_payload(1, 1)])
+        nonlocal lost_up
+        lost_up = process.up
         while_restarting = await process.execute([_payload(1, 2)])
         deadline = time.monotonic() + 120
         while process.restarts == 0 and time.monotonic() < deadline:
@@ -137,7 +143,13 @@ def test_a_child_that_dies_fails_its_batch_and_is_replaced(process: ModelProcess
     first_pid, lost, while_restarting, after = asyncio.run(run())
     assert "exited (code -9)" in lost.error
     assert "restarting" in while_restarting.error
-    assert process.restarts == 1 and process.pid != first_pid
+    assert process.restarts == 1 and process.pid != first_pid and process.up
+    assert lost_up is False
+    registry = CollectorRegistry()
+    registry.register(ModelProcessCollector(process))
+    labels = {"model": "every_type"}
+    assert registry.get_sample_value("autoglm_batcher_model_process_up", labels) == 1.0
+    assert registry.get_sample_value("autoglm_batcher_model_process_restarts_total", labels) == 1.0
     assert after.ok and len(after.results) == 1
     assert not _alive(first_pid)
 
@@ -170,6 +182,7 @@ def test_the_server_answers_through_the_child_and_stops_it_on_sigterm() -> None:
         }
         answer = requests.post(f"{url}/infer", json=body, timeout=30)
         metadata = requests.get(url, timeout=30).json()
+        metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:
@@ -181,3 +194,5 @@ def test_the_server_answers_through_the_child_and_stops_it_on_sigterm() -> None:
     assert outputs == {"y": [2, 4, 6, 8, 10, 12], "k_out": [7, 8]}
     assert [i["name"] for i in metadata["inputs"]] == ["x", "k"]
     assert child != proc.pid and not _alive(child)
+    assert 'autoglm_batcher_model_process_up{model="echo"} 1.0' in metrics
+    assert 'autoglm_batcher_model_process_restarts_total{model="echo"} 0.0' in metrics

@@ -42,3 +42,31 @@ def test_cost_ab_smoke_answers_every_way_into_both_trees(tmp_path: Path) -> None
         assert row["old_median"] > 0 and row["new_median"] > 0
         assert len(row["new_over_old_per_round"]) == 1
     assert "new/old per round" in run.stdout
+
+
+@pytest.mark.timeout(900)
+def test_model_process_ab_smoke_measures_both_ways_and_their_inflation(tmp_path: Path) -> None:
+    out = tmp_path / "model_process.json"
+    run = run_bench("bench/model_process_ab.py", out)
+    report = json.loads(out.read_text())
+    assert report["smoke"] and [row["way"] for row in report["summary"]] == ["thread", "process"]
+    for point in report["points"]:
+        assert point["answered"] > 0 and point["batches"] > 0
+        assert point["batch_seconds"] > 0 and point["model_alone_seconds"] > 0
+        assert point["inflation"] == point["batch_seconds"] / point["model_alone_seconds"]
+    assert "inflation" in run.stdout
+
+
+def test_model_process_ab_refuses_bad_rates_in_one_line() -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "bench/model_process_ab.py", "--rates", "fast"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert "--rates takes numbers separated by commas" in run.stderr and "'fast'" in run.stderr

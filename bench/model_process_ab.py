@@ -1,0 +1,170 @@
+"""The model in the server's process or in one of its own (``--model-process``), side by side.
+
+Two ``autoglm-batcher`` processes serve the reference MLP (one torch thread) at once: ``thread``
+runs it on a thread of the server's interpreter, ``process`` in a child process. The same
+open-loop REST JSON load goes to each in turn, rate by rate, alternating, so a machine whose load
+drifts hits both alike. Per point the table shows the latency, the failures, the mean batch, and
+the model's **inflation**: the time a batch took in the server (the engine's own
+``compute_latency`` histogram) over what the MLP alone takes for a batch of that size (timed in a
+child process with nothing else running in it). Inflation above 1 is time the model spent
+waiting, not computing: for ``thread``, mostly waiting to take the interpreter lock back between
+operators while the event loop holds it.
+
+    python bench/model_process_ab.py                          # 1000..3000 req/s, 2 rounds
+    python bench/model_process_ab.py --rates 1500,2500 --rounds 3 --seconds 6
+    python bench/model_process_ab.py --smoke                  # proves it runs (the slow tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import statistics
+import sys
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
+
+from bench.batcher_serving import (  # noqa: E402
+    BatcherServer,
+    Neighbours,
+    loadavg,
+    model_row_microseconds,
+    targets_for,
+)
+from bench.report_json import write_report  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "model_process_ab.json"
+WAYS = {"thread": [], "process": ["--model-process"]}
+
+
+def histogram_totals(port: int, name: str) -> tuple[float, float]:
+    """(sum, count) of one of the server's histograms, from its ``/metrics``."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        for key in found:
+            if line.startswith(f"{name}_{key}{{"):
+                found[key] = float(line.rsplit(" ", 1)[1])
+    return found["sum"], found["count"]
+
+
+async def measure(server: BatcherServer, rate: float, seconds: float, seed: int) -> dict:
+    """One open-loop point, with the batches the server ran during it."""
+    targets, close = await targets_for(server, None, ("rest-json",))
+    compute = "autoglm_batcher_compute_latency_seconds"
+    try:
+        seconds_before, batches_before = histogram_totals(server.http_port, compute)
+        point = await targets["rest-json"].point(rate, seconds, 0.1, seed)  # its mean batch too
+        seconds_after, batches_after = histogram_totals(server.http_port, compute)
+    finally:
+        await close()
+    batches = batches_after - batches_before
+    point["batches"] = batches
+    point["batch_seconds"] = (seconds_after - seconds_before) / batches if batches else math.nan
+    return point
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--rates", default="1000,1500,2000,2500,3000", help="req/s, comma-separated"
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per point")
+    parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
+    parser.add_argument("--json", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    try:
+        rates = [float(r) for r in args.rates.split(",")]
+    except ValueError:
+        parser.error(
+            f"--rates takes numbers separated by commas, e.g. 1000,2000; got {args.rates!r}"
+        )
+    if not rates or min(rates) <= 0 or args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rates must be positive, --rounds at least 1, --seconds above 0")
+    if args.smoke:
+        rates, args.rounds, args.seconds = [100.0], 1, 0.5
+    extra = ["--max-batch-size", "128", "--max-queue", "4096", "--slo-seconds", "0.1"]
+    extra += ["--warmup-repeats", "1" if args.smoke else "3"]
+    load_before, neighbours = loadavg(), Neighbours()
+    servers = {way: BatcherServer([*extra, *flags]) for way, flags in WAYS.items()}
+    points: list[dict] = []
+    try:
+        for round_index in range(args.rounds):
+            for rate in rates:
+                for way, server in servers.items():
+                    point = asyncio.run(measure(server, rate, args.seconds, round_index))
+                    point.update(way=way, round=round_index)
+                    points.append(point)
+                    print(
+                        f"  {way:8} {rate:6.0f}/s  p50 {point['p50_ms']:7.1f} ms  p99 "
+                        f"{point['p99_ms']:7.1f} ms  fail {point['failures']:4}  batch "
+                        f"{point['mean_batch_items']:5.1f}  {1000 * point['batch_seconds']:6.2f} "
+                        f"ms/batch  {point['server_cores']:.2f} cores",
+                        flush=True,
+                    )
+    finally:
+        for server in servers.values():
+            server.stop()
+    sizes = sorted({max(1, round(p["mean_batch_items"])) for p in points if p["batches"]})
+    alone = model_row_microseconds(sizes, 0.1 if args.smoke else 1.0)
+    for point in points:
+        size = max(1, round(point["mean_batch_items"])) if point["batches"] else None
+        model_seconds = alone[size] * size / 1e6 if size else math.nan
+        point["model_alone_seconds"] = model_seconds
+        point["inflation"] = point["batch_seconds"] / model_seconds if size else math.nan
+    rows = summarize(points, rates)
+    print(
+        f"\n{'rate':>6} | {'way':8} {'p99 ms':>8} {'held':>5} {'batch':>6} {'inflation':>9}"
+        f"   (medians over {args.rounds} round(s); inflation: batch time / the MLP alone)"
+    )
+    for row in rows:
+        print(
+            f"{row['rate']:6.0f} | {row['way']:8} {row['p99_ms']:8.1f} {row['held']:>5} "
+            f"{row['mean_batch_items']:6.1f} {row['inflation']:9.2f}"
+        )
+    write_report(
+        args.json,
+        {
+            "model": "MLP 512-2048-2048-512, torch, 1 CPU thread (bench/reference_mlp.py)",
+            "seconds_per_point": args.seconds,
+            "rounds": args.rounds,
+            "smoke": args.smoke,
+            "loadavg_before": load_before,
+            "loadavg_after": loadavg(),
+            "other_work_cores": neighbours.cores(),
+            "summary": rows,
+            "points": points,
+        },
+    )
+    return 0
+
+
+def summarize(points: list[dict], rates: list[float]) -> list[dict]:
+    """Per rate and way, the medians over the rounds; held only if every round held."""
+    rows = []
+    for rate in rates:
+        for way in WAYS:
+            mine = [p for p in points if p["rate"] == rate and p["way"] == way]
+            if not mine:
+                continue
+            rows.append(
+                {
+                    "rate": rate,
+                    "way": way,
+                    "p99_ms": statistics.median(p["p99_ms"] for p in mine),
+                    "held": all(p["held"] for p in mine),
+                    "mean_batch_items": statistics.median(p["mean_batch_items"] for p in mine),
+                    "inflation": statistics.median(p["inflation"] for p in mine),
+                }
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
