@@ -141,7 +141,7 @@ def usable_device(setting: str) -> str:
 
 def start_model(config: BatcherConfig, device: str) -> ServedModel | None:
     """The model to serve: loaded here, or in a child process with ``--model-process``; None
-    (after one line on stderr, the child's own when it failed) on a problem."""
+    (after one line on stderr) on a problem."""
     if not config.model_process:
         return load_or_explain(config, device)
     from dataclasses import asdict
@@ -153,13 +153,23 @@ def start_model(config: BatcherConfig, device: str) -> ServedModel | None:
     process = ModelProcess({"config": asdict(config), "device": device})
     try:
         process.start()
-    except ModelProcessFailed:
+    except ModelProcessFailed as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return None
     return ServedModel.from_process(process, device)
 
 
 def load_or_explain(config: BatcherConfig, device: str) -> ServedModel | None:
     """Import torch and the model, and load it; None (after one line on stderr) on a problem."""
+    try:
+        return load_served_model(config, device)
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return None
+
+
+def load_served_model(config: BatcherConfig, device: str) -> ServedModel:
+    """Load the model; :class:`ConfigError` with one line naming the problem and the fix."""
     from batcher.model import load_model
 
     allocator = configure_torch(config)
@@ -167,9 +177,8 @@ def load_or_explain(config: BatcherConfig, device: str) -> ServedModel | None:
         model = load_model(
             config.model, name=config.model_name, checkpoint=config.checkpoint, device=device
         )
-    except ConfigError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return None
+    except ConfigError:
+        raise
     except Exception as exc:  # the factory's own failure: one line, the traceback at debug level
         log.debug("building the model failed", exc_info=True)
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -183,8 +192,7 @@ def load_or_explain(config: BatcherConfig, device: str) -> ServedModel | None:
                 f"--model {config.model}: building the model failed "
                 f"({type(exc).__name__}: {reason})"
             )
-        print(f"{PROG}: error: {problem}; --log-level debug shows the traceback", file=sys.stderr)
-        return None
+        raise ConfigError(f"{problem}; --log-level debug shows the traceback") from None
     log.info("model loaded", extra={"model": model.name, "device": device, "allocator": allocator})
     return model
 

@@ -207,7 +207,8 @@ class BatcherConfig:
         metadata={
             "help": "run the model in a child process of its own, out of the server's "
             "interpreter lock (CPU models; the server's request handling then cannot stall "
-            "the model between operators); a child that dies is replaced"
+            "the model between operators); a child that dies is replaced. In a model "
+            "repository, each model with it set runs in a process of its own"
         },
     )
     exit_with_parent: bool = field(
@@ -237,10 +238,6 @@ class BatcherConfig:
                     f"--grpc-listen {self.grpc_listen} is the HTTP --listen address; give gRPC "
                     "its own port, e.g. :8001"
                 )
-        if self.model_process and self.model_repository:
-            raise ConfigError(
-                "--model-process serves one --model for now; drop it to serve --model-repository"
-            )
         if self.startup_models and not self.model_repository:
             raise ConfigError(
                 "--startup-models names models of a repository; give --model-repository too"

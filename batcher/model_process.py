@@ -51,7 +51,7 @@ START_TIMEOUT_SECONDS = 600.0  # a large model from a slow disk
 
 
 class ModelProcessFailed(RuntimeError):
-    """The child could not load the model; it has said why on stderr already."""
+    """The child could not load the model: its one line on why, or how it ended."""
 
 
 def encode_payloads(payloads: Sequence[Payload]) -> tuple[list[list[list[Any]]], bytes]:
@@ -149,6 +149,10 @@ class ModelProcess:
             code = self._proc.wait(timeout=30)
             raise ModelProcessFailed(f"the model process exited with code {code} while loading")
         envelope = signature[1]
+        if "error" in envelope:
+            ours.close()
+            self._proc.wait(timeout=30)
+            raise ModelProcessFailed(envelope["error"])
         self.name = envelope["name"]
         self.inputs = tuple(TensorSpec(n, d, tuple(s)) for n, d, s in envelope["inputs"])
         self.outputs = tuple(TensorSpec(n, d, tuple(s)) for n, d, s in envelope["outputs"])
@@ -182,19 +186,17 @@ class ModelProcess:
         """The socket closed: the child exited. Fail the batch it held and start a new one."""
         self._transport = None
         self.up = False
-        code = self._proc.poll() if self._proc is not None else None
         if self._waiting is not None and not self._waiting.done():
             self._waiting.set_result(
-                Outcome(error=f"the model process exited (code {code}) while running the batch")
+                Outcome(error="the model process ended while running the batch")
             )
-        if self._closing:
-            return
-        log.error("model process exited; starting another", extra={"exit_code": code})
-        self._restarting = asyncio.get_running_loop().create_task(self._restart())
+        if not self._closing:
+            self._restarting = asyncio.get_running_loop().create_task(self._restart())
 
     async def _restart(self) -> None:
         if self._proc is not None:
-            await asyncio.to_thread(self._proc.wait)
+            code = await asyncio.to_thread(self._proc.wait)
+            log.error("model process exited; starting another", extra={"exit_code": code})
         try:
             await asyncio.to_thread(self.start)
         except ModelProcessFailed as exc:

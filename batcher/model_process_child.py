@@ -62,17 +62,19 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     if first is None:
         return 0
     settings = first[1]
+    from autoglm.config import ConfigError
     from autoglm.logs import setup_logging
-    from batcher.cli import configure_torch, load_or_explain
+    from batcher.cli import load_served_model
     from batcher.config import BatcherConfig
     from batcher.memory import MemoryMonitor
     from batcher.model import ModuleRunner
 
     config = BatcherConfig(**settings["config"])
     setup_logging("batcher", config.log_level, config.log_format)
-    configure_torch(config)
-    model = load_or_explain(config, settings["device"])
-    if model is None:
+    try:
+        model = load_served_model(config, settings["device"])
+    except ConfigError as exc:
+        sock.sendall(frame(0, {"error": str(exc)}))
         return 2
     parameter_bytes = 0.0
     if isinstance(model.run, ModuleRunner):

@@ -10,6 +10,7 @@ would not fit is refused without touching the device the others are using.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 
 import torch
@@ -20,11 +21,11 @@ from batcher.config import BatcherConfig
 from batcher.device import SharedDevice
 from batcher.engine import from_config
 from batcher.errors import LoadFailed, ModelConfigInvalid
-from batcher.execution import ThreadExecutor
+from batcher.execution import BatchExecutor, ThreadExecutor
 from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
 from batcher.model import ModuleRunner, ServedModel, load_model, wrap_model
-from batcher.model_process import ModelProcess
+from batcher.model_process import ModelProcess, ModelProcessCollector, ModelProcessFailed
 from batcher.repository import LoadedModel, MemoryCheck
 from batcher.repository_folder import model_config, model_names
 from batcher.warmup import warm_up
@@ -53,11 +54,16 @@ class FolderSource:
 
     async def load(self, name: str, device: SharedDevice, check: MemoryCheck) -> LoadedModel:
         config = self.config(name)
-        model, parameter_bytes = await asyncio.to_thread(self._build, config, check)
+        build = self._start_process if config.model_process else self._build
+        model, parameter_bytes = await asyncio.to_thread(build, config, check)
         registry = CollectorRegistry()
         metrics = BatcherMetrics(registry, name, config.slo_seconds, config.max_batch_size)
-        assert not isinstance(model.run, ModelProcess)  # --model-process serves one --model
-        executor = ThreadExecutor(model.run, model.batch_size_for, self.memory)
+        executor: BatchExecutor
+        if isinstance(model.run, ModelProcess):
+            executor = model.run
+            registry.register(ModelProcessCollector(model.run))
+        else:
+            executor = ThreadExecutor(model.run, model.batch_size_for, self.memory)
         batcher = from_config(executor, config, memory=self.memory, metrics=metrics, device=device)
         try:
             await warm_up(batcher, model, config)
@@ -65,6 +71,28 @@ class FolderSource:
             executor.close()
             raise
         return LoadedModel(model, batcher, registry, parameter_bytes)
+
+    def _start_process(
+        self, config: BatcherConfig, check: MemoryCheck
+    ) -> tuple[ServedModel, float]:
+        """On a worker thread: start the model's own process (``model_process: true``), which
+        builds it and counts its parameters; stopped again when the memory check refuses it."""
+        if self.device != "cpu":
+            raise ModelConfigInvalid(
+                f"model {config.model_name!r}: model_process runs CPU models only for now (the "
+                f"device is {self.device}); drop model_process from its config.yaml"
+            )
+        process = ModelProcess({"config": dataclasses.asdict(config), "device": self.device})
+        try:
+            process.start()
+        except ModelProcessFailed as exc:
+            raise LoadFailed(f"building model {config.model_name!r} failed: {exc}") from None
+        try:
+            check(process.parameter_bytes)
+        except BaseException:
+            process.close()
+            raise
+        return ServedModel.from_process(process, self.device), process.parameter_bytes
 
     def _build(self, config: BatcherConfig, check: MemoryCheck) -> tuple[ServedModel, float]:
         """On a worker thread: build on the CPU, check the size, then move to the device."""

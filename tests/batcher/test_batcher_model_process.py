@@ -67,11 +67,6 @@ def test_nothing_to_send_is_an_empty_frame() -> None:
     assert decode_payloads([], b"") == []
 
 
-def test_a_repository_cannot_use_it_yet() -> None:
-    with pytest.raises(Exception, match="--model-process serves one --model"):
-        BatcherConfig(model_process=True, model_repository="models")
-
-
 def _settings(model: str) -> dict:
     config = BatcherConfig(model=model, model_process=True, log_format="text")
     from dataclasses import asdict
@@ -141,7 +136,7 @@ def test_a_child_that_dies_fails_its_batch_and_is_replaced(process: ModelProcess
         return first_pid, lost, while_restarting, await process.execute([_payload(2, 3)])
 
     first_pid, lost, while_restarting, after = asyncio.run(run())
-    assert "exited (code -9)" in lost.error
+    assert "model process ended while running the batch" in lost.error
     assert "restarting" in while_restarting.error
     assert process.restarts == 1 and process.pid != first_pid and process.up
     assert lost_up is False
@@ -157,10 +152,10 @@ def test_a_child_that_dies_fails_its_batch_and_is_replaced(process: ModelProcess
 @pytest.mark.slow
 def test_a_model_that_does_not_load_says_why_once(capfd) -> None:
     failing = ModelProcess(_settings("no_such_module:factory"))
-    with pytest.raises(ModelProcessFailed, match="exited with code 2 while loading"):
+    with pytest.raises(ModelProcessFailed) as failed:
         failing.start()
-    err = capfd.readouterr().err
-    assert err.count("autoglm-batcher: error: --model 'no_such_module:factory'") == 1
+    assert str(failed.value).startswith("--model 'no_such_module:factory': cannot import")
+    assert "no_such_module" not in capfd.readouterr().err  # the parent says it, once
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from batcher.models.demo import factory
 from batcher.repository_loader import module_bytes
-from tests.batcher.test_batcher_cli import LogReader, batcher_process
+from tests.batcher.test_batcher_cli import LogReader, _alive, batcher_process
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ DEMO = "model: batcher.models.demo:factory\nwarmup_repeats: 1\n"
 def write_repository(folder: Path) -> None:
     for name, extra in (
         ("alpha", "max_batch_size: 8\nslo_seconds: 0.5\n"),
-        ("beta", "max_batch_size: 4\n"),
+        ("beta", "max_batch_size: 4\nmodel_process: true\n"),  # in a process of its own
         ("gamma", ""),
     ):
         (folder / name).mkdir()
@@ -52,12 +52,14 @@ def repository_server(tmp_path):
         "127.0.0.1:0",
         "--log-format",
         "json",
+        "--device",
+        "cpu",  # beta's model_process serves CPU models
     )
     logs = LogReader(proc)
     try:
         grpc_port = logs.wait_for("serving grpc")["port"]
         http_port = logs.wait_for("serving")["port"]
-        yield f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
+        yield f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", logs
     finally:
         proc.terminate()
         try:
@@ -78,7 +80,7 @@ def states(index: list[dict]) -> dict[str, str]:
 
 
 def test_index_load_and_unload_through_tritonclient_http(repository_server) -> None:
-    http_url, _ = repository_server
+    http_url, _, _ = repository_server
     client = triton_http.InferenceServerClient(http_url)
     assert states(client.get_model_repository_index()) == {
         "alpha": "READY",
@@ -137,11 +139,13 @@ def test_index_load_and_unload_through_tritonclient_http(repository_server) -> N
 
 
 def test_index_load_and_unload_through_tritonclient_grpc(repository_server) -> None:
-    _, grpc_url = repository_server
+    _, grpc_url, logs = repository_server
     client = triton_grpc.InferenceServerClient(grpc_url)
     index = client.get_model_repository_index(as_json=True)["models"]
     assert states(index)["alpha"] == "READY" and states(index)["beta"] == "UNAVAILABLE"
     client.load_model("beta")
+    beta_process = logs.wait_for("model process ready")
+    assert beta_process["model"] == "beta"
     assert client.is_model_ready("beta")
     data = np.ones((1, 16), dtype=np.float32)
     tensor = triton_grpc.InferInput("input", [1, 16], "FP32")
@@ -159,3 +163,4 @@ def test_index_load_and_unload_through_tritonclient_grpc(repository_server) -> N
         client.infer("beta", [tensor])
     index = {e["name"]: e for e in client.get_model_repository_index(as_json=True)["models"]}
     assert index["beta"]["state"] == "UNAVAILABLE" and index["beta"]["reason"] == "unloaded"
+    assert not _alive(beta_process["pid"])  # unloading stopped beta's own process
