@@ -498,6 +498,12 @@ def test_batcher_workers_value_becomes_the_workers_flag():
     assert "--workers=3" in _batcher_args(["batcher.workers=3"])
 
 
+def test_batcher_model_process_value_becomes_the_flag():
+    """``batcher.modelProcess`` is ``--model-process``; off by default, no flag at all."""
+    assert "--model-process" not in _batcher_args([])
+    assert "--model-process" in _batcher_args(["batcher.modelProcess=true"])
+
+
 @pytest.mark.parametrize("workers", ["-1", "65", "1.5"])
 def test_batcher_workers_outside_what_the_batcher_takes_is_refused(workers):
     stderr = render_failure("--set", "batcher.enabled=true", "--set", f"batcher.workers={workers}")

@@ -47,6 +47,7 @@ FLAGS = [
     ("batcher", "maxBatchSize", BatcherConfig, "max_batch_size"),
     ("batcher", "sloSeconds", BatcherConfig, "slo_seconds"),
     ("batcher", "workers", BatcherConfig, "workers"),
+    ("batcher", "modelProcess", BatcherConfig, "model_process"),
     ("job", "order", JobConfig, "order"),
     ("job", "maxConcurrency", JobConfig, "max_concurrency"),
 ]
