@@ -124,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         f"   (medians over {args.rounds} round(s); inflation: batch time / the MLP alone)"
     )
     for row in rows:
+        held = "yes" if row["held"] else "no"
         print(
-            f"{row['rate']:6.0f} | {row['way']:8} {row['p99_ms']:8.1f} {row['held']:>5} "
+            f"{row['rate']:6.0f} | {row['way']:8} {row['p99_ms']:8.1f} {held:>5} "
             f"{row['mean_batch_items']:6.1f} {row['inflation']:9.2f}"
         )
     write_report(
