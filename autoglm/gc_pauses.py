@@ -26,10 +26,15 @@ _PAUSE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 GENERATIONS = ("0", "1", "2")
 
 
-def freeze_startup_heap() -> int:
-    """Collect once, then exempt every surviving object from future collections; the number of
-    objects frozen. Call when start-up has built what the process keeps until it exits."""
-    gc.collect()
+def freeze_startup_heap(collect: bool = True) -> int:
+    """Exempt every object alive now from future collections; the number of objects frozen.
+
+    Call when start-up has built what the process keeps until it exits. ``collect`` first frees
+    what start-up left unreachable, a full walk of the heap: do that before the server listens,
+    then once more with ``collect=False`` (a list splice, no walk) for what listening added.
+    """
+    if collect:
+        gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
 

@@ -315,15 +315,18 @@ async def _serve_until_stopped(
         signal.SIGINT,
     ):  # before the "serving" line: a signal after it drains
         loop.add_signal_handler(sig, stop.set)
+    gc_pauses = GcPauses(registry, "autoglm_batcher")
+    gc_pauses.install()
+    freeze_startup_heap()  # the long walk, while nothing listens yet
     try:
         await server.start()
     except ConfigError as exc:
+        gc_pauses.remove()
         on_failed_start()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    gc_pauses = GcPauses(registry, "autoglm_batcher")
-    gc_pauses.install()
-    log.info("start-up heap frozen", extra={"objects": freeze_startup_heap()})
+    # what starting the server built joins it, without another walk
+    log.info("start-up heap frozen", extra={"objects": freeze_startup_heap(collect=False)})
     watch = (
         asyncio.create_task(stop_when_orphaned(stop, parent)) if config.exit_with_parent else None
     )

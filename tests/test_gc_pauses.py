@@ -74,3 +74,17 @@ def test_freezing_exempts_what_lives_now_and_is_exported(pauses) -> None:
         assert not any(id(s) in tracked for s in survivors)  # out of every generation
     finally:
         gc.unfreeze()
+
+
+def test_freezing_without_collecting_walks_nothing(pauses) -> None:
+    registry, _ = pauses
+    try:
+        before = _value(registry, "test_gc_pause_seconds_count", "2")
+        a: list = []
+        a.append(a)  # a cycle only a collection would free
+        del a
+        frozen = freeze_startup_heap(collect=False)
+        assert _value(registry, "test_gc_pause_seconds_count", "2") == before  # no walk
+        assert frozen == gc.get_freeze_count()
+    finally:
+        gc.unfreeze()
