@@ -242,8 +242,14 @@ class Batcher:
         self.metrics.best_effort_share.set(self.controller.share)
 
     @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    @property
     def accepting(self) -> bool:
-        return self._accepting
+        """Ready for requests: started, not draining, and the executor up (readiness reads it;
+        while a model process is replaced the batches would only fail)."""
+        return self._accepting and self.executor.up
 
     async def drain(
         self, timeout: float | None = None, why: str = "the runtime is shutting down"

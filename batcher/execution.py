@@ -42,6 +42,10 @@ class Outcome:
 class BatchExecutor(Protocol):
     """Runs batches one at a time on one device."""
 
+    # False while what runs the batches is being replaced (a model process that died): the
+    # model then reports not ready, so load balancers stop sending until it is back.
+    up: bool
+
     def batch_size_for(self, items: int) -> int:
         """The size actually executed for ``items`` items (after padding)."""
         ...
@@ -100,6 +104,8 @@ class ThreadExecutor:
     given the creator's count; without that a one-thread CPU model ran several times slower
     here, its OpenMP threads spinning against the HTTP server for the same cores.
     """
+
+    up = True  # a thread in this process: there is nothing to replace
 
     def __init__(
         self,

@@ -329,7 +329,7 @@ class ModelRepository:
     async def start(self) -> None:
         """Start the engines of the models added before the server listens."""
         for loaded in self._loaded.values():
-            if not loaded.batcher.accepting:
+            if not loaded.batcher.started:
                 await loaded.batcher.start()
 
     async def drain(self, timeout: float | None) -> bool:

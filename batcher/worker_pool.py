@@ -32,6 +32,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter
 
+from autoglm.child_process import dies_with_this_process
 from autoglm.config import ConfigError
 from autoglm.web.binding import bind_socket
 from autoglm.web.listener import BACKLOG
@@ -156,12 +157,16 @@ class WorkerPool:
             *("--grpc-listen", self._grpc_listen),
         ]
         environment = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(channel_dir / METRICS_FOLDER))
+        # SIGTERM (a drain) from the kernel when the engine dies without stopping the worker:
+        # the engine's event loop runs on its main thread (asyncio.run in batcher.cli), which
+        # lives as long as the engine; the signal comes when the thread that forked ends.
         process = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             env=environment,
             pass_fds=(listening.fileno(),),
+            preexec_fn=dies_with_this_process(),
         )
         self._processes[slot] = process
         assert process.stdout is not None

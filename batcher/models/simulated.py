@@ -65,6 +65,8 @@ class SimulatedModel:
         base = self.costs.get(items, self.fixed_seconds + self.per_item_seconds * items)
         return base * self.slowdown
 
+    up = True
+
     def batch_size_for(self, items: int) -> int:
         return bucket_size(items, self.buckets) if self.buckets else items
 

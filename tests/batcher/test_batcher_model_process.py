@@ -14,6 +14,7 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from batcher.config import BatcherConfig
+from batcher.engine import Batcher
 from batcher.model_process import (
     ModelProcess,
     ModelProcessCollector,
@@ -120,31 +121,45 @@ def test_a_model_error_fails_only_its_batch(process: ModelProcess) -> None:
 @pytest.mark.slow
 def test_a_child_that_dies_fails_its_batch_and_is_replaced(process: ModelProcess) -> None:
     lost_up = None
+    exported: dict = {}
 
     async def run():
+        batcher = Batcher(process, slo_seconds=5.0)  # readiness follows the process
+        await batcher.start()
         assert (await process.execute([_payload(1, 0)])).ok
+        assert batcher.accepting
         first_pid = process.pid
         assert first_pid is not None
         os.kill(first_pid, signal.SIGKILL)
         lost = await process.execute([_payload(1, 1)])
         nonlocal lost_up
         lost_up = process.up
+        assert not batcher.accepting  # not ready while the model is away
         while_restarting = await process.execute([_payload(1, 2)])
         deadline = time.monotonic() + 120
         while process.restarts == 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        return first_pid, lost, while_restarting, await process.execute([_payload(2, 3)])
+        assert batcher.accepting
+        registry = CollectorRegistry()
+        registry.register(ModelProcessCollector(process))
+        labels = {"model": "every_type"}
+        nonlocal exported
+        exported = {
+            "up": registry.get_sample_value("autoglm_batcher_model_process_up", labels),
+            "restarts": registry.get_sample_value(
+                "autoglm_batcher_model_process_restarts_total", labels
+            ),
+        }
+        after = await process.execute([_payload(2, 3)])
+        await batcher.drain(10)
+        return first_pid, lost, while_restarting, after
 
     first_pid, lost, while_restarting, after = asyncio.run(run())
     assert "model process ended while running the batch" in lost.error
     assert "restarting" in while_restarting.error
-    assert process.restarts == 1 and process.pid != first_pid and process.up
+    assert process.restarts == 1 and process.pid != first_pid
     assert lost_up is False
-    registry = CollectorRegistry()
-    registry.register(ModelProcessCollector(process))
-    labels = {"model": "every_type"}
-    assert registry.get_sample_value("autoglm_batcher_model_process_up", labels) == 1.0
-    assert registry.get_sample_value("autoglm_batcher_model_process_restarts_total", labels) == 1.0
+    assert exported == {"up": 1.0, "restarts": 1.0}
     assert after.ok and len(after.results) == 1
     assert not _alive(first_pid)
 

@@ -21,6 +21,8 @@ from tests.batcher.test_batcher_engine import Answer, ask
 class Recorded:
     """A simulated model that records when each of its batches held the device."""
 
+    up = True
+
     def __init__(self, model: SimulatedModel, runs: list[tuple[float, float, str]], name: str):
         self.model = model
         self.runs = runs
