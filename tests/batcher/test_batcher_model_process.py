@@ -174,10 +174,12 @@ def test_a_model_that_does_not_load_says_why_once(capfd) -> None:
 
 
 @pytest.mark.slow
-def test_the_server_answers_through_the_child_and_stops_it_on_sigterm() -> None:
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_server_answers_through_the_child_and_stops_it_on_sigterm(workers: int) -> None:
+    """One process, or front workers before the engine: the model's child answers either way."""
     proc = batcher_process(
         *("--model", "tests.batcher.batcher_test_models:echo", "--model-process"),
-        *("--listen", "127.0.0.1:0", "--warmup-repeats", "1"),
+        *("--listen", "127.0.0.1:0", "--warmup-repeats", "1", "--workers", str(workers)),
     )
     try:
         logs = LogReader(proc)
