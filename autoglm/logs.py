@@ -47,10 +47,25 @@ def _quote(value: object) -> str:
     return json.dumps(text) if (" " in text or "=" in text or not text) else text
 
 
-def setup_logging(component: str, level: str = "info", fmt: str = "json") -> None:
-    """Send every logger's records to stderr as structured lines for ``component``."""
+def setup_logging(component: str, level: str = "info", fmt: str = "json", **fields: object) -> None:
+    """Send every logger's records to stderr as structured lines for ``component``; ``fields``
+    go on every line (which of a component's processes wrote it: ``worker=2``)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(StructuredFormatter(component, fmt))
+    if fields:
+        handler.addFilter(_Fields(fields))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class _Fields(logging.Filter):
+    """Sets the same fields on every record that passes."""
+
+    def __init__(self, fields: dict[str, object]) -> None:
+        super().__init__()
+        self.fields = fields
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.__dict__.update(self.fields)
+        return True

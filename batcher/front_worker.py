@@ -322,18 +322,6 @@ class FrontServer:
             return answer.status, payload, kept
 
 
-class _WorkerField(logging.Filter):
-    """Adds ``worker`` to every log record of this process."""
-
-    def __init__(self, worker: int) -> None:
-        super().__init__()
-        self.worker = worker
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.worker = self.worker
-        return True
-
-
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="batcher.front_worker", description=__doc__)
     parser.add_argument("--worker", type=int, required=True)
@@ -351,9 +339,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     parent = os.getppid()  # the engine; recorded before anything slow
     args = _arguments(argv)
-    setup_logging("batcher", args.log_level, args.log_format)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_WorkerField(args.worker))
+    setup_logging("batcher", args.log_level, args.log_format, worker=args.worker)
     web_config = WebConfig.load(args.web_config_file or None)
     return asyncio.run(_serve(args, web_config, parent))
 

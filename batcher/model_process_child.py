@@ -70,7 +70,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     from batcher.model import ModuleRunner
 
     config = BatcherConfig(**settings["config"])
-    setup_logging("batcher", config.log_level, config.log_format)
+    setup_logging("batcher", config.log_level, config.log_format, role="model-process")
     try:
         model = load_served_model(config, settings["device"])
     except ConfigError as exc:

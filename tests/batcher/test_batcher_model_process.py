@@ -183,6 +183,7 @@ def test_the_server_answers_through_the_child_and_stops_it_on_sigterm(workers: i
     )
     try:
         logs = LogReader(proc)
+        loaded = logs.wait_for("model loaded")  # the child's line: marked as the child's
         child = logs.wait_for("model process ready")["pid"]
         port = logs.wait_for("serving")["port"]
         url = f"http://127.0.0.1:{port}/v2/models/echo"
@@ -206,5 +207,6 @@ def test_the_server_answers_through_the_child_and_stops_it_on_sigterm(workers: i
     assert outputs == {"y": [2, 4, 6, 8, 10, 12], "k_out": [7, 8]}
     assert [i["name"] for i in metadata["inputs"]] == ["x", "k"]
     assert child != proc.pid and not _alive(child)
+    assert loaded["role"] == "model-process" and "role" not in logs.seen[-1]
     assert 'autoglm_batcher_model_process_up{model="echo"} 1.0' in metrics
     assert 'autoglm_batcher_model_process_restarts_total{model="echo"} 0.0' in metrics
