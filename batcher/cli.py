@@ -56,11 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_can_listen(config.grpc_listen, "--grpc-listen")
         web_config = WebConfig.load(config.web_config_file or None)
         device = usable_device(config.device)
-        if config.model_process and device != "cpu":
-            raise ConfigError(
-                f"--model-process runs CPU models only for now (the device is {device}); "
-                "drop --model-process to serve on CUDA, or give --device cpu"
-            )
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -209,7 +204,7 @@ async def serve(
     from batcher.memory import MemoryMonitor
     from batcher.metrics import BatcherMetrics
     from batcher.model import ModuleRunner
-    from batcher.model_process import ModelProcess, ModelProcessCollector
+    from batcher.model_process import ModelProcess, ModelProcessCollector, ReportedMemory
     from batcher.repository import LoadedModel, ModelRepository
     from batcher.repository_loader import module_bytes
     from batcher.repository_metrics import RepositoryMetrics
@@ -217,14 +212,16 @@ async def serve(
 
     model_registry = CollectorRegistry()
     metrics = BatcherMetrics(model_registry, model.name, config.slo_seconds, config.max_batch_size)
-    memory = MemoryMonitor(model.device, config.idle_release_seconds)
-    metrics.watch_memory(memory.stats)
+    memory: MemoryMonitor
     executor: BatchExecutor
-    if isinstance(model.run, ModelProcess):
+    if isinstance(model.run, ModelProcess):  # the device's memory is the child's to read
+        memory = ReportedMemory(model.run, model.device, config.idle_release_seconds)
         executor = model.run
         model_registry.register(ModelProcessCollector(model.run))
     else:
+        memory = MemoryMonitor(model.device, config.idle_release_seconds)
         executor = ThreadExecutor(model.run, model.batch_size_for, memory)
+    metrics.watch_memory(memory.stats)
     batcher = from_config(executor, config, memory=memory, metrics=metrics)
     await warm_up(batcher, model, config)
     registry = CollectorRegistry()

@@ -206,9 +206,9 @@ class BatcherConfig:
         default=False,
         metadata={
             "help": "run the model in a child process of its own, out of the server's "
-            "interpreter lock (CPU models; the server's request handling then cannot stall "
-            "the model between operators); a child that dies is replaced. In a model "
-            "repository, each model with it set runs in a process of its own"
+            "interpreter lock (the server's request handling then cannot stall the model "
+            "between operators); a child that dies is replaced. In a model repository, each "
+            "model with it set runs in a process of its own (CPU models there)"
         },
     )
     exit_with_parent: bool = field(

@@ -16,8 +16,11 @@ runs each batch through :func:`~batcher.execution.run_guarded` and sends back th
 :class:`~batcher.execution.Outcome`. A child that dies fails its batch, the batches after it fail
 fast while a new child loads the model, and serving resumes.
 
-CPU models only for now: on CUDA the engine's memory cap and idle release read the allocator,
-which would then live in the child (the in-process path serves CUDA).
+On CUDA the allocator and the CUDA context live in the child, and this process never touches
+CUDA: the child sends the device's headroom with every answer (the engine's memory cap reads it)
+and the allocator's statistics now and then (the memory series), and the engine's idle release
+is passed on to it (:class:`ReportedMemory`). In a model repository it serves CPU models only
+for now: there the models share one memory budget read in this process.
 
 The child's side is :mod:`batcher.model_process_child`.
 """
@@ -41,7 +44,7 @@ from prometheus_client.registry import Collector
 from batcher import oip
 from batcher.execution import Outcome
 from batcher.forwarding import FrameReader, frame
-from batcher.memory import bucket_size
+from batcher.memory import MemoryMonitor, bucket_size
 from batcher.tensor_spec import TensorSpec
 
 log = logging.getLogger(__name__)
@@ -120,6 +123,7 @@ class ModelProcess:
         self.pads = False
         self.parameter_bytes = 0.0
         self.buckets: tuple[int, ...] | None = None
+        self.memory: dict[str, Any] = {}  # the child's last memory report ({} on CPU)
         self.restarts = 0
         self.up = False  # a child has loaded the model and has not died since
         self._proc: subprocess.Popen | None = None
@@ -158,6 +162,7 @@ class ModelProcess:
         self.outputs = tuple(TensorSpec(n, d, tuple(s)) for n, d, s in envelope["outputs"])
         self.pads = envelope["pads"]
         self.parameter_bytes = envelope["parameter_bytes"]
+        self.memory = envelope["memory"]
         self._sock = ours
         self.up = True
         log.info("model process ready", extra={"pid": self._proc.pid, "model": self.name})
@@ -226,7 +231,16 @@ class ModelProcess:
         self._transport.write(frame(self._calls, envelope, raw))
         return await self._waiting
 
+    def release_cache(self, last_activity: float) -> bool:
+        """Ask the child to give its allocator's cached blocks back (not answered); False when
+        there is no child to ask."""
+        if self._transport is None:
+            return False
+        self._transport.write(frame(0, {"release": last_activity}))
+        return True
+
     def _replied(self, envelope: dict[str, Any], payload: bytes) -> None:
+        self.memory = {**self.memory, **envelope["memory"]}  # stats come now and then
         if self._waiting is None or self._waiting.done():
             return
         self._waiting.set_result(
@@ -238,6 +252,29 @@ class ModelProcess:
                 peak_bytes=envelope["peak_bytes"],
             )
         )
+
+
+class ReportedMemory(MemoryMonitor):
+    """The engine's view of the device memory of a model running in a :class:`ModelProcess`:
+    what the child reported with its last answer (the allocator and the CUDA context live
+    there; this process never touches CUDA), and idle release passed on to it."""
+
+    def __init__(self, process: ModelProcess, device: str, idle_release_seconds: float) -> None:
+        super().__init__(device, idle_release_seconds)
+        self.process = process
+
+    def stats(self) -> dict[str, float]:
+        return dict(self.process.memory.get("stats", {}))
+
+    def headroom_bytes(self) -> float | None:
+        return self.process.memory.get("headroom_bytes")
+
+    def release(self, last_activity: float) -> bool:
+        self._released_after = last_activity
+        if not self.is_cuda or not self.process.release_cache(last_activity):
+            return False
+        self.releases += 1
+        return True
 
 
 class ModelProcessCollector(Collector):

@@ -8,12 +8,14 @@ the socket. Its log lines go to the server's stderr.
 from __future__ import annotations
 
 import argparse
+import math
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from batcher.forwarding import FRAME_HEADER, ChannelError, frame
+from batcher.memory import MemoryMonitor
 from batcher.model_process import decode_payloads, encode_payloads, read_frame
 
 
@@ -27,11 +29,41 @@ def _recv_exactly(sock: socket.socket, count: int) -> bytes | None:
     return bytes(chunks)
 
 
-def _serve_batches(sock: socket.socket, model: Any, memory: Any) -> None:
-    """Run each batch that arrives and answer it, until the parent closes the socket."""
+STATS_EVERY_SECONDS = 1.0  # the allocator's statistics are read for /metrics, not per batch
+
+
+class MemoryReport:
+    """What the server's engine reads of the device's memory, as this process sees it: the
+    headroom with every answer (the batch cap follows it) and the allocator's statistics (its
+    series) at most every :data:`STATS_EVERY_SECONDS`; nothing on CPU."""
+
+    def __init__(self, memory: MemoryMonitor, clock: Callable[[], float] = time.monotonic) -> None:
+        self.memory = memory
+        self._clock = clock
+        self._stats_at = -math.inf
+
+    def __call__(self) -> dict[str, Any]:
+        if not self.memory.is_cuda:
+            return {}
+        report: dict[str, Any] = {"headroom_bytes": self.memory.headroom_bytes()}
+        now = self._clock()
+        if now - self._stats_at >= STATS_EVERY_SECONDS:
+            report["stats"] = self.memory.stats()
+            self._stats_at = now
+        return report
+
+
+def serve_batches(sock: socket.socket, model: Any, memory: MemoryMonitor) -> None:
+    """Run each batch that arrives and answer it, until the parent closes the socket.
+
+    A frame with ``release`` (call id 0) asks for the allocator's cache back after an idle
+    period and is not answered.
+    """
     import orjson
 
     from batcher.execution import run_guarded
+
+    report = MemoryReport(memory)
 
     while (header := _recv_exactly(sock, FRAME_HEADER.size)) is not None:
         call_id, head_length, payload_length = FRAME_HEADER.unpack(header)
@@ -39,6 +71,9 @@ def _serve_batches(sock: socket.socket, model: Any, memory: Any) -> None:
         if body is None:
             return
         envelope = orjson.loads(body[:head_length])
+        if "release" in envelope:
+            memory.release(envelope["release"])
+            continue
         model.use_buckets(envelope["buckets"])
         payloads = decode_payloads(envelope["tensors"], body[head_length:])
         outcome = run_guarded(model.run, payloads, memory)
@@ -49,6 +84,7 @@ def _serve_batches(sock: socket.socket, model: Any, memory: Any) -> None:
             "error": outcome.error,
             "seconds": outcome.seconds,
             "peak_bytes": outcome.peak_bytes,
+            "memory": report(),
         }
         sock.sendall(frame(call_id, reply, raw))
 
@@ -66,7 +102,6 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     from autoglm.logs import setup_logging
     from batcher.cli import load_served_model
     from batcher.config import BatcherConfig
-    from batcher.memory import MemoryMonitor
     from batcher.model import ModuleRunner
 
     config = BatcherConfig(**settings["config"])
@@ -81,17 +116,19 @@ def child_main(argv: Sequence[str] | None = None) -> int:
         from batcher.repository_loader import module_bytes
 
         parameter_bytes = module_bytes(model.run.module)
+    memory = MemoryMonitor(model.device, config.idle_release_seconds)
     signature = {
         "name": model.name,
         "inputs": [[s.name, s.datatype, list(s.shape)] for s in model.inputs],
         "outputs": [[s.name, s.datatype, list(s.shape)] for s in model.outputs],
         "pads": model.pads,
         "parameter_bytes": parameter_bytes,
+        "memory": MemoryReport(memory)(),
     }
     sock.sendall(frame(0, signature))
     sock.settimeout(None)
     try:
-        _serve_batches(sock, model, MemoryMonitor(model.device, config.idle_release_seconds))
+        serve_batches(sock, model, memory)
     except (ChannelError, ConnectionError):
         return 1
     return 0

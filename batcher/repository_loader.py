@@ -79,8 +79,9 @@ class FolderSource:
         builds it and counts its parameters; stopped again when the memory check refuses it."""
         if self.device != "cpu":
             raise ModelConfigInvalid(
-                f"model {config.model_name!r}: model_process runs CPU models only for now (the "
-                f"device is {self.device}); drop model_process from its config.yaml"
+                f"model {config.model_name!r}: in a model repository model_process runs CPU "
+                f"models only for now (the device is {self.device}; the models share one "
+                "memory budget read in this process); drop model_process from its config.yaml"
             )
         process = ModelProcess({"config": dataclasses.asdict(config), "device": self.device})
         try:

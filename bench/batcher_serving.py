@@ -681,11 +681,14 @@ def model_row_costs(
     return model_row_microseconds(sorted(sizes), seconds) if sizes else {}
 
 
-def model_row_microseconds(sizes: list[int], seconds: float) -> dict[int, float]:
-    """The MLP's CPU per row alone at each of ``sizes``, one torch thread, in a child process
-    (the bench's own stays free of torch)."""
+def model_row_microseconds(
+    sizes: list[int], seconds: float, device: str = "cpu"
+) -> dict[int, float]:
+    """The MLP's cost per row alone at each of ``sizes`` (CPU time on CPU, a call's wall time on
+    CUDA), one torch thread, in a child process (the bench's own stays free of torch)."""
     out = subprocess.run(
         [sys.executable, "-m", "bench.reference_mlp", "--seconds", str(seconds)]
+        + ["--device", device]
         + [str(size) for size in sizes],
         cwd=ROOT,
         capture_output=True,
@@ -951,7 +954,8 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="the batchers run the model in a child process (their --model-process); default: "
-        "on for --model-device cpu, off for cuda (where they serve in-process)",
+        "on for --model-device cpu, off for cuda (not yet run on a GPU; the device check's "
+        "bench/model_process_ab.py measures both there)",
     )
     parser.add_argument(
         "--workers",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import re
 import statistics
 import sys
 import urllib.request
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=4.0, help="per point")
+    parser.add_argument(
+        "--model-device", default="cpu", help="where both run the MLP: cpu, or cuda (device check)"
+    )
     parser.add_argument("--smoke", action="store_true", help="one short round: proves it runs")
     parser.add_argument("--json", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -85,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--rates takes numbers separated by commas, e.g. 1000,2000; got {args.rates!r}"
         )
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.model_device):
+        parser.error(f"--model-device takes cpu, cuda or cuda:N; got {args.model_device!r}")
     if not rates or min(rates) <= 0 or args.rounds < 1 or args.seconds <= 0:
         parser.error("--rates must be positive, --rounds at least 1, --seconds above 0")
     if args.smoke:
@@ -92,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     extra = ["--max-batch-size", "128", "--max-queue", "4096", "--slo-seconds", "0.1"]
     extra += ["--warmup-repeats", "1" if args.smoke else "3"]
     load_before, neighbours = loadavg(), Neighbours()
-    servers = {way: BatcherServer([*extra, *flags]) for way, flags in WAYS.items()}
+    servers = {
+        way: BatcherServer([*extra, *flags], device=args.model_device)
+        for way, flags in WAYS.items()
+    }
     points: list[dict] = []
     try:
         for round_index in range(args.rounds):
@@ -112,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         for server in servers.values():
             server.stop()
     sizes = sorted({max(1, round(p["mean_batch_items"])) for p in points if p["batches"]})
-    alone = model_row_microseconds(sizes, 0.1 if args.smoke else 1.0)
+    alone = model_row_microseconds(sizes, 0.1 if args.smoke else 1.0, args.model_device)
     for point in points:
         size = max(1, round(point["mean_batch_items"])) if point["batches"] else None
         model_seconds = alone[size] * size / 1e6 if size else math.nan
@@ -133,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json,
         {
             "model": "MLP 512-2048-2048-512, torch, 1 CPU thread (bench/reference_mlp.py)",
+            "model_device": args.model_device,
             "seconds_per_point": args.seconds,
             "rounds": args.rounds,
             "smoke": args.smoke,

@@ -38,24 +38,34 @@ def identity() -> Identity:
     return Identity()
 
 
-def row_cpu_microseconds(sizes: list[int], seconds_per_size: float = 1.0) -> dict[int, float]:
-    """CPU microseconds a row costs the reference MLP alone at each batch size, on one torch
+def row_cpu_microseconds(
+    sizes: list[int], seconds_per_size: float = 1.0, device: str = "cpu"
+) -> dict[int, float]:
+    """Microseconds a row costs the reference MLP alone at each batch size, on one torch
     thread (as the serving bench runs it): what a request costs a server whose serving path is
-    free, so the bench can say how much of its CPU per request is the model's."""
+    free, so the bench can say how much of its CPU per request is the model's. On CPU the
+    thread's CPU time; on CUDA the wall time of a whole call as a server makes it (rows copied
+    to the device, the answer copied back), the GPU's time being what the call waits for."""
     import time
 
     torch.set_num_threads(1)
-    module = reference_mlp().eval()
+    module = reference_mlp().eval().to(device)
+    cuda = device.startswith("cuda")
+    clock = time.perf_counter if cuda else time.thread_time
+
+    def call(rows: torch.Tensor) -> None:
+        module(rows.to(device)).cpu()
+
     costs = {}
     with torch.inference_mode():
         for size in sizes:
             rows = torch.randn(size, FEATURES)
-            module(rows)  # first call allocates
-            calls, start = 0, time.thread_time()
-            while time.thread_time() - start < seconds_per_size or calls < 3:
-                module(rows)
+            call(rows)  # first call allocates
+            calls, start = 0, clock()
+            while clock() - start < seconds_per_size or calls < 3:
+                call(rows)
                 calls += 1
-            costs[size] = (time.thread_time() - start) / calls / size * 1e6
+            costs[size] = (clock() - start) / calls / size * 1e6
     return costs
 
 
@@ -66,5 +76,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="CPU per row of the reference MLP alone, as JSON")
     parser.add_argument("sizes", type=int, nargs="+", help="batch sizes")
     parser.add_argument("--seconds", type=float, default=1.0, help="timed per size")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: wall time per call")
     args = parser.parse_args()
-    print(json.dumps(row_cpu_microseconds(args.sizes, args.seconds)))
+    print(json.dumps(row_cpu_microseconds(args.sizes, args.seconds, args.device)))

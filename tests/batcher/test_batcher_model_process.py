@@ -15,13 +15,17 @@ from prometheus_client import CollectorRegistry
 
 from batcher.config import BatcherConfig
 from batcher.engine import Batcher
+from batcher.forwarding import FrameReader, frame
+from batcher.memory import MemoryMonitor
 from batcher.model_process import (
     ModelProcess,
     ModelProcessCollector,
     ModelProcessFailed,
+    ReportedMemory,
     decode_payloads,
     encode_payloads,
 )
+from batcher.model_process_child import MemoryReport, serve_batches
 from batcher.oip import DATATYPES
 from tests.batcher.test_batcher_cli import LogReader, _alive, batcher_process
 
@@ -210,3 +214,76 @@ def test_the_server_answers_through_the_child_and_stops_it_on_sigterm(workers: i
     assert loaded["role"] == "model-process" and "role" not in logs.seen[-1]
     assert 'autoglm_batcher_model_process_up{model="echo"} 1.0' in metrics
     assert 'autoglm_batcher_model_process_restarts_total{model="echo"} 0.0' in metrics
+
+
+class _FakeCudaMemory(MemoryMonitor):
+    """A CUDA monitor whose allocator answers without a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__("cuda", 30.0)
+        self.released: list[float] = []
+
+    def stats(self) -> dict[str, float]:
+        return {"allocated_bytes": 5.0, "reserved_bytes": 8.0}
+
+    def headroom_bytes(self) -> float | None:
+        return 1e9
+
+    def release(self, last_activity: float) -> bool:
+        self.released.append(last_activity)
+        return True
+
+
+def test_the_child_reports_headroom_each_answer_and_statistics_each_second() -> None:
+    now = [100.0]
+    report = MemoryReport(_FakeCudaMemory(), clock=lambda: now[0])
+    first, soon = report(), report()
+    now[0] += 1.0
+    later = report()
+    assert first == {
+        "headroom_bytes": 1e9,
+        "stats": {"allocated_bytes": 5.0, "reserved_bytes": 8.0},
+    }
+    assert soon == {"headroom_bytes": 1e9}  # no statistics between two scrapes' worth of time
+    assert "stats" in later
+    assert MemoryReport(MemoryMonitor("cpu", 30.0))() == {}  # nothing to report on CPU
+
+
+class _Written:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.frames.append(data)
+
+
+def test_the_engine_reads_the_childs_memory_and_passes_release_on() -> None:
+    process = ModelProcess(_settings(EVERY_TYPE))  # not started: its reports are set by hand
+    memory = ReportedMemory(process, "cuda", idle_release_seconds=30.0)
+    assert memory.stats() == {} and memory.headroom_bytes() is None  # nothing reported yet
+    process._replied({"memory": {"headroom_bytes": 2e9, "stats": {"allocated_bytes": 3.0}}}, b"")
+    process._replied({"memory": {"headroom_bytes": 1e9}}, b"")  # a later answer, no statistics
+    assert memory.headroom_bytes() == 1e9 and memory.stats() == {"allocated_bytes": 3.0}
+    assert memory.release_due(50.0) == 80.0
+    assert not memory.release(50.0)  # no child to ask
+    written = _Written()
+    process._transport = written  # type: ignore[assignment]
+    assert memory.release(60.0) and memory.releases == 1
+    [(call_id, envelope, _)] = FrameReader(None).feed(written.frames[0])
+    assert call_id == 0 and envelope == {"release": 60.0}
+    assert memory.release_due(60.0) is None  # released since the last batch
+    assert not ReportedMemory(process, "cpu", 30.0).release(70.0)  # CPU: nothing cached
+
+
+def test_the_child_serves_release_without_answering() -> None:
+    import socket
+    import threading
+
+    parent, child = socket.socketpair()
+    memory = _FakeCudaMemory()
+    served = threading.Thread(target=serve_batches, args=(child, None, memory))
+    served.start()
+    parent.sendall(frame(0, {"release": 12.5}))
+    parent.close()  # the child's loop ends at end of stream
+    served.join(timeout=30)
+    assert memory.released == [12.5] and not served.is_alive()
