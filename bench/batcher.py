@@ -90,7 +90,7 @@ from batcher.metrics import BatcherMetrics  # noqa: E402
 from batcher.models.simulated import SimulatedModel  # noqa: E402
 from batcher.policy import FixedDelayPolicy  # noqa: E402
 from batcher.simulation import LoadPoint, simulate_point, summarize  # noqa: E402
-from bench.batcher_process import BatcherProcess  # noqa: E402
+from bench.batcher_process import BatcherProcess, histogram_totals  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
 MODEL = "batcher.models.demo:bench_factory"
@@ -483,24 +483,10 @@ class Server:
 
     def batch_totals(self) -> tuple[float, float]:
         """(items, batches) executed so far, from the server's own metrics."""
-        text = aiohttp_get(f"http://127.0.0.1:{self.port}/metrics")
-        totals = {"sum": 0.0, "count": 0.0}
-        for line in text.splitlines():
-            for kind in totals:
-                if line.startswith(f"autoglm_batcher_batch_size_items_{kind}{{"):
-                    totals[kind] = float(line.rsplit(" ", 1)[1])
-        return totals["sum"], totals["count"]
+        return histogram_totals(self.port, "autoglm_batcher_batch_size_items")
 
     def stop(self) -> None:
         self.process.stop()
-
-
-def aiohttp_get(url: str) -> str:
-    async def get() -> str:
-        async with aiohttp.ClientSession() as session, session.get(url) as reply:
-            return await reply.text()
-
-    return asyncio.run(get())
 
 
 def loadavg() -> str:

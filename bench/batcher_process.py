@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -75,6 +76,19 @@ class BatcherProcess:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+def histogram_totals(port: int, name: str) -> tuple[float, float]:
+    """(sum, count) of one of a batcher's histograms (``autoglm_batcher_batch_size_items``: items
+    and batches run so far), from its ``/metrics`` on 127.0.0.1."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    found = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        for key in found:
+            if line.startswith(f"{name}_{key}{{"):
+                found[key] = float(line.rsplit(" ", 1)[1])
+    return found["sum"], found["count"]
 
 
 def stop_process(proc: subprocess.Popen) -> None:

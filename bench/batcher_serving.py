@@ -72,7 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.batcher_process import BatcherProcess, stop_process  # noqa: E402
+from bench.batcher_process import BatcherProcess, histogram_totals, stop_process  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "batcher_serving.json"
@@ -142,13 +142,7 @@ class BatcherServer(Served):
 
     def batched_items(self) -> tuple[float, float]:
         """(items, batches) run so far, from the server's own metrics."""
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=10)
-        found = dict.fromkeys(("sum", "count"), 0.0)
-        for line in text.read().decode().splitlines():
-            for key in found:
-                if line.startswith(f"autoglm_batcher_batch_size_items_{key}{{"):
-                    found[key] = float(line.rsplit(" ", 1)[1])
-        return found["sum"], found["count"]
+        return histogram_totals(self.http_port, "autoglm_batcher_batch_size_items")
 
     name = "batcher"
 

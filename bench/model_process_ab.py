@@ -23,13 +23,13 @@ import math
 import re
 import statistics
 import sys
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.batcher_process import histogram_totals  # noqa: E402
 from bench.batcher_serving import (  # noqa: E402
     BatcherServer,
     Neighbours,
@@ -41,17 +41,6 @@ from bench.report_json import write_report  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "model_process_ab.json"
 WAYS = {"thread": [], "process": ["--model-process"]}
-
-
-def histogram_totals(port: int, name: str) -> tuple[float, float]:
-    """(sum, count) of one of the server's histograms, from its ``/metrics``."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    found = {"sum": 0.0, "count": 0.0}
-    for line in text.splitlines():
-        for key in found:
-            if line.startswith(f"{name}_{key}{{"):
-                found[key] = float(line.rsplit(" ", 1)[1])
-    return found["sum"], found["count"]
 
 
 async def measure(server: BatcherServer, rate: float, seconds: float, seed: int) -> dict:
