@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -91,6 +92,11 @@ def serve_batches(sock: socket.socket, model: Any, memory: MemoryMonitor) -> Non
 
 def child_main(argv: Sequence[str] | None = None) -> int:
     """Serve one parent over the socket pair end ``--fd``; 2 when the model does not load."""
+    # Ctrl-C reaches the whole process group, and some supervisors signal every process of a
+    # container: the server drains on those signals and needs its model until the last
+    # accepted request is answered. This process ends when the server closes the socket.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parser = argparse.ArgumentParser(prog="batcher.model_process")
     parser.add_argument("--fd", type=int, required=True)
     sock = socket.socket(fileno=parser.parse_args(argv).fd)

@@ -27,7 +27,7 @@ from batcher.model_process import (
 )
 from batcher.model_process_child import MemoryReport, serve_batches
 from batcher.oip import DATATYPES
-from tests.batcher.test_batcher_cli import LogReader, _alive, batcher_process
+from tests.batcher.test_batcher_cli import LogReader, _alive, batcher_process, series
 
 EVERY_TYPE = "tests.batcher.batcher_test_models:every_type_echo"
 
@@ -287,3 +287,65 @@ def test_the_child_serves_release_without_answering() -> None:
     parent.close()  # the child's loop ends at end of stream
     served.join(timeout=30)
     assert memory.released == [12.5] and not served.is_alive()
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_whole_group_still_answers_every_accepted_request() -> None:
+    """SIGINT to the server and its model process at once (a terminal's Ctrl-C): the server
+    drains, and the model process stays until the last accepted request is answered."""
+    import subprocess
+    import sys
+    import threading
+
+    from tests.batcher.test_batcher_cli import ROOT
+
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "batcher.cli", "--model-process", "--listen", "127.0.0.1:0"),
+            *("--model", "tests.batcher.batcher_test_models:slow_echo", "--max-batch-size", "2"),
+            *("--slo-seconds", "5", "--warmup-repeats", "0"),
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a group of its own, as a terminal's job is
+    )
+    try:
+        logs = LogReader(proc)
+        child = logs.wait_for("model process ready")["pid"]
+        port = logs.wait_for("serving")["port"]
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
+                {"name": "k", "shape": [1, 1], "datatype": "INT32", "data": [0]},
+            ]
+        }
+        replies: list[int] = []
+
+        def post() -> None:
+            url = f"http://127.0.0.1:{port}/v2/models/echo/infer"
+            replies.append(requests.post(url, json=body, timeout=60).status_code)
+
+        threads = [threading.Thread(target=post) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60  # 0.2 s a batch of two: all accepted, some waiting
+        while time.monotonic() < deadline:
+            seen = series(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+            if seen["ok"] + seen["queued"] + seen["running"] == 6 and seen["queued"] > 0:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"requests were not all accepted in time: {seen}")
+        os.killpg(proc.pid, signal.SIGINT)
+        for thread in threads:
+            thread.join(timeout=60)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert replies == [200] * 6
+    assert not _alive(child)
