@@ -222,7 +222,9 @@ async def serve(
         memory = MemoryMonitor(model.device, config.idle_release_seconds)
         executor = ThreadExecutor(model.run, model.batch_size_for, memory)
     metrics.watch_memory(memory.stats)
-    batcher = from_config(executor, config, memory=memory, metrics=metrics)
+    batcher = from_config(
+        executor, config, model_device=model.device, memory=memory, metrics=metrics
+    )
     await warm_up(batcher, model, config)
     registry = CollectorRegistry()
     repository_metrics = RepositoryMetrics()

@@ -93,6 +93,15 @@ class BatcherConfig:
             "Triton-style baseline (max queue delay + preferred size), for comparison"
         },
     )
+    dispatch: Literal["auto", "eager", "fill"] = field(
+        default="auto",
+        metadata={
+            "help": "adaptive policy: eager starts a partial batch while the device keeps up "
+            "(lowest latency; the device would idle otherwise), fill lets batches grow within "
+            "the SLO (fewer, larger batches: less CPU per request where the model's time is "
+            "the server's CPU); auto: fill on CPU, eager on CUDA"
+        },
+    )
     max_queue_delay_seconds: Seconds = field(
         default=0.0,
         metadata={"help": "fixed-delay policy only: longest wait for a batch to fill"},

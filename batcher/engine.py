@@ -771,18 +771,25 @@ def from_config(
     executor: BatchExecutor,
     config: BatcherConfig,
     *,
+    model_device: str,
     policy: DispatchPolicy | None = None,
     memory: MemoryMonitor | None = None,
     metrics: BatcherMetrics | None = None,
     device: SharedDevice | None = None,
 ) -> Batcher:
     """A :class:`Batcher` set up from a :class:`~batcher.config.BatcherConfig` (on ``device``
-    shared with other models' engines, or a device of its own)."""
+    shared with other models' engines, or a device of its own) for a model on ``model_device``
+    (``cpu``, ``cuda``...: ``dispatch: auto`` fills batches on a CPU)."""
     fixed = config.policy == "fixed-delay"
     if fixed and policy is None:
         policy = FixedDelayPolicy(
             max_delay=config.max_queue_delay_seconds,
             preferred=config.preferred_batch_size or config.max_batch_size,
+        )
+    elif policy is None:
+        on_cpu = not model_device.startswith("cuda")
+        policy = DeadlinePolicy(
+            fill=config.dispatch == "fill" or (config.dispatch == "auto" and on_cpu)
         )
     return Batcher(
         executor,

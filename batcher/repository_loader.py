@@ -64,7 +64,14 @@ class FolderSource:
             registry.register(ModelProcessCollector(model.run))
         else:
             executor = ThreadExecutor(model.run, model.batch_size_for, self.memory)
-        batcher = from_config(executor, config, memory=self.memory, metrics=metrics, device=device)
+        batcher = from_config(
+            executor,
+            config,
+            model_device=model.device,
+            memory=self.memory,
+            metrics=metrics,
+            device=device,
+        )
         try:
             await warm_up(batcher, model, config)
         except BaseException:

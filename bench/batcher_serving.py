@@ -949,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the batchers run the model in a child process (their --model-process); default: "
         "on for --model-device cpu, off for cuda (not yet run on a GPU; the device check's "
-        "bench/model_process_ab.py measures both there)",
+        "bench/batcher_ab.py measures both there)",
     )
     parser.add_argument(
         "--workers",

@@ -99,7 +99,9 @@ async def engine_cost(in_flight: int, requests: int, runs: int) -> tuple[float, 
 
     config = BatcherConfig(max_batch_size=128, max_queue=4096)
     metrics = BatcherMetrics(CollectorRegistry(), "reference", config.slo_seconds, 128)
-    batcher = from_config(ThreadExecutor(lambda payloads: payloads), config, metrics=metrics)
+    batcher = from_config(
+        ThreadExecutor(lambda payloads: payloads), config, model_device="cpu", metrics=metrics
+    )
     payload = {"input": np.zeros((1, FEATURES), np.float32)}
     await batcher.calibrate(lambda size: [payload] * size, [1, 2, 4, 8, 16, 32, 64, 128], 2)
     await batcher.start()

@@ -74,7 +74,9 @@ class ServerThread:
 
         async def build() -> BatcherServer:
             executor = ThreadExecutor(self.model.run, self.model.batch_size_for, memory)
-            batcher = from_config(executor, config, memory=memory, metrics=metrics)
+            batcher = from_config(
+                executor, config, model_device=self.model.device, memory=memory, metrics=metrics
+            )
             await warm_up(batcher, self.model, config)
             models = ModelRepository(metrics=repository_metrics, device=batcher.device)
             models.add(LoadedModel(self.model, batcher, model_registry))

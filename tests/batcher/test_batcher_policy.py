@@ -117,6 +117,53 @@ class TestDeadlinePolicy:
         assert decision.take == 0 and decision.wake_at is None
 
 
+class TestFillingPolicy:
+    """``fill``: no early start while a batch can still grow within the SLO."""
+
+    policy = DeadlinePolicy(fill=True)
+
+    def test_a_batch_that_keeps_up_waits_to_fill_for_a_full_batchs_time(self) -> None:
+        # Eager starts these 3 at once (they serve 230/s against 100/s arriving); filling waits
+        # until a full batch's time (t(8) = 18 ms) after the oldest arrival.
+        state = DispatchState(waiting(0.0, 0.001, 0.002), now=0.003, cap=8, arrival_rate=100.0)
+        assert DeadlinePolicy().decide(state, linear(0.01, 0.001)).take == 3
+        decision = self.policy.decide(state, linear(0.01, 0.001))
+        assert decision.take == 0 and decision.wake_at == pytest.approx(0.018)
+
+    def test_a_loaded_device_does_not_start_early_either(self) -> None:
+        # Self-clocking would start these at once (1000/s against 14/s at full batches).
+        state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.15, cap=8, arrival_rate=1000.0)
+        decision = self.policy.decide(state, linear(0.5, 0.01))
+        assert decision.take == 0 and decision.wake_at == pytest.approx(0.8 - 0.58)
+
+    def test_full_batches_and_the_last_safe_moment_still_start_at_once(self) -> None:
+        full = DispatchState(waiting(0.0, 0.0, 0.0, 0.0), now=0.0, cap=4, arrival_rate=1.0)
+        assert self.policy.decide(full, linear(0.01, 0.001)).take == 4
+        due = DispatchState(waiting(0.0, 0.05, 0.1), now=0.221, cap=8, arrival_rate=1000.0)
+        assert self.policy.decide(due, linear(0.5, 0.01)).take == 3
+
+
+@pytest.mark.parametrize(
+    ("dispatch", "model_device", "fills"),
+    [
+        ("auto", "cpu", True),
+        ("auto", "cuda", False),
+        ("auto", "cuda:1", False),
+        ("eager", "cpu", False),
+        ("fill", "cuda", True),
+    ],
+)
+def test_from_config_fills_on_the_cpu_unless_told(dispatch, model_device, fills) -> None:
+    from batcher.config import BatcherConfig
+    from batcher.engine import from_config
+    from batcher.models.simulated import SimulatedModel
+
+    batcher = from_config(
+        SimulatedModel(0.01, 0.001), BatcherConfig(dispatch=dispatch), model_device=model_device
+    )
+    assert batcher.policy == DeadlinePolicy(fill=fills)
+
+
 class TestFixedDelayPolicy:
     def test_waits_the_configured_delay_then_starts(self) -> None:
         policy = FixedDelayPolicy(max_delay=0.05, preferred=8)

@@ -45,9 +45,9 @@ def test_cost_ab_smoke_answers_every_way_into_both_trees(tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(900)
-def test_model_process_ab_smoke_measures_both_ways_and_their_inflation(tmp_path: Path) -> None:
-    out = tmp_path / "model_process.json"
-    run = run_bench("bench/model_process_ab.py", out)
+def test_batcher_ab_smoke_measures_both_ways_and_their_inflation(tmp_path: Path) -> None:
+    out = tmp_path / "batcher_ab.json"
+    run = run_bench("bench/batcher_ab.py", out)
     report = json.loads(out.read_text())
     assert report["smoke"] and [row["way"] for row in report["summary"]] == ["thread", "process"]
     for point in report["points"]:
@@ -57,16 +57,27 @@ def test_model_process_ab_smoke_measures_both_ways_and_their_inflation(tmp_path:
     assert "inflation" in run.stdout
 
 
-def test_model_process_ab_refuses_bad_rates_in_one_line() -> None:
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["--rates", "fast"],
+            "--rates takes numbers separated by commas, e.g. 1000,2000; got 'fast'",
+        ),
+        (["--ways", "only=--model-process"], "--ways: give at least two ways to compare"),
+        (["--ways", "a=,a=--model-process"], "--ways: way 'a' is given twice"),
+        (["--ways", "a,b=--model-process"], "--ways: 'a' is not name=flags"),
+    ],
+)
+def test_batcher_ab_refuses_bad_rates_and_ways_in_one_line(args: list[str], says: str) -> None:
     import subprocess
     import sys
 
     run = subprocess.run(
-        [sys.executable, "bench/model_process_ab.py", "--rates", "fast"],
+        [sys.executable, "bench/batcher_ab.py", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert run.returncode == 2
-    assert "--rates takes numbers separated by commas" in run.stderr and "'fast'" in run.stderr
+    assert run.returncode == 2 and says in run.stderr, run.stderr

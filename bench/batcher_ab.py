@@ -1,18 +1,21 @@
-"""The model in the server's process or in one of its own (``--model-process``), side by side.
+"""Batcher settings side by side: the model on a thread or in its own process, eager or filling
+batches, any flags.
 
-Two ``autoglm-batcher`` processes serve the reference MLP (one torch thread) at once: ``thread``
-runs it on a thread of the server's interpreter, ``process`` in a child process. The same
-open-loop REST JSON load goes to each in turn, rate by rate, alternating, so a machine whose load
-drifts hits both alike. Per point the table shows the latency, the failures, the mean batch, and
-the model's **inflation**: the time a batch took in the server (the engine's own
-``compute_latency`` histogram) over what the MLP alone takes for a batch of that size (timed in a
-child process with nothing else running in it). Inflation above 1 is time the model spent
-waiting, not computing: for ``thread``, mostly waiting to take the interpreter lock back between
-operators while the event loop holds it.
+Each way is an ``autoglm-batcher`` serving the reference MLP (one torch thread) with its own
+extra flags, all running at once (``--ways``; by default ``thread`` with the model on a thread of
+the server's interpreter and ``process`` with ``--model-process``). The same open-loop REST JSON
+load goes to each in turn, rate by rate, alternating, so a machine whose load drifts hits all
+alike. Per point the table shows the latency, the failures, the mean batch, the requests per
+server CPU-second, and the model's **inflation**: the time a batch took in the server (the
+engine's own ``compute_latency`` histogram) over what the MLP alone takes for a batch of that
+size (timed in a child process with nothing else running in it). Inflation above 1 is time the
+model spent waiting, not computing: on a thread, mostly waiting to take the interpreter lock
+back between operators while the event loop holds it.
 
-    python bench/model_process_ab.py                          # 1000..3000 req/s, 2 rounds
-    python bench/model_process_ab.py --rates 1500,2500 --rounds 3 --seconds 6
-    python bench/model_process_ab.py --smoke                  # proves it runs (the slow tests)
+    python bench/batcher_ab.py                          # thread against process, 1000..3000 req/s
+    python bench/batcher_ab.py --ways "eager=--dispatch eager,fill=--dispatch fill"
+    python bench/batcher_ab.py --rates 1500,2500 --rounds 3 --seconds 6
+    python bench/batcher_ab.py --smoke                  # proves it runs (the slow tests)
 """
 
 from __future__ import annotations
@@ -39,8 +42,24 @@ from bench.batcher_serving import (  # noqa: E402
 )
 from bench.report_json import write_report  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "model_process_ab.json"
-WAYS = {"thread": [], "process": ["--model-process"]}
+RESULTS = ROOT / "bench" / "results" / "batcher_ab.json"
+DEFAULT_WAYS = "thread=,process=--model-process"
+
+
+def parse_ways(text: str) -> dict[str, list[str]]:
+    """``name=flags,name=flags`` (flags split on spaces) as a dict; ValueError naming the
+    problem."""
+    ways: dict[str, list[str]] = {}
+    for part in text.split(","):
+        name, sep, flags = part.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"{part!r} is not name=flags")
+        if name.strip() in ways:
+            raise ValueError(f"way {name.strip()!r} is given twice")
+        ways[name.strip()] = flags.split()
+    if len(ways) < 2:
+        raise ValueError("give at least two ways to compare")
+    return ways
 
 
 async def measure(server: BatcherServer, rate: float, seconds: float, seed: int) -> dict:
@@ -64,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rates", default="1000,1500,2000,2500,3000", help="req/s, comma-separated"
     )
+    parser.add_argument(
+        "--ways", default=DEFAULT_WAYS, help="name=extra batcher flags, comma-separated"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=4.0, help="per point")
     parser.add_argument(
@@ -78,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--rates takes numbers separated by commas, e.g. 1000,2000; got {args.rates!r}"
         )
+    try:
+        ways = parse_ways(args.ways)
+    except ValueError as exc:
+        parser.error(f"--ways: {exc}; e.g. --ways 'a=,b=--model-process'")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.model_device):
         parser.error(f"--model-device takes cpu, cuda or cuda:N; got {args.model_device!r}")
     if not rates or min(rates) <= 0 or args.rounds < 1 or args.seconds <= 0:
@@ -89,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before, neighbours = loadavg(), Neighbours()
     servers = {
         way: BatcherServer([*extra, *flags], device=args.model_device)
-        for way, flags in WAYS.items()
+        for way, flags in ways.items()
     }
     points: list[dict] = []
     try:
@@ -100,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                     point.update(way=way, round=round_index)
                     points.append(point)
                     print(
-                        f"  {way:8} {rate:6.0f}/s  p50 {point['p50_ms']:7.1f} ms  p99 "
+                        f"  {way:10} {rate:6.0f}/s  p50 {point['p50_ms']:7.1f} ms  p99 "
                         f"{point['p99_ms']:7.1f} ms  fail {point['failures']:4}  batch "
                         f"{point['mean_batch_items']:5.1f}  {1000 * point['batch_seconds']:6.2f} "
                         f"ms/batch  {point['server_cores']:.2f} cores",
@@ -116,16 +142,18 @@ def main(argv: list[str] | None = None) -> int:
         model_seconds = alone[size] * size / 1e6 if size else math.nan
         point["model_alone_seconds"] = model_seconds
         point["inflation"] = point["batch_seconds"] / model_seconds if size else math.nan
-    rows = summarize(points, rates)
+    rows = summarize(points, rates, list(ways))
     print(
-        f"\n{'rate':>6} | {'way':8} {'p99 ms':>8} {'held':>5} {'batch':>6} {'inflation':>9}"
-        f"   (medians over {args.rounds} round(s); inflation: batch time / the MLP alone)"
+        f"\n{'rate':>6} | {'way':10} {'p99 ms':>8} {'held':>5} {'batch':>6} {'req/CPU-s':>9} "
+        f"{'inflation':>9}   (medians over {args.rounds} round(s); inflation: batch time / the "
+        "MLP alone)"
     )
     for row in rows:
         held = "yes" if row["held"] else "no"
         print(
-            f"{row['rate']:6.0f} | {row['way']:8} {row['p99_ms']:8.1f} {held:>5} "
-            f"{row['mean_batch_items']:6.1f} {row['inflation']:9.2f}"
+            f"{row['rate']:6.0f} | {row['way']:10} {row['p99_ms']:8.1f} {held:>5} "
+            f"{row['mean_batch_items']:6.1f} {row['requests_per_server_cpu_second']:9.0f} "
+            f"{row['inflation']:9.2f}"
         )
     write_report(
         args.json,
@@ -145,11 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def summarize(points: list[dict], rates: list[float]) -> list[dict]:
+def summarize(points: list[dict], rates: list[float], ways: list[str]) -> list[dict]:
     """Per rate and way, the medians over the rounds; held only if every round held."""
     rows = []
     for rate in rates:
-        for way in WAYS:
+        for way in ways:
             mine = [p for p in points if p["rate"] == rate and p["way"] == way]
             if not mine:
                 continue
@@ -160,6 +188,9 @@ def summarize(points: list[dict], rates: list[float]) -> list[dict]:
                     "p99_ms": statistics.median(p["p99_ms"] for p in mine),
                     "held": all(p["held"] for p in mine),
                     "mean_batch_items": statistics.median(p["mean_batch_items"] for p in mine),
+                    "requests_per_server_cpu_second": statistics.median(
+                        p["requests_per_server_cpu_second"] for p in mine
+                    ),
                     "inflation": statistics.median(p["inflation"] for p in mine),
                 }
             )
