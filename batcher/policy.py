@@ -26,9 +26,10 @@ server itself) can use.
 
 The two early starts suit a device of its own (a GPU), whose idle time nobody else uses. A model
 on the CPU shares the cores with the server's own request handling, and a row costs it less in
-a larger batch: there ``fill`` (``dispatch: auto`` on a CPU) drops both early starts, so every
-partial batch waits to fill as above. Measured on the serving bench's MLP at 1,500-2,000 req/s,
-about a fifth less CPU per request at the same load (docs/batcher-serving.md).
+a larger batch: there ``fill`` (``dispatch: auto`` on a CPU) drops both early starts once full
+batches would keep the device at least ``FILL_FROM_BUSY`` busy, so a partial batch waits to fill
+as above; under a lighter load it starts as eagerly as on a GPU (docs/batcher-serving.md has the
+measurements).
 
 Deadline: a request's dispatch deadline is ``arrival + TARGET_FRACTION * slo`` (or its own
 timeout, when earlier). The remaining fraction absorbs what the engine does not see: request
@@ -70,6 +71,7 @@ BATCH_BUDGET_FRACTION = 0.5
 OVERRUN_TOLERANCE = 0.05  # a batch this much over its planned time ran longer than planned
 KEEP_UP_HEADROOM = 1.5  # a partial batch starts at once if it serves this many times the arrivals
 SELF_CLOCK_BUSY = 0.35  # full batches would keep the device this busy: start whatever waits
+FILL_FROM_BUSY = 0.1  # with fill, the early starts end once full batches would keep it this busy
 CAP_LOAD_HEADROOM = 1.5  # the SLO-sized cap must serve this many times the arrivals
 CAP_MARGIN_STDDEVS = 1.0  # noise allowed for when sizing the cap (deadlines use the full margin)
 BACKOFF_FACTOR = 0.75
@@ -144,10 +146,12 @@ def fitting_prefix(queue: Sequence[Pending], cap: int) -> tuple[int, int, bool]:
 class DeadlinePolicy:
     """The adaptive runtime's dispatch rule: full, keeping up, or the last safe moment.
 
-    ``fill`` drops the two early starts (keeping up, self-clocking): a partial batch waits to
-    fill until a full batch's time after its oldest request or its last safe moment. For a
-    model on the CPU, where idle device time is the server's own CPU and a row costs less in a
-    larger batch, that serves more requests per core within the same SLO.
+    ``fill`` drops the two early starts (keeping up, self-clocking) once the load is more than
+    light (full batches would keep the device at least ``FILL_FROM_BUSY`` of the time busy): a
+    partial batch then waits to fill until a full batch's time after its oldest request or its
+    last safe moment. For a model on the CPU, where idle device time is the server's own CPU and
+    a row costs less in a larger batch, that serves more requests per core within the same SLO;
+    under a light load the CPU has time to spare and a request is not held for company.
     """
 
     fill: bool = False
@@ -160,12 +164,13 @@ class DeadlinePolicy:
         count, items, full = fitting_prefix(state.queue, state.cap)
         if full:
             return Decision(count)
-        if not self.fill:
+        full_seconds = (expected or cost)(state.cap)
+        busy_when_full = state.arrival_rate * full_seconds / state.cap
+        if not self.fill or busy_when_full < FILL_FROM_BUSY:
             seconds = (expected or cost)(items)
             if seconds <= 0 or items / seconds >= KEEP_UP_HEADROOM * state.arrival_rate:
                 return Decision(count)
-            full_seconds = (expected or cost)(state.cap)
-            if state.arrival_rate * full_seconds >= SELF_CLOCK_BUSY * state.cap:
+            if busy_when_full >= SELF_CLOCK_BUSY:
                 return Decision(count)
         batch = state.queue[:count]
         latest_start = min(p.deadline for p in batch) - max(cost(items), cost(state.cap))

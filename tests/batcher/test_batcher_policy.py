@@ -130,6 +130,12 @@ class TestFillingPolicy:
         decision = self.policy.decide(state, linear(0.01, 0.001))
         assert decision.take == 0 and decision.wake_at == pytest.approx(0.018)
 
+    def test_under_a_light_load_it_starts_as_eager_does(self) -> None:
+        # 10/s: full batches would keep the device 2% busy, under FILL_FROM_BUSY: nobody is held
+        # for company while the CPU has time to spare.
+        state = DispatchState(waiting(0.0, 0.001, 0.002), now=0.003, cap=8, arrival_rate=10.0)
+        assert self.policy.decide(state, linear(0.01, 0.001)).take == 3
+
     def test_a_loaded_device_does_not_start_early_either(self) -> None:
         # Self-clocking would start these at once (1000/s against 14/s at full batches).
         state = DispatchState(waiting(0.0, 0.05, 0.1), now=0.15, cap=8, arrival_rate=1000.0)
