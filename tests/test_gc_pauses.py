@@ -68,8 +68,9 @@ def test_freezing_exempts_what_lives_now_and_is_exported(pauses) -> None:
     survivors = [[i] for i in range(1000)]
     try:
         frozen = freeze_startup_heap()
-        assert frozen == gc.get_freeze_count() >= 1000
-        assert _value(registry, "test_gc_frozen_objects") == frozen
+        # frozen objects still die by reference counting: the count can only fall after
+        assert frozen >= 1000 and 0 < gc.get_freeze_count() <= frozen
+        assert 0 < _value(registry, "test_gc_frozen_objects") <= frozen
         tracked = {id(o) for o in gc.get_objects()}
         assert not any(id(s) in tracked for s in survivors)  # out of every generation
     finally:
@@ -85,6 +86,6 @@ def test_freezing_without_collecting_walks_nothing(pauses) -> None:
         del a
         frozen = freeze_startup_heap(collect=False)
         assert _value(registry, "test_gc_pause_seconds_count", "2") == before  # no walk
-        assert frozen == gc.get_freeze_count()
+        assert 0 < gc.get_freeze_count() <= frozen  # some may have died by reference counting
     finally:
         gc.unfreeze()
