@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 Payload = dict[str, np.ndarray]
 START_TIMEOUT_SECONDS = 600.0  # a large model from a slow disk
+RESTART_BACKOFF_SECONDS = 1.0  # after a child that did not load, doubled up to the maximum
+RESTART_BACKOFF_MAX_SECONDS = 60.0
 
 
 class ModelProcessFailed(RuntimeError):
@@ -174,6 +176,8 @@ class ModelProcess:
     def close(self) -> None:
         """Stop the child: it exits when its socket closes (SIGKILL if it does not in 30 s)."""
         self._closing = True
+        if self._restarting is not None:
+            self._restarting.cancel()
         transport, self._transport = self._transport, None
         if transport is not None:
             with contextlib.suppress(RuntimeError):  # its event loop has ended already
@@ -199,15 +203,26 @@ class ModelProcess:
             self._restarting = asyncio.get_running_loop().create_task(self._restart())
 
     async def _restart(self) -> None:
+        """Start children until one loads the model, waiting longer after each that does not
+        (a model that fails to load now may load once a disk or a device is back); the model
+        stays not ready meanwhile."""
         if self._proc is not None:
             code = await asyncio.to_thread(self._proc.wait)
             log.error("model process exited; starting another", extra={"exit_code": code})
-        try:
-            await asyncio.to_thread(self.start)
-        except ModelProcessFailed as exc:
-            log.error("model process could not be restarted", extra={"error": str(exc)})
+        backoff = RESTART_BACKOFF_SECONDS
+        while not self._closing:
+            try:
+                await asyncio.to_thread(self.start)
+            except (ModelProcessFailed, OSError, TimeoutError) as exc:
+                log.error(
+                    "model process could not be restarted; trying again",
+                    extra={"error": str(exc), "retry_in_seconds": backoff},
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, RESTART_BACKOFF_MAX_SECONDS)
+                continue
+            self.restarts += 1
             return
-        self.restarts += 1
 
     # --- the executor -------------------------------------------------------------------------
 

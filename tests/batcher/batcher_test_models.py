@@ -74,3 +74,15 @@ class EveryTypeEcho:
 
 def every_type_echo() -> EveryTypeEcho:
     return EveryTypeEcho()
+
+
+def every_type_echo_unless_blocked() -> EveryTypeEcho:
+    """:func:`every_type_echo`, which refuses to load while the file that
+    ``AUTOGLM_TEST_BLOCK_LOAD`` names exists (a model process's restart meeting a missing disk)."""
+    import os
+    from pathlib import Path
+
+    blocker = os.environ.get("AUTOGLM_TEST_BLOCK_LOAD", "")
+    if blocker and Path(blocker).exists():
+        raise RuntimeError("the model's files are not there")
+    return EveryTypeEcho()

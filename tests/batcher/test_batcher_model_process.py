@@ -349,3 +349,36 @@ def test_ctrl_c_to_the_whole_group_still_answers_every_accepted_request() -> Non
             proc.wait()
     assert replies == [200] * 6
     assert not _alive(child)
+
+
+@pytest.mark.slow
+def test_a_restart_that_cannot_load_the_model_is_tried_again_until_it_can(
+    tmp_path, monkeypatch
+) -> None:
+    blocker = tmp_path / "blocked"
+    monkeypatch.setenv("AUTOGLM_TEST_BLOCK_LOAD", str(blocker))
+    process = ModelProcess(
+        _settings("tests.batcher.batcher_test_models:every_type_echo_unless_blocked")
+    )
+    process.start()
+
+    async def run():
+        assert (await process.execute([_payload(1, 0)])).ok
+        blocker.touch()  # the next child cannot load the model
+        os.kill(process.pid, signal.SIGKILL)
+        await process.execute([_payload(1, 1)])  # fails: the child is gone
+        await asyncio.sleep(3)  # a child or two fail to load meanwhile
+        failing_meanwhile = await process.execute([_payload(1, 2)])
+        assert process.restarts == 0 and not process.up
+        blocker.unlink()
+        deadline = time.monotonic() + 120
+        while process.restarts == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return failing_meanwhile, await process.execute([_payload(1, 3)])
+
+    try:
+        failing_meanwhile, after = asyncio.run(run())
+    finally:
+        process.close()
+    assert "restarting" in failing_meanwhile.error
+    assert process.restarts == 1 and after.ok
