@@ -140,7 +140,8 @@ class ModelProcess:
 
     def start(self) -> None:
         """Spawn the child and wait for the model's signature; :class:`ModelProcessFailed`
-        when the child exits first (it printed the reason)."""
+        with the child's one line on why it could not load the model, or how it ended (a child
+        silent for :data:`START_TIMEOUT_SECONDS` is killed)."""
         ours, theirs = socket.socketpair()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "batcher.model_process_child", "--fd", str(theirs.fileno())],
@@ -149,7 +150,15 @@ class ModelProcess:
         )
         theirs.close()
         ours.sendall(frame(0, self.settings))
-        signature = read_frame(ours, time.monotonic() + START_TIMEOUT_SECONDS)
+        try:
+            signature = read_frame(ours, time.monotonic() + START_TIMEOUT_SECONDS)
+        except TimeoutError:
+            ours.close()
+            self._proc.kill()
+            self._proc.wait()
+            raise ModelProcessFailed(
+                f"the model process did not load the model within {START_TIMEOUT_SECONDS:.0f} s"
+            ) from None
         if signature is None:
             ours.close()
             code = self._proc.wait(timeout=30)
