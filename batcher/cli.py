@@ -139,13 +139,11 @@ def start_model(config: BatcherConfig, device: str) -> ServedModel | None:
     (after one line on stderr) on a problem."""
     if not config.model_process:
         return load_or_explain(config, device)
-    from dataclasses import asdict
-
     from batcher.model import ServedModel
     from batcher.model_process import ModelProcess, ModelProcessFailed
 
     configure_torch(config)  # the allocator's environment is the child's too
-    process = ModelProcess({"config": asdict(config), "device": device})
+    process = ModelProcess(config, device)
     try:
         process.start()
     except ModelProcessFailed as exc:
@@ -200,28 +198,22 @@ async def serve(
     from prometheus_client import CollectorRegistry
 
     from batcher.engine import from_config
-    from batcher.execution import BatchExecutor, ThreadExecutor
     from batcher.memory import MemoryMonitor
     from batcher.metrics import BatcherMetrics
-    from batcher.model import ModuleRunner
-    from batcher.model_process import ModelProcess, ModelProcessCollector, ReportedMemory
+    from batcher.model_process import ModelProcess, ReportedMemory
     from batcher.repository import LoadedModel, ModelRepository
-    from batcher.repository_loader import module_bytes
     from batcher.repository_metrics import RepositoryMetrics
     from batcher.warmup import warm_up
 
     model_registry = CollectorRegistry()
     metrics = BatcherMetrics(model_registry, model.name, config.slo_seconds, config.max_batch_size)
-    memory: MemoryMonitor
-    executor: BatchExecutor
-    if isinstance(model.run, ModelProcess):  # the device's memory is the child's to read
-        memory = ReportedMemory(model.run, model.device, config.idle_release_seconds)
-        executor = model.run
-        model_registry.register(ModelProcessCollector(model.run))
-    else:
-        memory = MemoryMonitor(model.device, config.idle_release_seconds)
-        executor = ThreadExecutor(model.run, model.batch_size_for, memory)
+    memory = (
+        ReportedMemory(model.run, model.device, config.idle_release_seconds)
+        if isinstance(model.run, ModelProcess)  # the device's memory is the child's to read
+        else MemoryMonitor(model.device, config.idle_release_seconds)
+    )
     metrics.watch_memory(memory.stats)
+    executor = model.executor(memory, model_registry)
     batcher = from_config(
         executor, config, model_device=model.device, memory=memory, metrics=metrics
     )
@@ -230,14 +222,7 @@ async def serve(
     repository_metrics = RepositoryMetrics()
     registry.register(repository_metrics)
     models = ModelRepository(metrics=repository_metrics, device=batcher.device)
-    parameter_bytes = (
-        module_bytes(model.run.module)
-        if isinstance(model.run, ModuleRunner)
-        else model.run.parameter_bytes
-        if isinstance(model.run, ModelProcess)
-        else 0
-    )
-    models.add(LoadedModel(model, batcher, model_registry, parameter_bytes))
+    models.add(LoadedModel(model, batcher, model_registry, model.parameter_bytes()))
     return await _serve_until_stopped(config, models, registry, web_config, executor.close, parent)
 
 

@@ -33,10 +33,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import torch
+from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
-from batcher.memory import bucket_size
-from batcher.model_process import ModelProcess
+from batcher.execution import BatchExecutor, ThreadExecutor
+from batcher.memory import MemoryMonitor, bucket_size
+from batcher.model_process import ModelProcess, ModelProcessCollector
 from batcher.tensor_spec import TensorSpec
 
 Payload = dict[str, np.ndarray]
@@ -113,6 +115,20 @@ class ServedModel:
         """Pad batches to ``buckets`` from now on (None: no padding); torch modules only."""
         if isinstance(self.run, (ModuleRunner, ModelProcess)) and self.pads:
             self.run.buckets = tuple(sorted(buckets)) if buckets else None
+
+    def parameter_bytes(self) -> float:
+        """Bytes of the model's parameters and buffers (a batch callable's are not known: 0)."""
+        if isinstance(self.run, ModelProcess):
+            return self.run.parameter_bytes  # counted by the child, which holds them
+        return module_bytes(self.run.module) if isinstance(self.run, ModuleRunner) else 0.0
+
+    def executor(self, memory: MemoryMonitor | None, registry: CollectorRegistry) -> BatchExecutor:
+        """What runs this model's batches for the engine: its own process when it has one (whose
+        series then go on ``registry``), else a thread of this process."""
+        if isinstance(self.run, ModelProcess):
+            registry.register(ModelProcessCollector(self.run))
+            return self.run
+        return ThreadExecutor(self.run, self.batch_size_for, memory)
 
     @classmethod
     def from_process(cls, process: ModelProcess, device: str) -> ServedModel:
@@ -208,6 +224,12 @@ def _name_outputs(produced: Any, outputs: Sequence[TensorSpec]) -> dict[str, Any
             )
         return {spec.name: value for spec, value in zip(outputs, produced, strict=True)}
     return {outputs[0].name: produced}
+
+
+def module_bytes(module: torch.nn.Module) -> float:
+    """Bytes of a module's parameters and buffers."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return float(sum(t.numel() * t.element_size() for t in tensors))
 
 
 def _specs(raw: Any, default: tuple[TensorSpec, ...], what: str) -> tuple[TensorSpec, ...]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import subprocess
@@ -42,6 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from batcher import oip
+from batcher.config import BatcherConfig
 from batcher.execution import Outcome
 from batcher.forwarding import FrameReader, frame
 from batcher.memory import MemoryMonitor, bucket_size
@@ -117,8 +119,9 @@ class ModelProcess:
     before serving, or on a worker thread); the model's signature comes back with it.
     """
 
-    def __init__(self, settings: dict[str, Any]) -> None:
-        self.settings = settings
+    def __init__(self, config: BatcherConfig, device: str) -> None:
+        # what the child is sent first: the model's settings and its device, as JSON
+        self.settings = {"config": dataclasses.asdict(config), "device": device}
         self.name = ""
         self.inputs: tuple[TensorSpec, ...] = ()
         self.outputs: tuple[TensorSpec, ...] = ()

@@ -108,7 +108,6 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     from autoglm.logs import setup_logging
     from batcher.cli import load_served_model
     from batcher.config import BatcherConfig
-    from batcher.model import ModuleRunner
 
     config = BatcherConfig(**settings["config"])
     setup_logging("batcher", config.log_level, config.log_format, role="model-process")
@@ -117,18 +116,13 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         sock.sendall(frame(0, {"error": str(exc)}))
         return 2
-    parameter_bytes = 0.0
-    if isinstance(model.run, ModuleRunner):
-        from batcher.repository_loader import module_bytes
-
-        parameter_bytes = module_bytes(model.run.module)
     memory = MemoryMonitor(model.device, config.idle_release_seconds)
     signature = {
         "name": model.name,
         "inputs": [[s.name, s.datatype, list(s.shape)] for s in model.inputs],
         "outputs": [[s.name, s.datatype, list(s.shape)] for s in model.outputs],
         "pads": model.pads,
-        "parameter_bytes": parameter_bytes,
+        "parameter_bytes": model.parameter_bytes(),
         "memory": MemoryReport(memory)(),
     }
     sock.sendall(frame(0, signature))

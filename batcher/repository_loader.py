@@ -10,10 +10,8 @@ would not fit is refused without touching the device the others are using.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 
-import torch
 from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
@@ -21,20 +19,13 @@ from batcher.config import BatcherConfig
 from batcher.device import SharedDevice
 from batcher.engine import from_config
 from batcher.errors import LoadFailed, ModelConfigInvalid
-from batcher.execution import BatchExecutor, ThreadExecutor
 from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
-from batcher.model import ModuleRunner, ServedModel, load_model, wrap_model
-from batcher.model_process import ModelProcess, ModelProcessCollector, ModelProcessFailed
+from batcher.model import ModuleRunner, ServedModel, load_model, module_bytes, wrap_model
+from batcher.model_process import ModelProcess, ModelProcessFailed
 from batcher.repository import LoadedModel, MemoryCheck
 from batcher.repository_folder import model_config, model_names
 from batcher.warmup import warm_up
-
-
-def module_bytes(module: torch.nn.Module) -> float:
-    """Bytes of a module's parameters and buffers."""
-    tensors = [*module.parameters(), *module.buffers()]
-    return float(sum(t.numel() * t.element_size() for t in tensors))
 
 
 class FolderSource:
@@ -58,12 +49,7 @@ class FolderSource:
         model, parameter_bytes = await asyncio.to_thread(build, config, check)
         registry = CollectorRegistry()
         metrics = BatcherMetrics(registry, name, config.slo_seconds, config.max_batch_size)
-        executor: BatchExecutor
-        if isinstance(model.run, ModelProcess):
-            executor = model.run
-            registry.register(ModelProcessCollector(model.run))
-        else:
-            executor = ThreadExecutor(model.run, model.batch_size_for, self.memory)
+        executor = model.executor(self.memory, registry)
         batcher = from_config(
             executor,
             config,
@@ -90,7 +76,7 @@ class FolderSource:
                 f"models only for now (the device is {self.device}; the models share one "
                 "memory budget read in this process); drop model_process from its config.yaml"
             )
-        process = ModelProcess({"config": dataclasses.asdict(config), "device": self.device})
+        process = ModelProcess(config, self.device)
         try:
             process.start()
         except ModelProcessFailed as exc:

@@ -72,16 +72,14 @@ def test_nothing_to_send_is_an_empty_frame() -> None:
     assert decode_payloads([], b"") == []
 
 
-def _settings(model: str) -> dict:
-    config = BatcherConfig(model=model, model_process=True, log_format="text")
-    from dataclasses import asdict
-
-    return {"config": asdict(config), "device": "cpu"}
+def _process(model: str) -> ModelProcess:
+    """A model process for ``model`` on the CPU, not started."""
+    return ModelProcess(BatcherConfig(model=model, model_process=True, log_format="text"), "cpu")
 
 
 @pytest.fixture
 def process():
-    started = ModelProcess(_settings(EVERY_TYPE))
+    started = _process(EVERY_TYPE)
     started.start()
     yield started
     started.close()
@@ -170,7 +168,7 @@ def test_a_child_that_dies_fails_its_batch_and_is_replaced(process: ModelProcess
 
 @pytest.mark.slow
 def test_a_model_that_does_not_load_says_why_once(capfd) -> None:
-    failing = ModelProcess(_settings("no_such_module:factory"))
+    failing = _process("no_such_module:factory")
     with pytest.raises(ModelProcessFailed) as failed:
         failing.start()
     assert str(failed.value).startswith("--model 'no_such_module:factory': cannot import")
@@ -258,7 +256,7 @@ class _Written:
 
 
 def test_the_engine_reads_the_childs_memory_and_passes_release_on() -> None:
-    process = ModelProcess(_settings(EVERY_TYPE))  # not started: its reports are set by hand
+    process = _process(EVERY_TYPE)  # not started: its reports are set by hand
     memory = ReportedMemory(process, "cuda", idle_release_seconds=30.0)
     assert memory.stats() == {} and memory.headroom_bytes() is None  # nothing reported yet
     process._replied({"memory": {"headroom_bytes": 2e9, "stats": {"allocated_bytes": 3.0}}}, b"")
@@ -357,9 +355,7 @@ def test_a_restart_that_cannot_load_the_model_is_tried_again_until_it_can(
 ) -> None:
     blocker = tmp_path / "blocked"
     monkeypatch.setenv("AUTOGLM_TEST_BLOCK_LOAD", str(blocker))
-    process = ModelProcess(
-        _settings("tests.batcher.batcher_test_models:every_type_echo_unless_blocked")
-    )
+    process = _process("tests.batcher.batcher_test_models:every_type_echo_unless_blocked")
     process.start()
 
     async def run():
