@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import requests
 
+from autoglm.child_process import start_child
 from autoglm.ports import free_port
 from autoscaler.core.replica_calculator import PodSample
 from autoscaler.scale_target import TargetScale
@@ -47,7 +48,10 @@ class LocalProcessGroup:
     The port reaches a worker two ways: ``{port}`` in any argument of ``command`` is replaced,
     and the environment variable ``port_env`` is set. ``base_port`` 0 picks free ports. Workers
     run in their own session, so stopping one (SIGTERM to its process group, SIGKILL after
-    ``stop_timeout``) also stops anything it spawned: no orphans are left behind. Scale-down
+    ``stop_timeout``) also stops anything it spawned: no orphans are left behind. A worker is
+    sent SIGTERM by the kernel when this process dies, even by SIGKILL
+    (:func:`autoglm.child_process.start_child`; the scaling loop starts workers from its own
+    thread). Scale-down
     stops the newest workers first, as a ReplicaSet prefers to delete the youngest pods.
     """
 
@@ -150,7 +154,7 @@ class LocalProcessGroup:
             arg.replace("{port}", str(port)).replace("{host}", self.host) for arg in self.command
         ]
         env = {**os.environ, **self.env, self.port_env: str(port)}
-        process = subprocess.Popen(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+        process = start_child(argv, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
         log.info("worker started", extra={"port": port, "pid": process.pid, "argv": argv})
         return _Worker(port, process, self.clock())
 

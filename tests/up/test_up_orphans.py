@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autoglm.child_process import dies_with_this_process
+from autoglm.child_process import dies_with_this_process, start_child
 from tests.up.test_up_cli import REPO, descendants_of, kill_tree, log_records, up_command
 
 linux_only = pytest.mark.skipif(
@@ -70,7 +70,7 @@ def test_a_child_started_on_the_main_thread_stops_when_its_parent_is_killed() ->
     parent_code = textwrap.dedent(
         """
         import subprocess, sys, time
-        from autoglm.child_process import dies_with_this_process
+        from autoglm.child_process import dies_with_this_process, start_child
         child = subprocess.Popen(
             ["sleep", "600"], start_new_session=True, preexec_fn=dies_with_this_process()
         )
@@ -90,6 +90,56 @@ def test_a_child_started_on_the_main_thread_stops_when_its_parent_is_killed() ->
         parent.kill()
         parent.wait()
     assert wait_until_gone(processes) == []
+
+
+@linux_only
+def test_a_child_started_from_a_thread_outlives_the_thread_and_dies_with_the_process() -> None:
+    """``start_child`` from a thread that then ends (a scaling loop's): the child keeps running
+    while the process lives, and is stopped when the process is killed."""
+    parent_code = textwrap.dedent(
+        """
+        import subprocess, sys, threading, time
+        from autoglm.child_process import start_child
+        started = []
+        thread = threading.Thread(
+            target=lambda: started.append(
+                start_child(["sleep", "600"], start_new_session=True, stdin=subprocess.DEVNULL)
+            )
+        )
+        thread.start()
+        thread.join()
+        print(started[0].pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        processes = {child: start_time(child)}
+        time.sleep(1.0)  # the forking thread ended before the pid was printed
+        assert running(processes) == [child]
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_until_gone(processes) == []
+
+
+def test_start_child_raises_popen_errors_on_the_calling_thread() -> None:
+    raised: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            start_child(["/nonexistent/autoglm-worker"])
+        except OSError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert len(raised) == 1 and isinstance(raised[0], FileNotFoundError)
 
 
 def test_a_child_started_on_another_thread_is_not_tied_to_that_thread() -> None:
