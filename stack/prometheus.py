@@ -25,7 +25,7 @@ from typing import BinaryIO
 import requests
 import yaml
 
-from autoglm.child_process import dies_with_this_process
+from autoglm.child_process import start_child
 from autoglm.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -118,9 +118,8 @@ class PrometheusServer:
         self._log_file = open(self.directory / "prometheus.log", "wb")  # noqa: SIM115
         # A session of its own, so that a Ctrl-C in the terminal reaches only ``autoglm up``,
         # which stops it in order; and SIGTERM from the kernel if ``autoglm up`` dies without
-        # stopping it (SIGKILL). Started on the main thread (Stack.start, from stack.cli), which
-        # lives as long as ``autoglm up``: that signal comes when the thread that forked ends.
-        self.process = subprocess.Popen(
+        # stopping it (SIGKILL), from whichever thread starts it (start_child).
+        self.process = start_child(
             [
                 self.binary,
                 f"--config.file={config}",
@@ -132,7 +131,6 @@ class PrometheusServer:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=dies_with_this_process(),
         )
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
