@@ -30,6 +30,9 @@ from stack.loadgen import Totals
 from stack.paid_time import STATES, PaidTime, breakdown, by_phase
 
 REPORT_FILES = ("report.html", "summary.json")
+# A load generator this late against its schedule gets a line in the summary: below it, the
+# arrivals' own jitter on a busy event loop.
+GENERATOR_BEHIND_SHOWN_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class Summary:
     starting_share: float | None = None
     # the stack's processes: seconds runnable but waiting for a CPU core, per second on one
     cpu_wait_per_run: float | None = None
+    # the latest a request left against the load profile's schedule (a starved load generator)
+    generator_behind_seconds: float | None = None
     # online requests within the SLO by the batchers' own clock, out of those they answered or
     # refused (None without Prometheus): the product's part of slo_attainment
     batcher_slo_attainment: float | None = None
@@ -128,6 +133,7 @@ def summarize(
     sizing: str = "utilization",
     cpu_wait_per_run: float | None = None,
     batcher_slo_attainment: float | None = None,
+    generator_behind_seconds: float | None = None,
 ) -> Summary:
     """The run's figures; GPU-seconds, busy time and utilization integrate the samples."""
     paid = breakdown(samples)
@@ -162,6 +168,7 @@ def summarize(
         load_average=load_average,
         starting_share=paid.share("starting"),
         cpu_wait_per_run=cpu_wait_per_run,
+        generator_behind_seconds=generator_behind_seconds,
         batcher_slo_attainment=batcher_slo_attainment,
         idle_throttled_share=paid.share("idle_throttled"),
         idle_share_cut_share=paid.share("idle_share_cut"),
@@ -253,6 +260,12 @@ def summary_lines(summary: Summary) -> list[str]:
         lines.append(
             f"CPU wait          {summary.cpu_wait_per_run:.2f} s waiting for a core per second "
             "on one (the stack's processes; near 0 on an idle machine)"
+        )
+    behind = summary.generator_behind_seconds
+    if behind is not None and behind >= GENERATOR_BEHIND_SHOWN_SECONDS:
+        lines.append(
+            f"load generator    up to {behind:.2f} s behind its schedule: the machine starved it, "
+            "so the load came late and in bursts"
         )
     return lines
 

@@ -829,6 +829,7 @@ class Stack:
             self.cfg.sizing,
             cpu.wait_per_run if (cpu := self.cpu.totals()) is not None else None,
             self.batcher_slo_attainment,
+            self.loadgen.max_behind_seconds if self.loadgen is not None else None,
         )
 
     # -- stop ----------------------------------------------------------------------------------

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
 from autoglm.datasets import expected_path, fetch_hint
 from batcher.oip import parse_infer_request
 from stack.config import UpConfig
 from stack.data import derive
-from stack.loadgen import Arrivals, RequestLog, RoundRobin, infer_body, percentile
+from stack.loadgen import (
+    Arrivals,
+    LoadGenerator,
+    LoadGenMetrics,
+    RequestLog,
+    RoundRobin,
+    infer_body,
+    percentile,
+)
 from stack.model import factory
 from stack.profiles import (
     RAMP_SHAPE,
@@ -143,3 +153,31 @@ def test_bad_trace_files_are_named(tmp_path: Path) -> None:
 def test_shipped_excerpt_is_derived_from_the_trace() -> None:
     shipped = (REPO / "stack/data/genai_requests_15min.csv").read_text()
     assert derive.derive(TRACE) == shipped
+
+
+def test_a_starved_generator_says_how_late_its_requests_left(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its clock jumps 2 s ahead, as when the thread got no CPU for 2 s: the arrivals due meanwhile
+    go at once, the lag is exported and logged once, and the summary's figure holds it."""
+    jump = [0.0]
+    generator = LoadGenerator(
+        ShapeProfile("step", base_rps=50.0, peak_rps=50.0, day_seconds=100.0),
+        "reference",
+        RequestLog(0.25),
+        LoadGenMetrics(registry := CollectorRegistry(), 0.25),
+        clock=lambda: time.monotonic() + jump[0],
+    )
+    generator.start()  # no endpoints: every request is answered "no_worker", no sockets
+    try:
+        time.sleep(0.3)
+        jump[0] = 2.0
+        time.sleep(0.3)
+    finally:
+        generator.stop()
+    assert generator.max_behind_seconds == pytest.approx(2.0, abs=0.3)
+    assert generator.log.totals.by_outcome["no_worker"] >= 100  # the 2 s of arrivals went
+    exported = registry.get_sample_value("autoglm_loadgen_behind_seconds")
+    assert exported is not None and 0 <= exported < generator.max_behind_seconds
+    warnings = [r for r in caplog.records if "behind its schedule" in r.getMessage()]
+    assert len(warnings) == 1

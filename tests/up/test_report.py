@@ -149,3 +149,11 @@ def test_summary_says_where_the_idle_paid_time_went_and_in_which_phase() -> None
     lines = "\n".join(summary_lines(s))
     assert "10.0 % of paid GPU-time on ready workers: 2.0 % with best-effort throttled" in lines
     assert "steady          30 s, 50 GPU-s: busy 70.0 %, starting 20.0 %" in lines
+
+
+def test_summary_says_when_the_load_generator_fell_behind() -> None:
+    late = summarize(SAMPLES, EVENTS, totals(), 0.25, 0.7, 0.2, generator_behind_seconds=1.5)
+    assert late.generator_behind_seconds == 1.5
+    assert "up to 1.50 s behind its schedule" in "\n".join(summary_lines(late))
+    on_time = summarize(SAMPLES, EVENTS, totals(), 0.25, 0.7, 0.2, generator_behind_seconds=0.02)
+    assert "behind its schedule" not in "\n".join(summary_lines(on_time))
