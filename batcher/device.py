@@ -35,6 +35,7 @@ class SharedDevice:
     def __init__(self, window_seconds: float = SHARE_WINDOW_SECONDS) -> None:
         self.window_seconds = window_seconds
         self.busy_until = 0.0  # predicted end of the batch running now, whichever model's
+        self.freed_at: float | None = None  # when the last batch, whichever model's, finished
         self._users: dict[str, _User] = {}
         self._holder: str | None = None
         self._seq = itertools.count()

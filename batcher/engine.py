@@ -648,6 +648,7 @@ class Batcher:
         items = sum(r.size for r in batch)
         executed = self.executor.batch_size_for(items)
         started = loop.time()
+        self._observe_dispatch_gap(batch, started)
         planned = self.cost.estimate(executed)
         # admission (this model's and the others') predicts with the mean
         self.device.busy_until = started + self.cost.mean(executed)
@@ -661,6 +662,9 @@ class Batcher:
             self.device.release(self.name)
         ended = loop.time()
         self.device.busy_until = ended
+        finished = outcome.finished_at
+        # the device's clock is the loop's unless the loop keeps virtual time (simulations)
+        self.device.freed_at = finished if finished and started <= finished <= ended else ended
         self._in_flight = 0
         self.batches += 1
         self._account_busy(started, ended, outcome, batch[0].request_class)
@@ -679,18 +683,23 @@ class Batcher:
         if not best_effort:
             self.metrics.batch_size.observe(items)
             self.metrics.compute_latency.observe(outcome.seconds)
-            for request in batch:
-                self.metrics.queue_latency.observe(started - request.arrival)
         if not outcome.ok:
             log.warning(
                 "batch failed",
                 extra={"items": items, "requests": len(batch), "error": outcome.error},
             )
+            self._observe_queue_latency(batch, started)
             for request in batch:
                 self._fail(request, ModelFailed(outcome.error))
             return
-        for request, result in zip(batch, outcome.results, strict=True):
-            self._succeed(request, result, ended)
+        if not best_effort:  # the slack controller steers the next dispatch with these
+            for request in batch:
+                if not request.future.done():
+                    self.online_latencies.add(ended, ended - request.arrival)
+        # The requests are answered on the loop's next turn, after the dispatch loop has sent
+        # the next batch: answering is per-request work (futures, metrics) that the device
+        # would otherwise sit idle through between two batches.
+        loop.call_soon(self._answer, batch, outcome.results, started, ended)
         if self.adaptive and not best_effort:
             backed_off = self.cap_state.on_batch(
                 size=items,
@@ -713,6 +722,13 @@ class Batcher:
                         "cap": self.cap,
                     },
                 )
+
+    def _observe_dispatch_gap(self, batch: list[QueuedRequest], started: float) -> None:
+        """The device's idle before ``batch`` when its first request was waiting already as the
+        device freed: time the serving path, not the load, kept the device idle."""
+        freed_at = self.device.freed_at
+        if freed_at is not None and min(r.arrival for r in batch) <= freed_at:
+            self.metrics.dispatch_gap.observe(max(0.0, started - freed_at))
 
     def _account_busy(
         self, started: float, ended: float, outcome: Outcome, request_class: str
@@ -742,6 +758,18 @@ class Batcher:
         self._waiting.retry.appendleft(batch[half:])
         self._waiting.retry.appendleft(batch[:half])
 
+    def _answer(
+        self, batch: list[QueuedRequest], results: list[Any], started: float, ended: float
+    ) -> None:
+        self._observe_queue_latency(batch, started)
+        for request, result in zip(batch, results, strict=True):
+            self._succeed(request, result, ended)
+
+    def _observe_queue_latency(self, batch: list[QueuedRequest], started: float) -> None:
+        if not batch[0].best_effort:
+            for request in batch:
+                self.metrics.queue_latency.observe(started - request.arrival)
+
     def _succeed(self, request: QueuedRequest, result: Any, ended: float) -> None:
         if request.future.done():
             self._count(request, "cancelled", None)
@@ -757,14 +785,13 @@ class Batcher:
         self._count(request, error.outcome, None)
 
     def _count(self, request: QueuedRequest, outcome: str, ended: float | None) -> None:
-        """Count an answer in its class's series; online results also feed the slack window."""
+        """Count an answer in its class's series (the slack window got the online results'
+        latencies when their batch ended)."""
         if request.best_effort:
             self.metrics.answered_best_effort(outcome)
             return
         latency = None if ended is None else ended - request.arrival
         self.metrics.answered(outcome, latency, self.slo_seconds)
-        if latency is not None:
-            self.online_latencies.add(ended, latency)
 
 
 def from_config(

@@ -33,6 +33,9 @@ class Outcome:
     error: str = ""
     seconds: float = 0.0  # time the device spent on the batch
     peak_bytes: float | None = None  # device memory the batch took above its start (CUDA only)
+    # time.monotonic() when the device finished the batch: the engine's loop clock, system-wide
+    # (so a model process's is comparable), and earlier than the engine sees the outcome
+    finished_at: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -76,19 +79,22 @@ def run_guarded(fn: BatchFn, payloads: list[Any], memory: MemoryMonitor | None) 
         out_of_memory = is_out_of_memory(exc)
         message = describe(exc)
     else:
-        seconds = time.perf_counter() - start
+        seconds, finished_at = time.perf_counter() - start, time.monotonic()
         if len(results) != len(payloads):
             return Outcome(
                 error=f"model returned {len(results)} results for {len(payloads)} requests",
                 seconds=seconds,
+                finished_at=finished_at,
             )
         peak = memory.batch_peak_bytes(allocated_before) if memory is not None else None
-        return Outcome(results=results, seconds=seconds, peak_bytes=peak)
+        return Outcome(results=results, seconds=seconds, peak_bytes=peak, finished_at=finished_at)
     # Outside the except block: the exception, its traceback and the tensors they held are gone.
-    seconds = time.perf_counter() - start
+    seconds, finished_at = time.perf_counter() - start, time.monotonic()
     if out_of_memory and memory is not None:
         memory.after_out_of_memory()
-    return Outcome(out_of_memory=out_of_memory, error=message, seconds=seconds)
+    return Outcome(
+        out_of_memory=out_of_memory, error=message, seconds=seconds, finished_at=finished_at
+    )
 
 
 class ThreadExecutor:

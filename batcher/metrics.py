@@ -31,6 +31,8 @@ REJECTION_REASONS = ("queue_full", "past_deadline", "shutting_down")
 REQUEST_CLASSES = ("online", "best_effort")
 # why a best-effort request was refused at once (each is also a class_requests_total "rejected")
 BEST_EFFORT_REFUSAL_REASONS = ("throttled", "queue_full", "shutting_down")
+# a GPU batch can take a millisecond or two: the idle between two is measured finer
+DISPATCH_GAP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # allocator statistic -> (metric suffix, help, is a counter)
@@ -187,6 +189,14 @@ class BatcherMetrics:
             "Device time per executed batch.",
             label,
             buckets=latency_buckets,
+            registry=registry,
+        ).labels(model)
+        self.dispatch_gap = Histogram(
+            f"{PREFIX}_dispatch_gap_seconds",
+            "Device idle before a batch whose requests were already waiting when the device "
+            "freed: handing the last outcome back, answering it, deciding and sending.",
+            label,
+            buckets=DISPATCH_GAP_BUCKETS,
             registry=registry,
         ).labels(model)
         self.request_latency = Histogram(

@@ -276,6 +276,7 @@ class ModelProcess:
                 out_of_memory=envelope["out_of_memory"],
                 error=envelope["error"],
                 seconds=envelope["seconds"],
+                finished_at=envelope["finished_at"],
                 peak_bytes=envelope["peak_bytes"],
             )
         )

@@ -84,6 +84,7 @@ def serve_batches(sock: socket.socket, model: Any, memory: MemoryMonitor) -> Non
             "out_of_memory": outcome.out_of_memory,
             "error": outcome.error,
             "seconds": outcome.seconds,
+            "finished_at": outcome.finished_at,
             "peak_bytes": outcome.peak_bytes,
             "memory": report(),
         }

@@ -223,6 +223,20 @@ def _batching_row(d: db.Dashboard) -> db.Dashboard:
             dashed=["busiest (1m)"],
         )
     )
+    d = d.with_panel(
+        timeseries_panel(
+            "Device idle while work waited",
+            "Is the serving path keeping the device waiting? Share of time each replica's device "
+            "sat idle between batches while the next batch's requests were already queued: "
+            "handing the last outcome back, deciding and sending the next "
+            "(autoglm_batcher_dispatch_gap_seconds). Load does not raise it; a busy host does.",
+            [
+                Query(f"sum by (instance) ({_rate('dispatch_gap_seconds_sum')})", "{{instance}}"),
+            ],
+            "percentunit",
+            min_value=0,
+        )
+    )
     return d.with_panel(
         timeseries_panel(
             "Fitted batch cost",
@@ -234,7 +248,6 @@ def _batching_row(d: db.Dashboard) -> db.Dashboard:
             ],
             "s",
             min_value=0,
-            width=24,
         )
     )
 

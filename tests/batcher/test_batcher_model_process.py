@@ -99,8 +99,12 @@ def test_batches_run_in_the_child_and_come_back_whole(process: ModelProcess) -> 
     async def run():
         return [await process.execute(payloads), await process.execute(payloads[:1])]
 
+    before = time.monotonic()
     first, second = asyncio.run(run())
     assert first.ok and first.seconds > 0 and len(first.results) == 3
+    # the child's clock is this process's: when the batch finished, for the dispatch gap
+    assert first.finished_at is not None and second.finished_at is not None
+    assert before < first.finished_at < second.finished_at < time.monotonic()
     for sent, got in zip(payloads, first.results, strict=True):
         assert _same({f"{k}_out": v for k, v in sent.items()}, got)
     assert second.ok and len(second.results) == 1
