@@ -154,6 +154,7 @@ class Batcher:
             self.device.join(self.name)
         self._earliest_start = 0.0
         self._last_end = 0.0
+        self._filling = False  # the policy held waiting requests back since the last batch
         self._busy = BusyWindow(BUSY_WINDOW_SECONDS)
         self._arrivals = ArrivalTracker()
         self.batches = 0
@@ -589,6 +590,7 @@ class Batcher:
                     await self._execute(self._pop_online(decision.take))
                 continue
             wake_at = decision.wake_at
+            self._filling = True  # the policy holds waiting requests back for a fuller batch
             if self._waiting.best_effort and wake_at is not None:
                 # The online batch is filling: a best-effort batch may use the gap if it ends
                 # before the online batch is due to start.
@@ -725,10 +727,13 @@ class Batcher:
 
     def _observe_dispatch_gap(self, batch: list[QueuedRequest], started: float) -> None:
         """The device's idle before ``batch`` when its first request was waiting already as the
-        device freed: time the serving path, not the load, kept the device idle."""
-        freed_at = self.device.freed_at
+        device freed: kept idle by the serving path (turnaround) or by the dispatch policy
+        (filling), not by a lack of work."""
+        freed_at, filling = self.device.freed_at, self._filling
+        self._filling = False
         if freed_at is not None and min(r.arrival for r in batch) <= freed_at:
-            self.metrics.dispatch_gap.observe(max(0.0, started - freed_at))
+            cause = "filling" if filling else "turnaround"
+            self.metrics.device_idled(cause, max(0.0, started - freed_at))
 
     def _account_busy(
         self, started: float, ended: float, outcome: Outcome, request_class: str

@@ -31,6 +31,7 @@ REJECTION_REASONS = ("queue_full", "past_deadline", "shutting_down")
 REQUEST_CLASSES = ("online", "best_effort")
 # why a best-effort request was refused at once (each is also a class_requests_total "rejected")
 BEST_EFFORT_REFUSAL_REASONS = ("throttled", "queue_full", "shutting_down")
+DISPATCH_GAP_CAUSES = ("turnaround", "filling")
 # a GPU batch can take a millisecond or two: the idle between two is measured finer
 DISPATCH_GAP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -194,11 +195,14 @@ class BatcherMetrics:
         self.dispatch_gap = Histogram(
             f"{PREFIX}_dispatch_gap_seconds",
             "Device idle before a batch whose requests were already waiting when the device "
-            "freed: handing the last outcome back, answering it, deciding and sending.",
-            label,
+            "freed, by cause: turnaround (the serving path handing the last outcome back, "
+            "deciding and sending) or filling (the dispatch policy waited for a fuller batch).",
+            ["model", "cause"],
             buckets=DISPATCH_GAP_BUCKETS,
             registry=registry,
-        ).labels(model)
+        )
+        for cause in DISPATCH_GAP_CAUSES:
+            self.dispatch_gap.labels(model, cause)
         self.request_latency = Histogram(
             f"{PREFIX}_request_latency_seconds",
             "Time from arrival to the answer, for requests that got a result.",
@@ -371,6 +375,7 @@ class BatcherMetrics:
         self._class_requests = _Children(self.class_requests, model)
         self._class_busy_seconds = _Children(self.class_busy_seconds, model)
         self._class_batch_size = _Children(self.class_batch_size, model)
+        self._dispatch_gap = _Children(self.dispatch_gap, model)
         self._best_effort_refusals = _Children(self.best_effort_refusals, model)
 
     def memory_capped(self, cap: int, reason: str) -> None:
@@ -417,6 +422,11 @@ class BatcherMetrics:
     def batch_ran(self, request_class: str, items: int) -> None:
         """Count one executed batch of ``items`` items in its class's size histogram."""
         self._class_batch_size(request_class).observe(items)
+
+    def device_idled(self, cause: str, seconds: float) -> None:
+        """Count the device's idle before a batch whose requests waited (one of
+        DISPATCH_GAP_CAUSES)."""
+        self._dispatch_gap(cause).observe(seconds)
 
     def busy(self, request_class: str, seconds: float) -> None:
         """Count ``seconds`` of device time spent on a batch of ``request_class``."""

@@ -226,12 +226,16 @@ def _batching_row(d: db.Dashboard) -> db.Dashboard:
     d = d.with_panel(
         timeseries_panel(
             "Device idle while work waited",
-            "Is the serving path keeping the device waiting? Share of time each replica's device "
-            "sat idle between batches while the next batch's requests were already queued: "
-            "handing the last outcome back, deciding and sending the next "
-            "(autoglm_batcher_dispatch_gap_seconds). Load does not raise it; a busy host does.",
+            "Is the device kept waiting with work queued? Share of time each replica's device "
+            "sat idle between batches while the next batch's requests were already queued "
+            "(autoglm_batcher_dispatch_gap_seconds), by cause: turnaround (the serving path "
+            "handing the last outcome back, deciding and sending: a busy host raises it) or "
+            "filling (the dispatch policy waited for a fuller batch).",
             [
-                Query(f"sum by (instance) ({_rate('dispatch_gap_seconds_sum')})", "{{instance}}"),
+                Query(
+                    f"sum by (instance, cause) ({_rate('dispatch_gap_seconds_sum')})",
+                    "{{instance}} {{cause}}",
+                ),
             ],
             "percentunit",
             min_value=0,

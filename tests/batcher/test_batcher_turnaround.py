@@ -11,6 +11,7 @@ from batcher.engine import Batcher
 from batcher.execution import Outcome
 from batcher.metrics import BatcherMetrics
 from batcher.models.simulated import SimPayload, SimulatedModel
+from batcher.policy import FixedDelayPolicy
 
 
 class HeldExecutor:
@@ -41,13 +42,12 @@ def metrics(cap: int) -> BatcherMetrics:
     return BatcherMetrics(CollectorRegistry(), "sim", 0.5, cap)
 
 
-def gap_count(batcher: Batcher) -> tuple[float | None, float | None]:
-    """(seconds, batches) the dispatch gap histogram holds."""
+def gap_count(batcher: Batcher, cause: str = "turnaround") -> tuple[float | None, ...]:
+    """(seconds, batches) the dispatch gap histogram holds for ``cause``."""
     registry = batcher.metrics.registry
     name = "autoglm_batcher_dispatch_gap_seconds"
-    return tuple(
-        registry.get_sample_value(name + part, {"model": "sim"}) for part in ("_sum", "_count")
-    )
+    labels = {"model": "sim", "cause": cause}
+    return tuple(registry.get_sample_value(name + part, labels) for part in ("_sum", "_count"))
 
 
 def test_the_next_batch_is_sent_before_the_last_one_is_answered() -> None:
@@ -107,3 +107,28 @@ def test_the_dispatch_gap_counts_the_idle_only_when_work_waited(run_virtual) -> 
 
     batcher = run_virtual(one_by_one)
     assert batcher.batches == 5 and gap_count(batcher) == (0.0, 0.0)
+
+
+def test_a_gap_the_policy_chose_to_fill_a_batch_is_told_apart(run_virtual) -> None:
+    """Triton-style fixed delay: a batch of 3 waits 50 ms for company while a full one runs;
+    the wait after the device freed is the policy's (filling), not the serving path's."""
+    model = SimulatedModel(0.010, 0.001)
+
+    async def main() -> Batcher:
+        batcher = Batcher(
+            model,
+            max_batch_size=8,
+            slo_seconds=0.5,
+            metrics=metrics(8),
+            policy=FixedDelayPolicy(max_delay=0.05, preferred=8),
+            adaptive_cap=False,
+        )
+        await batcher.start()
+        await asyncio.gather(*(batcher.submit(SimPayload(i)) for i in range(11)))
+        await batcher.drain()
+        return batcher
+
+    batcher = run_virtual(main)
+    seconds, count = gap_count(batcher, "filling")
+    assert count == 1 and 0.03 < seconds < 0.05  # 50 ms after arrival, less the 18 ms batch
+    assert gap_count(batcher, "turnaround") == (0.0, 0.0)
