@@ -157,10 +157,13 @@ def windows(spec: dict, smoke: bool) -> list[int]:
 def factories_with(
     step: float, max_h: int, n_points: int, extra: tuple[str, ...]
 ) -> dict[str, Callable[[], ForecastModel]]:
-    """The default candidates, plus the models offered only on request that ``extra`` names."""
+    """The default candidates, plus the models offered only on request that ``extra`` names
+    (named with the defaults, as a target would name them, so those that join the median
+    ensemble do)."""
     factories = candidate_factories(step, SEASONS, max_h, n_points)
     if extra:
-        factories.update(candidate_factories(step, SEASONS, max_h, n_points, include=extra))
+        named = (*factories, *extra)
+        factories = candidate_factories(step, SEASONS, max_h, n_points, include=named)
     return factories
 
 
@@ -376,7 +379,8 @@ def rule_inputs(spec: dict, start: int, extra: tuple[str, ...] = ()) -> dict:
     y, step, every = spec["y"][: start + spec["test"]], spec["step"], spec["reselect"]
     first = start - ((start - int(start * 0.25)) // every) * every
     factories = factories_with(step, max(HORIZONS), start, extra)
-    ensemble = factories["ensemble"]()
+    # The default median ensemble, whatever ``extra`` adds to the one a target names.
+    ensemble = candidate_factories(step, SEASONS, max(HORIZONS), start)["ensemble"]()
     assert isinstance(ensemble, Combination)
     singles = {n: f for n, f in factories.items() if n not in (*COMBINED, "tracking")}
     refits = list(range(first, len(y), every))
@@ -610,12 +614,16 @@ RULES: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {
 
 def extra_rules(extra: tuple[str, ...]) -> dict:
     """For each single model of ``extra``: it alone, and the median ensemble with it as one
-    more member (points only, as every rule here)."""
+    more member (points only, as every rule here); on a series where it is not offered (a
+    model that needs a season), the median ensemble."""
     rules: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {}
     for name in extra:
         if name == "tracking":  # a combination, not a single model
             continue
-        rules[name] = (f"{name} alone", lambda i, r, c, n=name: i["points"][n][r])
+        rules[name] = (
+            f"{name} alone (the median ensemble where it is not offered)",
+            lambda i, r, c, n=name: i["points"].get(n, i["points"]["ensemble"])[r],
+        )
         rules[f"median_with_{name}"] = (
             f"the median of the ensemble's members and {name}",
             lambda i, r, c, n=name: i["points"].get(f"ensemble_with_{n}", i["points"]["ensemble"])[
@@ -805,8 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=[],
         metavar="NAME",
-        help="models offered only when a target names them (gru, tracking, boosted) to add to the "
-        "candidates, alone and in the selection",
+        help="models offered only when a target names them (gru, tracking, boosted) to add to "
+        "the candidates, alone and in the selection",
     )
     parser.add_argument(
         "--rules",

@@ -329,7 +329,8 @@ def candidate_forecasts(
     (:func:`~predictor.backtest.expanding_origin`); combinations from their members' (a member
     that is no candidate is backtested too, under its own name). Returns the forecasts, the
     errors of candidates that failed somewhere, and the names of the candidates that could be
-    built."""
+    built. A combination that is itself a member of another (a temporal hierarchy in the median
+    ensemble) is backtested whole, as a member, so that the outer one has its tails."""
     errors: dict[str, str] = {}
     instances: dict[str, ForecastModel] = {}
     for name, factory in factories.items():
@@ -352,6 +353,8 @@ def candidate_forecasts(
             errors.setdefault(name, error)
     actual = forecast_targets(y, first, max_horizon)
     for name, composite in composites.items():
+        if name in forecasts:
+            continue  # a member of another combination: backtested whole, with its tails
         members = composite.member_names()
         point = np.full((len(y) - first, max_horizon), np.nan)
         for start, end in zip(starts, [*starts[1:], len(y)], strict=True):

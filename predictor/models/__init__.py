@@ -14,6 +14,7 @@ from predictor.models.catalog import (
 )
 from predictor.models.ensemble import Combination
 from predictor.models.ets import ETSModel
+from predictor.models.hierarchy import AggregatedModel, TemporalHierarchy
 from predictor.models.mstl import MSTLModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
 from predictor.models.recent_level import RecentLevelModel
@@ -26,6 +27,7 @@ from predictor.models.tracking import TrackingCombination
 __all__ = [
     "BASELINES",
     "ON_REQUEST",
+    "AggregatedModel",
     "AutoregressiveModel",
     "BoostedTreesModel",
     "CalendarRegressionModel",
@@ -42,6 +44,7 @@ __all__ = [
     "SeasonalMeanModel",
     "SeasonalNaiveModel",
     "SequenceModel",
+    "TemporalHierarchy",
     "TrackingCombination",
     "candidate_factories",
     "shortest_cycle",

@@ -12,6 +12,7 @@ from predictor.models.boosted import BoostedTreesModel
 from predictor.models.calendar import CalendarRegressionModel
 from predictor.models.ensemble import Combination
 from predictor.models.ets import ETSModel
+from predictor.models.hierarchy import AggregatedModel, TemporalHierarchy, hierarchy_levels
 from predictor.models.mstl import MSTLModel
 from predictor.models.naive import NaiveModel, SeasonalNaiveModel
 from predictor.models.recent_level import RecentLevelModel
@@ -39,6 +40,7 @@ LEARNED = (
     "autoregressive",
     "calendar",
     "boosted",
+    "hierarchy",
     "gru",
     "ensemble",
     "ensemble_trimmed",
@@ -155,6 +157,15 @@ def candidate_factories(
         factories["boosted"] = lambda: BoostedTreesModel(
             max_horizon, periods=tuple(periods), recent_windows=recent or RECENT_WINDOWS[:1]
         )
+    # `seasonal_mean` forecast at every level of a temporal hierarchy (blocks of 1, 2, 4 and 8
+    # steps for 8 horizons, each with the seasons that divide into whole blocks) and reconciled,
+    # where a season is usable: the seasonal average is the one model cheap and sound on a few
+    # dozen blocks. Its gain was as a member of the median ensemble ("Eighth round" of
+    # docs/predictor-accuracy.md).
+    if "seasonal_mean" in factories:
+        factories["hierarchy"] = partial(
+            temporal_hierarchy, factories["seasonal_mean"], tuple(periods), max_horizon
+        )
     if "gru" in include:
         gru_window = int(min(MAX_SEQUENCE_WINDOW, max(2 * max_horizon, min(periods or [24]))))
         factories["gru"] = lambda: SequenceModel(
@@ -162,9 +173,10 @@ def candidate_factories(
         )
 
     # The median of members of different kinds (smoothing, decomposition, seasonal copies and
-    # averages, regressions, trees), whose errors partly cancel; with a season the naive copy is
-    # left out: it is far off beyond the first step. Without one, the recent level stands in for
-    # the naive copy: the same guess with a burst's noise averaged away.
+    # averages, regressions, trees, a temporal hierarchy), whose errors partly cancel; with a
+    # season the naive copy is left out: it is far off beyond the first step. Without one, the
+    # recent level stands in for the naive copy: the same guess with a burst's noise averaged
+    # away.
     members = [
         "ets_log",
         "mstl",
@@ -174,6 +186,7 @@ def candidate_factories(
         "seasonal_blend",
         "seasonal_mean",
         "boosted",
+        "hierarchy",
     ]
     if longest is None:
         members = ["ets_log", "autoregressive", "recent_level"]
@@ -217,3 +230,20 @@ def candidate_factories(
             )
         factories = {k: f for k, f in factories.items() if is_baseline(k) or k in include}
     return factories
+
+
+def temporal_hierarchy(
+    base: ModelFactory, periods: tuple[int, ...], max_horizon: int
+) -> TemporalHierarchy:
+    """``base`` at the steps and `seasonal_mean` on the sums of blocks at every higher level
+    of the hierarchy (see predictor.models.hierarchy), with the seasons (at most the two
+    longest) that hold a whole number of blocks and more blocks than the level forecasts."""
+    members = [base()]
+    for level in hierarchy_levels(max_horizon)[1:]:
+        blocks = max_horizon // level
+        seasons = tuple(p // level for p in periods if p % level == 0 and p // level > blocks)
+        if seasons:
+            members.append(
+                AggregatedModel(level, max_horizon, partial(SeasonalMeanModel, seasons[-2:]))
+            )
+    return TemporalHierarchy(members)

@@ -142,6 +142,12 @@ class Combination(ForecastModel):
         self.history.extend(y)
         self.points_seen = len(y)
         self.residuals = self._new_residuals()
+        self._record_member_tails()
+        self._restart_paths()
+
+    def _record_member_tails(self) -> None:
+        """Take the members' calibration-tail forecasts, combined, as this model's calibration
+        errors (per horizon, the points every member scored)."""
         for h in self.hs:
             n = min(m.residuals.count(h) for m in self.members)
             if n == 0:
@@ -150,7 +156,6 @@ class Combination(ForecastModel):
             actual = levels[0] + self.members[0].residuals.errors(h)[-n:]
             combined = self._clip(self._combine_at(h, levels))
             self.residuals.add_many(h, actual - combined, combined)
-        self._restart_paths()
 
     def _start_weights(self, y: np.ndarray, tails: TailErrors) -> None:
         """Set the combination's weights after the members were fitted on ``y``."""

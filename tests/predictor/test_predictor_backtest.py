@@ -242,6 +242,7 @@ def test_the_combination_weighs_the_best_members_and_always_the_best_seasonal_co
         "seasonal_level",
         "seasonal_blend",
         "seasonal_mean",
+        "hierarchy",
     ]
     combination = Combination(
         [NaiveModel(1), SeasonalNaiveModel(24, 1, name="seasonal_naive_daily")]

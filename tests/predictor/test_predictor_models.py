@@ -73,6 +73,7 @@ def test_naive_repeats_the_last_value_at_every_horizon():
         lambda: AutoregressiveModel(6, periods=(PERIOD,), transform="none"),
         lambda: CalendarRegressionModel(6, periods=(PERIOD,)),
         lambda: MSTLModel(6, periods=(PERIOD,)),
+        lambda: candidate_factories(3600, (86400.0,), 6, 24 * 12)["hierarchy"](),
     ],
 )
 def test_a_pure_seasonal_series_is_forecast_almost_exactly(factory):
