@@ -57,7 +57,8 @@ recorded around every sweep and round; on a loaded machine the HTTP figures say 
 
     python bench/batcher.py                  # both sections
     python bench/batcher.py --quick          # a short run
-    python bench/batcher.py --smoke          # proves it runs end to end (the tests); no figures
+    python bench/batcher.py --smoke          # proves it runs end to end (the tests); no figures,
+                                             # a small model (bench/smoke_model.py)
     python bench/batcher.py --only sim       # the simulated section alone (a few minutes);
                                              # --only keeps the other section in the JSON
 """
@@ -94,6 +95,7 @@ from bench.batcher_process import BatcherProcess, histogram_totals  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
 MODEL = "batcher.models.demo:bench_factory"
+SMOKE_MODEL = "bench.smoke_model:smoke_factory"  # MODEL's signature, a quarter of its layers
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
 RATE_FRACTIONS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 # No rate above twice the offline peak is searched: no policy sustains it in a real run.
@@ -613,7 +615,9 @@ def http_section(
         for name in POLICIES:  # one after the other: warm-ups must not overlap
             servers[name] = server = Server([*common, *plans[name]], model, device)
             url = f"http://127.0.0.1:{server.port}/v2/models/demo/infer"
-            asyncio.run(open_loop(url, 10.0, 20, 0, args.request_timeout))  # open connections
+            # open connections: 20 requests over 2 s, or over one point's duration when shorter
+            warm_rate = 20 / min(2.0, args.duration)
+            asyncio.run(open_loop(url, warm_rate, 20, 0, args.request_timeout))
             if name != "no-batching":
                 peak, peak_b = server.peak
                 peaks[name] = {
@@ -729,7 +733,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "sim"):
         report["simulated"] = simulated_section(args)
     if args.only in (None, "http"):
-        report["http"] = http_section(args, fractions=args.fractions)
+        model = SMOKE_MODEL if args.smoke else MODEL
+        report["http"] = http_section(args, model, fractions=args.fractions)
     write_report(out, report)
     return 0
 

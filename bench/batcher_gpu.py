@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         args.resolution, args.idle_release_seconds, args.max_batch_size = 0.1, 1.0, 16
     if args.smoke:
         args.duration, args.max_requests, args.resolution = 0.5, 40, 0.5
+        args.idle_release_seconds = 0.5  # each memory run then waits 2 s for the idle release
     for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         os.environ.pop(var, None)
     os.environ["AUTOGLM_GPU_BENCH_DEVICE"] = args.device

@@ -89,6 +89,7 @@ REFERENCE = "bench.reference_mlp:reference_mlp"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OK = ("200", "OK")  # an answered request, over HTTP and over gRPC
 CONNECTIONS = 256  # keep-alive connections per HTTP server; beyond them requests wait here
+LEAST_COUNT = 40  # requests a point sends however low its rate
 
 
 # --- servers -----------------------------------------------------------------------------------
@@ -445,7 +446,7 @@ class Target:
         self.send = send
 
     async def point(self, rate: float, seconds: float, slo: float, seed: int) -> dict:
-        count = max(40, int(rate * seconds))
+        count = max(LEAST_COUNT, int(rate * seconds))
         batched = isinstance(self.server, BatcherServer)
         items_before = self.server.batched_items() if batched else (0.0, 0.0)
         cpu_before = self.server.cpu_seconds()
@@ -481,6 +482,13 @@ class Target:
             "client_cpu_ms_per_request": 1000 * client_cpu / count,
             "mean_batch_items": items / batches if batches else math.nan,
         }
+
+
+def warm_rate(first_rate: float) -> float:
+    """The rate of the one-second point that opens a way's connections and warms its path before
+    the measured points: a quarter of the first measured rate, or ``LEAST_COUNT`` a second where
+    that is lower (a smoke's low first rate would stretch the second to several)."""
+    return max(first_rate / 4, LEAST_COUNT)
 
 
 async def targets_for(
@@ -770,7 +778,7 @@ async def run_passes(
     points: list[dict] = []
     try:
         for target in targets.values():  # open connections, warm every path
-            await target.point(args.start / 4, 1.0, args.slo_seconds, seed=0)
+            await target.point(warm_rate(args.start), 1.0, args.slo_seconds, seed=0)
         starts = dict.fromkeys(modes, args.start)
         for index in range(1, args.passes + 1):
             before = loadavg()
@@ -974,7 +982,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the servers this bench started are stopped on the way out
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.smoke:
-        args.passes, args.seconds, args.start, args.ceiling = 1, 0.5, 50.0, 120.0
+        # two points a way that holds: the first rate, then the ceiling one step above it
+        args.passes, args.seconds, args.start, args.ceiling = 1, 0.5, 50.0, 100.0
         args.step, args.resolution = 2.0, 0.5
     extra = [
         *("--max-batch-size", str(args.max_batch_size), "--max-queue", "4096"),

@@ -63,6 +63,7 @@ from bench.batcher_serving import (  # noqa: E402
     loadavg,
     model_row_microseconds,
     targets_for,
+    warm_rate,
 )
 from bench.minimal_batcher import serve_infer_route  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
@@ -190,7 +191,7 @@ async def measure(servers: dict[str, Served], args: argparse.Namespace) -> list[
     points: list[dict] = []
     try:
         for target in targets.values():  # connections open, every path warm
-            await target.point(min(args.rates) / 4, 1.0, args.slo_seconds, seed=0)
+            await target.point(warm_rate(min(args.rates)), 1.0, args.slo_seconds, seed=0)
         for index in range(1, args.rounds + 1):
             before = loadavg()
             order = list(targets) if index % 2 else list(reversed(targets))

@@ -38,6 +38,7 @@ from bench.batcher_serving import (  # noqa: E402
     Target,
     loadavg,
     targets_for,
+    warm_rate,
 )
 from bench.report_json import write_report  # noqa: E402
 
@@ -107,7 +108,7 @@ async def interleaved_rounds(
     failed = dict.fromkeys(ways, 0)
     try:
         for target in targets.values():
-            await target.point(rate / 4, 1.0, 1.0, seed=0)
+            await target.point(warm_rate(rate), 1.0, 1.0, seed=0)
         for index in range(1, rounds + 1):
             before = loadavg()
             for way in ways if index % 2 else reversed(ways):
