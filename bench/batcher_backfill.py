@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     global bench
     bench = importlib.import_module("bench.batcher")
     if args.smoke:
-        args.fractions, args.sim_seconds, args.phase_seconds = "0.3", 5.0, 6.0
+        args.fractions, args.sim_seconds, args.phase_seconds = "0.3", 5.0, 3.0
         args.rounds, args.warmup_repeats = 1, 2
     fractions = [float(f) for f in args.fractions.split(",")]
     report: dict = {
