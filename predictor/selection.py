@@ -342,8 +342,10 @@ def candidate_forecasts(
     makers: dict[str, Callable[[], ForecastModel]] = {
         n: factories[n] for n in instances if n not in composites
     }
-    for composite in composites.values():
-        for member in composite.members:
+    # A combination that is a member of another is backtested whole: its own members are not.
+    nested = {m.name for c in composites.values() for m in c.members if isinstance(m, Combination)}
+    for name, composite in composites.items():
+        for member in composite.members if name not in nested else ():
             makers.setdefault(member.name, partial(copy.deepcopy, member))
     forecasts: dict[str, OriginForecasts] = {}
     for name, make in makers.items():
