@@ -39,7 +39,7 @@ import logging
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -65,7 +65,7 @@ from batcher.errors import (
     RequestTimedOut,
     ShuttingDown,
 )
-from batcher.execution import BatchExecutor, Outcome, describe
+from batcher.execution import BatchExecutor, Outcome, QueueingExecutor, describe
 from batcher.memory import MemoryMonitor
 from batcher.metrics import BatcherMetrics
 from batcher.policy import (
@@ -77,6 +77,7 @@ from batcher.policy import (
     admission_refusal,
     dispatch_deadline,
     fitting_prefix,
+    lookahead_at,
     next_start_for_utilization,
     split_index,
 )
@@ -86,6 +87,10 @@ from batcher.service_spread import RequestSizes, service_scv
 log = logging.getLogger(__name__)
 
 BUSY_WINDOW_SECONDS = 60.0
+
+# A batch to run next: its requests, the future of its outcome when it was sent already, and
+# when the device took it up (or the engine decided to run it).
+Following = tuple[list[QueuedRequest], "asyncio.Future[Outcome] | None", float]
 
 
 class Batcher:
@@ -170,7 +175,7 @@ class Batcher:
         )
         self.controller = self.lane.controller
         self.online_latencies = self.lane.online_latencies
-        self._in_flight = 0  # requests in the batch running now
+        self._in_flight = 0  # requests in the batches sent to the device and not answered
         # One loop timer for every waiting request's timeout, armed at or before the earliest:
         # a timer per request cost a handle and two heap operations each.
         self._expiry_timer: asyncio.TimerHandle | None = None
@@ -179,7 +184,7 @@ class Batcher:
             queue_items=lambda: self._waiting.online_items,
             queue_requests=lambda: len(self._waiting.online),
             best_effort_queue_items=lambda: self._waiting.best_effort_items,
-            in_flight_requests=lambda: self._in_flight,
+            in_flight_requests=lambda: self.in_flight_requests,
             cap=lambda: self.cap,
         )
 
@@ -470,6 +475,11 @@ class Batcher:
         return len(self._waiting.online)
 
     @property
+    def in_flight_requests(self) -> int:
+        """Requests in the batch running and in one sent to wait behind it (look-ahead)."""
+        return self._in_flight
+
+    @property
     def cap(self) -> int:
         """The batch-size cap in force now, within what the device's free memory holds."""
         return self.sizing.cap
@@ -644,30 +654,69 @@ class Batcher:
             await asyncio.wait_for(self._wakeup.wait(), delay)
 
     async def _execute(self, batch: list[QueuedRequest]) -> None:
-        """Run one batch (all of one class) and answer its requests."""
+        """Run one batch (all of one class) and answer its requests; then, one after another,
+        any batch formed and sent while the one before ran (:meth:`_look_ahead`)."""
+        following: Following | None = (batch, None, asyncio.get_running_loop().time())
+        while following is not None:
+            batch, sent, started = following
+            following = await self._run_batch(batch, sent, started)
+
+    async def _run_batch(
+        self, batch: list[QueuedRequest], sent: asyncio.Future[Outcome] | None, started: float
+    ) -> Following | None:
+        """Run ``batch`` (``sent`` already, when a look-ahead sent it) and answer it; the batch
+        sent while it ran, if any."""
         loop = asyncio.get_running_loop()
         best_effort = batch[0].best_effort
         items = sum(r.size for r in batch)
         executed = self.executor.batch_size_for(items)
-        started = loop.time()
         self._observe_dispatch_gap(batch, started)
         planned = self.cost.estimate(executed)
-        # admission (this model's and the others') predicts with the mean
-        self.device.busy_until = started + self.cost.mean(executed)
-        self._in_flight = len(batch)
+        if sent is None:  # admission (this model's and the others') predicts with the mean
+            self.device.busy_until = started + self.cost.mean(executed)
+            self._in_flight += len(batch)
+        following = None
         try:
-            outcome = await self.executor.execute([r.payload for r in batch])
+            if sent is None and self._looks_ahead(best_effort):
+                sent = cast(QueueingExecutor, self.executor).send([r.payload for r in batch])
+            if sent is None:
+                outcome = await self.executor.execute([r.payload for r in batch])
+            else:
+                following = await self._look_ahead(sent, started, executed)
+                outcome = await sent
         except Exception as exc:  # the executor itself broke: fail this batch, keep serving
             log.exception("executor failed")
             outcome = Outcome(error=f"runtime error: {describe(exc)}")
         finally:
             self.device.release(self.name)
         ended = loop.time()
-        self.device.busy_until = ended
+        if following is None:
+            self.device.busy_until = ended
+        else:
+            self.device.try_take(self.name)  # the device's only user: it runs the next at once
+        self._finish_batch(batch, items, executed, started, ended, planned, outcome)
+        if following is None:
+            return None
+        return (*following, self.device.freed_at or ended)
+
+    def _finish_batch(
+        self,
+        batch: list[QueuedRequest],
+        items: int,
+        executed: int,
+        started: float,
+        ended: float,
+        planned: float,
+        outcome: Outcome,
+    ) -> None:
+        """Everything a finished batch changes: the device's clock, the cost model, the cap,
+        the metrics, and (on the loop's next turn) its requests' answers."""
+        loop = asyncio.get_running_loop()
+        best_effort = batch[0].best_effort
         finished = outcome.finished_at
         # the device's clock is the loop's unless the loop keeps virtual time (simulations)
         self.device.freed_at = finished if finished and started <= finished <= ended else ended
-        self._in_flight = 0
+        self._in_flight -= len(batch)
         self.batches += 1
         self._account_busy(started, ended, outcome, batch[0].request_class)
         if best_effort:
@@ -724,6 +773,69 @@ class Batcher:
                         "cap": self.cap,
                     },
                 )
+
+    def _looks_ahead(self, best_effort: bool) -> bool:
+        """Whether the next batch may be formed and sent while this one runs: online batches,
+        an executor that queues them, and a device that no other model shares and that no
+        utilization cap makes idle between batches (both decide at the moment it frees)."""
+        return (
+            self.executor.queues_batches
+            and not best_effort
+            and self.utilization_cap >= 1.0
+            and len(self.device.models) == 1
+        )
+
+    async def _look_ahead(
+        self, running: asyncio.Future[Outcome], started: float, executed: int
+    ) -> tuple[list[QueuedRequest], asyncio.Future[Outcome]] | None:
+        """From shortly before ``running`` is expected to end, dispatch as if the device were
+        free, sending the next online batch to wait behind it: the device goes on to it at once
+        instead of idling while this loop learns of the end, answers it and decides (the
+        turnaround, which grows with everything else this loop serves). None when ``running``
+        ended first."""
+        loop = asyncio.get_running_loop()
+        expected = self.cost.mean(executed)
+        if expected <= 0:  # nothing measured yet: no telling when it ends
+            return None
+        at = lookahead_at(started, expected)
+        while not running.done():
+            now = loop.time()
+            if now < at:
+                await asyncio.wait({running}, timeout=at - now)
+                continue
+            wake_at = None
+            if self._waiting.online and not self._waiting.retry:
+                cap = self.cap
+                state = DispatchState(
+                    queue=[r.pending() for r in self._waiting.online[: cap + 1]],
+                    now=now,
+                    cap=cap,
+                    earliest_start=self._earliest_start,
+                    arrival_rate=self._arrivals.items_rate(now),
+                )
+                decision = self.policy.decide(
+                    state, self.sizing.cost_of, self.sizing.expected_cost_of
+                )
+                if decision.take:
+                    return self._send_next(self._pop_online(decision.take), now)
+                wake_at = decision.wake_at
+            self._wakeup.clear()  # set again by the next arrival
+            arrival: asyncio.Future[Any] = asyncio.ensure_future(self._wakeup.wait())
+            timeout = None if wake_at is None else max(0.0, wake_at - loop.time())
+            await asyncio.wait(
+                (running, arrival), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            arrival.cancel()
+        return None
+
+    def _send_next(
+        self, batch: list[QueuedRequest], now: float
+    ) -> tuple[list[QueuedRequest], asyncio.Future[Outcome]]:
+        executed = self.executor.batch_size_for(sum(r.size for r in batch))
+        self.device.busy_until = max(self.device.busy_until, now) + self.cost.mean(executed)
+        self._in_flight += len(batch)
+        queueing = cast(QueueingExecutor, self.executor)
+        return batch, queueing.send([r.payload for r in batch])
 
     def _observe_dispatch_gap(self, batch: list[QueuedRequest], started: float) -> None:
         """The device's idle before ``batch`` when its first request was waiting already as the

@@ -48,6 +48,9 @@ class BatchExecutor(Protocol):
     # False while what runs the batches is being replaced (a model process that died): the
     # model then reports not ready, so load balancers stop sending until it is back.
     up: bool
+    # True for a :class:`QueueingExecutor`: a batch may be sent while another runs, and waits
+    # its turn in the executor's own queue (a worker thread's, a model process's socket)
+    queues_batches: bool
 
     def batch_size_for(self, items: int) -> int:
         """The size actually executed for ``items`` items (after padding)."""
@@ -56,6 +59,14 @@ class BatchExecutor(Protocol):
     async def execute(self, payloads: list[Any]) -> Outcome: ...
 
     def close(self) -> None: ...
+
+
+class QueueingExecutor(BatchExecutor, Protocol):
+    """An executor whose ``queues_batches`` is True."""
+
+    def send(self, payloads: list[Any]) -> asyncio.Future[Outcome]:
+        """Send the batch now, behind any still running; the future holds its outcome."""
+        ...
 
 
 def describe(exc: BaseException) -> str:
@@ -112,6 +123,7 @@ class ThreadExecutor:
     """
 
     up = True  # a thread in this process: there is nothing to replace
+    queues_batches = True
 
     def __init__(
         self,
@@ -132,10 +144,13 @@ class ThreadExecutor:
         return self._size_for(items)
 
     async def execute(self, payloads: list[Any]) -> Outcome:
+        return await self.send(payloads)
+
+    def send(self, payloads: list[Any]) -> asyncio.Future[Outcome]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
         self._jobs.put(_Job(payloads, loop, done))
-        return await done
+        return done
 
     def close(self) -> None:
         self._jobs.put(None)

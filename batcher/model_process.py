@@ -28,6 +28,7 @@ The child's side is :mod:`batcher.model_process_child`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -113,7 +114,8 @@ class _Replies(asyncio.Protocol):
 
 
 class ModelProcess:
-    """The engine's executor when the model runs in a child process; one batch at a time.
+    """The engine's executor when the model runs in a child process; one batch at a time, the
+    next one queued in the socket while it runs (``queues_batches``).
 
     :meth:`start` spawns the child and waits until it has loaded the model (blocking: call it
     before serving, or on a worker thread); the model's signature comes back with it.
@@ -131,11 +133,14 @@ class ModelProcess:
         self.memory: dict[str, Any] = {}  # the child's last memory report ({} on CPU)
         self.restarts = 0
         self.up = False  # a child has loaded the model and has not died since
+        self.queues_batches = True
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._transport: asyncio.Transport | None = None
-        self._waiting: asyncio.Future[Outcome] | None = None
+        # the batches sent and not answered yet, oldest first: the child answers in order
+        self._pending: collections.deque[asyncio.Future[Outcome]] = collections.deque()
         self._restarting: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Future[tuple[asyncio.BaseTransport, Any]] | None = None
         self._closing = False
         self._calls = 0
 
@@ -204,13 +209,13 @@ class ModelProcess:
                 self._proc.wait()
 
     def _lost(self) -> None:
-        """The socket closed: the child exited. Fail the batch it held and start a new one."""
-        self._transport = None
+        """The socket closed: the child exited. Fail the batches it held and start a new one."""
+        self._transport, self._connecting = None, None
         self.up = False
-        if self._waiting is not None and not self._waiting.done():
-            self._waiting.set_result(
-                Outcome(error="the model process ended while running the batch")
-            )
+        while self._pending:
+            waiting = self._pending.popleft()
+            if not waiting.done():
+                waiting.set_result(Outcome(error="the model process ended while running the batch"))
         if not self._closing:
             self._restarting = asyncio.get_running_loop().create_task(self._restart())
 
@@ -247,16 +252,29 @@ class ModelProcess:
                 return Outcome(error="the model process is restarting; retry shortly")
             if self._sock is None or self._sock.fileno() < 0:
                 return Outcome(error="the model process is gone and could not be restarted")
+            await self._connect()
+        return await self.send(payloads)
+
+    async def _connect(self) -> None:
+        """Attach the socket to this loop, once for all the batches that ask meanwhile."""
+        if self._connecting is None:
             loop = asyncio.get_running_loop()
-            transport, _ = await loop.create_connection(lambda: _Replies(self), sock=self._sock)
-            self._transport = transport  # type: ignore[assignment]
+            self._connecting = asyncio.ensure_future(
+                loop.create_connection(lambda: _Replies(self), sock=self._sock)
+            )
+        transport, _ = await asyncio.shield(self._connecting)
+        self._transport = cast(asyncio.Transport, transport)  # a socket's: readable, writable
+
+    def send(self, payloads: list[Payload]) -> asyncio.Future[Outcome]:
+        if self._transport is None:  # not connected yet, or the child is being replaced
+            return asyncio.ensure_future(self.execute(payloads))
         described, raw = encode_payloads(payloads)
         self._calls += 1
-        self._waiting = asyncio.get_running_loop().create_future()
+        waiting: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._pending.append(waiting)
         envelope = {"tensors": described, "buckets": list(self.buckets) if self.buckets else None}
-        assert self._transport is not None
         self._transport.write(frame(self._calls, envelope, raw))
-        return await self._waiting
+        return waiting
 
     def release_cache(self, last_activity: float) -> bool:
         """Ask the child to give its allocator's cached blocks back (not answered); False when
@@ -268,9 +286,12 @@ class ModelProcess:
 
     def _replied(self, envelope: dict[str, Any], payload: bytes) -> None:
         self.memory = {**self.memory, **envelope["memory"]}  # stats come now and then
-        if self._waiting is None or self._waiting.done():
+        if not self._pending:
             return
-        self._waiting.set_result(
+        waiting = self._pending.popleft()
+        if waiting.done():
+            return
+        waiting.set_result(
             Outcome(
                 results=decode_payloads(envelope["tensors"], payload),
                 out_of_memory=envelope["out_of_memory"],

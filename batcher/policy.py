@@ -77,6 +77,8 @@ CAP_MARGIN_STDDEVS = 1.0  # noise allowed for when sizing the cap (deadlines use
 BACKOFF_FACTOR = 0.75
 GROWTH_FRACTION = 0.125
 OOM_CEILING_FRACTION = 0.75
+LOOKAHEAD_FRACTION = 0.25  # the next batch is formed this share of the running one's time early
+LOOKAHEAD_MIN_SECONDS = 0.001
 
 Cost = Callable[[int], float]
 
@@ -207,6 +209,15 @@ class FixedDelayPolicy:
         if state.now >= release:
             return Decision(count)
         return Decision(0, release)
+
+
+def lookahead_at(started: float, expected_seconds: float) -> float:
+    """When to form the next batch while one that started at ``started`` runs, for an executor
+    that queues batches: early enough that it waits on the device when the running batch ends
+    (the engine learns of that end late when its loop is busy), late enough that it still takes
+    most of what arrives meanwhile. At once for a batch shorter than the minimum lead."""
+    lead = max(LOOKAHEAD_MIN_SECONDS, LOOKAHEAD_FRACTION * expected_seconds)
+    return started + max(0.0, expected_seconds - lead)
 
 
 def next_start_for_utilization(end: float, duration: float, utilization_cap: float) -> float:

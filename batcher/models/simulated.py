@@ -66,6 +66,7 @@ class SimulatedModel:
         return base * self.slowdown
 
     up = True
+    queues_batches = False  # a batch sleeps its time out: two at once would overlap
 
     def batch_size_for(self, items: int) -> int:
         return bucket_size(items, self.buckets) if self.buckets else items

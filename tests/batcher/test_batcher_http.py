@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -279,6 +280,8 @@ def test_unknown_model_gets_404(serve) -> None:
 
 
 def test_full_queue_is_refused_with_429_and_accepted_work_completes(serve) -> None:
+    """The queue bound counts what waits: one request runs (held), the next is sent to wait
+    behind it on the device (the look-ahead), one waits in the queue, the fourth is refused."""
     model = EchoModel()
     server = serve(model, max_batch_size=1, max_queue=1)
     model.entered.clear()  # set by the start-up warm-up
@@ -289,22 +292,29 @@ def test_full_queue_is_refused_with_429_and_accepted_work_completes(serve) -> No
     def post(tag: str) -> None:
         replies[tag] = requests.post(url, json=json_request([[1, 2, 3]], [[1]]), timeout=30)
 
-    first = threading.Thread(target=post, args=("running",))
-    first.start()
+    def wait_for(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 10
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    threads = {tag: threading.Thread(target=post, args=(tag,)) for tag in ("running", "next")}
+    threads["running"].start()
     assert model.entered.wait(timeout=10)
-    second = threading.Thread(target=post, args=("queued",))
-    second.start()
-    deadline = time.monotonic() + 10
-    while server.batcher.queued_items < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    threads["next"].start()
+    wait_for(lambda: server.batcher.in_flight_requests == 2)
+    threads["queued"] = threading.Thread(target=post, args=("queued",))
+    threads["queued"].start()
+    wait_for(lambda: server.batcher.queued_items == 1)
     refused = requests.post(url, json=json_request([[1, 2, 3]], [[1]]), timeout=10)
     model.release.set()
-    first.join(timeout=30)
-    second.join(timeout=30)
+    for thread in threads.values():
+        thread.join(timeout=30)
     assert refused.status_code == 429
     assert "queue full" in refused.json()["error"]
     assert int(refused.headers["Retry-After"]) >= 1
-    assert replies["running"].status_code == 200 and replies["queued"].status_code == 200
+    assert {tag: reply.status_code for tag, reply in replies.items()} == dict.fromkeys(
+        ("running", "next", "queued"), 200
+    )
 
 
 def test_a_request_predicted_past_the_slo_is_refused_with_429_and_retry_after(serve) -> None:

@@ -97,7 +97,8 @@ def test_batches_run_in_the_child_and_come_back_whole(process: ModelProcess) -> 
     payloads = [_payload(rows, seed) for seed, rows in enumerate((1, 3, 2))]
 
     async def run():
-        return [await process.execute(payloads), await process.execute(payloads[:1])]
+        # the second is sent while the first runs: it waits in the socket, answered in turn
+        return list(await asyncio.gather(process.send(payloads), process.send(payloads[:1])))
 
     before = time.monotonic()
     first, second = asyncio.run(run())

@@ -20,6 +20,7 @@ from batcher.policy import (
     broken_by_execution,
     dispatch_deadline,
     fitting_prefix,
+    lookahead_at,
     next_start_for_utilization,
     predicted_finish,
     split_index,
@@ -473,3 +474,9 @@ class TestCostModel:
         assert model.fixed_seconds + 2 * model.per_item_seconds == pytest.approx(0.027)
         assert model.fixed_seconds > 0 and model.per_item_seconds > 0
         assert model.mean(32) < 0.5 * 16 * 0.027
+
+
+def test_the_next_batch_is_formed_a_quarter_of_the_running_ones_time_early() -> None:
+    assert lookahead_at(10.0, 0.020) == pytest.approx(10.015)
+    assert lookahead_at(10.0, 0.002) == pytest.approx(10.001)  # at least a millisecond early
+    assert lookahead_at(10.0, 0.0005) == 10.0  # shorter than that: at once

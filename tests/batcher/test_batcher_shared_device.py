@@ -22,6 +22,7 @@ class Recorded:
     """A simulated model that records when each of its batches held the device."""
 
     up = True
+    queues_batches = False
 
     def __init__(self, model: SimulatedModel, runs: list[tuple[float, float, str]], name: str):
         self.model = model

@@ -4,11 +4,13 @@ serving path allows, and say how much it idled while work waited."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from prometheus_client import CollectorRegistry
 
+from batcher.device import SharedDevice
 from batcher.engine import Batcher
-from batcher.execution import Outcome
+from batcher.execution import Outcome, ThreadExecutor
 from batcher.metrics import BatcherMetrics
 from batcher.models.simulated import SimPayload, SimulatedModel
 from batcher.policy import FixedDelayPolicy
@@ -19,6 +21,7 @@ class HeldExecutor:
     sent with how many requests had been answered by then (``answered``)."""
 
     up = True
+    queues_batches = False
 
     def __init__(self) -> None:
         self.events: list[str] = []
@@ -38,8 +41,8 @@ class HeldExecutor:
         pass
 
 
-def metrics(cap: int) -> BatcherMetrics:
-    return BatcherMetrics(CollectorRegistry(), "sim", 0.5, cap)
+def metrics(cap: int, model: str = "sim") -> BatcherMetrics:
+    return BatcherMetrics(CollectorRegistry(), model, 0.5, cap)
 
 
 def gap_count(batcher: Batcher, cause: str = "turnaround") -> tuple[float | None, ...]:
@@ -132,3 +135,81 @@ def test_a_gap_the_policy_chose_to_fill_a_batch_is_told_apart(run_virtual) -> No
     seconds, count = gap_count(batcher, "filling")
     assert count == 1 and 0.03 < seconds < 0.05  # 50 ms after arrival, less the 18 ms batch
     assert gap_count(batcher, "turnaround") == (0.0, 0.0)
+
+
+class GatedThreadExecutor(ThreadExecutor):
+    """A worker thread whose batches each wait for the test to open their gate; records when
+    batches are sent and run."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.gates: list[threading.Event] = [threading.Event() for _ in range(8)]
+        self.ran = 0
+        super().__init__(self._run)
+
+    def send(self, payloads: list[object]) -> asyncio.Future[Outcome]:
+        self.events.append(f"sent {payloads[0]}..{payloads[-1]}")
+        return super().send(payloads)
+
+    def _run(self, payloads: list[object]) -> list[object]:
+        gate = self.gates[self.ran]
+        self.ran += 1
+        gate.wait(10.0)  # bounded: a failing test must not hang the worker
+        return payloads
+
+
+def test_the_next_batch_is_sent_while_the_running_one_still_runs() -> None:
+    """With an executor that queues batches, the next batch waits on the device before the
+    running one ends: the device goes on to it without waiting for the loop to decide."""
+    executor = GatedThreadExecutor()
+    for gate in executor.gates[:3]:
+        gate.set()  # three batches that fit the cost model
+
+    async def main() -> list[str]:
+        batcher = Batcher(executor, max_batch_size=4, slo_seconds=1.0, metrics=metrics(4))
+        await batcher.start()
+        for first in (0, 4, 8):
+            await asyncio.gather(*(batcher.submit(i) for i in range(first, first + 4)))
+        held = [asyncio.ensure_future(batcher.submit(i)) for i in range(12, 16)]
+        while len(executor.events) < 4:  # batch 12..15 is running, held at its gate
+            await asyncio.sleep(0.001)
+        queued = [asyncio.ensure_future(batcher.submit(i)) for i in range(16, 20)]
+        for _ in range(5000):  # its look-ahead comes within the batch's expected time
+            if len(executor.events) == 5:
+                break
+            await asyncio.sleep(0.001)
+        events = list(executor.events)
+        executor.gates[3].set()
+        executor.gates[4].set()
+        answers = await asyncio.gather(*held, *queued)
+        assert answers == list(range(12, 20))
+        await batcher.drain()
+        return events
+
+    events = asyncio.run(main())
+    assert events[3:] == ["sent 12..15", "sent 16..19"]  # 16..19 sent while 12..15 was held
+
+
+def test_only_a_device_of_its_own_with_a_queueing_executor_looks_ahead() -> None:
+    async def main() -> dict[str, bool]:
+        plain = Batcher(ThreadExecutor(lambda p: p), metrics=metrics(32))
+        capped = Batcher(ThreadExecutor(lambda p: p), utilization_cap=0.5, metrics=metrics(32))
+        shared_device = SharedDevice()
+        shared = Batcher(ThreadExecutor(lambda p: p), device=shared_device, metrics=metrics(32))
+        Batcher(ThreadExecutor(lambda p: p), device=shared_device, metrics=metrics(32, "other"))
+        simulated = Batcher(SimulatedModel(0.01, 0.001), metrics=metrics(32))
+        return {
+            "online": plain._looks_ahead(best_effort=False),
+            "best-effort": plain._looks_ahead(best_effort=True),
+            "utilization cap": capped._looks_ahead(best_effort=False),
+            "shared device": shared._looks_ahead(best_effort=False),
+            "one batch at a time": simulated._looks_ahead(best_effort=False),
+        }
+
+    assert asyncio.run(main()) == {
+        "online": True,
+        "best-effort": False,
+        "utilization cap": False,
+        "shared device": False,
+        "one batch at a time": False,
+    }
