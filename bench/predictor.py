@@ -813,8 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=[],
         metavar="NAME",
-        help="models offered only when a target names them (gru, tracking, boosted) to add to "
-        "the candidates, alone and in the selection",
+        help="models offered only when a target names them (gru, tracking, boosted, hierarchy) to "
+        "add to the candidates, alone and in the selection",
     )
     parser.add_argument(
         "--rules",

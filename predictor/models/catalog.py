@@ -50,8 +50,10 @@ LEARNED = (
 # Offered only when a target names it: a GRU fit costs far more than any other model's and,
 # on the bench's series, earns nothing over them; the tracking combination improved the design
 # windows a little and lost on the check windows; the boosted trees, as a member of the median,
-# moved design and check by 0.003 while doubling an update's cost (docs/predictor-accuracy.md).
-ON_REQUEST = ("gru", "tracking", "boosted")
+# moved design and check by 0.003 while doubling an update's cost; the temporal hierarchy, as a
+# member of the median, moved the check by 0.003 and earned about what a second vote for
+# `seasonal_mean` does, at half again an update's cost (docs/predictor-accuracy.md).
+ON_REQUEST = ("gru", "tracking", "boosted", "hierarchy")
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +161,10 @@ def candidate_factories(
         )
     # `seasonal_mean` forecast at every level of a temporal hierarchy (blocks of 1, 2, 4 and 8
     # steps for 8 horizons, each with the seasons that divide into whole blocks) and reconciled,
-    # where a season is usable: the seasonal average is the one model cheap and sound on a few
-    # dozen blocks. Its gain was as a member of the median ensemble ("Eighth round" of
-    # docs/predictor-accuracy.md).
-    if "seasonal_mean" in factories:
+    # when named and where a season is usable: the seasonal average is the one model cheap and
+    # sound on a few dozen blocks. Named, it also joins the median ensemble, where its gain was
+    # ("Eighth round" of docs/predictor-accuracy.md).
+    if "seasonal_mean" in factories and "hierarchy" in include:
         factories["hierarchy"] = partial(
             temporal_hierarchy, factories["seasonal_mean"], tuple(periods), max_horizon
         )

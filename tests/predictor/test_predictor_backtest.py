@@ -242,8 +242,10 @@ def test_the_combination_weighs_the_best_members_and_always_the_best_seasonal_co
         "seasonal_level",
         "seasonal_blend",
         "seasonal_mean",
-        "hierarchy",
     ]
+    # Offered on request, the temporal hierarchy joins the median only when named.
+    named = candidate_factories(3600, [86400], 2, 24 * 10, include=["ensemble", "hierarchy"])
+    assert [m.name for m in named["ensemble"]().members] == [*members, "hierarchy"]
     combination = Combination(
         [NaiveModel(1), SeasonalNaiveModel(24, 1, name="seasonal_naive_daily")]
         + [ConstantModel(c, f"c{c:g}") for c in (1.0, 2.0, 3.0)],

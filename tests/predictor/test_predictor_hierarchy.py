@@ -75,12 +75,7 @@ def test_a_level_forecasts_the_sums_of_the_next_blocks_spread_over_their_steps()
 
 
 def _hierarchy(n: int) -> TemporalHierarchy:
-    model = candidate_factories(
-        HOUR,
-        (DAY,),
-        8,
-        n,
-    )["hierarchy"]()
+    model = candidate_factories(HOUR, (DAY,), 8, n, include=("hierarchy",))["hierarchy"]()
     assert isinstance(model, TemporalHierarchy)
     return model
 
@@ -118,7 +113,7 @@ def test_a_hierarchy_needs_a_base_and_a_level():
 def test_backtest_scoring_reproduces_the_live_model_exactly():
     y = _daily(16, noise=6.0)
     start, end = 24 * 13, 24 * 14
-    factories = candidate_factories(HOUR, (DAY, WEEK), 8, start)
+    factories = candidate_factories(HOUR, (DAY, WEEK), 8, start, include=("hierarchy",))
     forecasts, errors, _ = candidate_forecasts(
         {"hierarchy": factories["hierarchy"]}, y, start, [start, end], 8
     )
@@ -132,9 +127,12 @@ def test_backtest_scoring_reproduces_the_live_model_exactly():
     np.testing.assert_allclose(forecasts["hierarchy"].point[: end - start], paths[:-1], atol=1e-9)
 
 
-def test_it_is_a_candidate_and_a_member_of_the_median_and_selection_scores_both():
+def test_named_it_is_a_candidate_and_a_member_of_the_median_and_selection_scores_both():
     y = _daily(16, noise=6.0)
-    factories = candidate_factories(HOUR, (DAY, WEEK), 8, len(y))
+    unnamed = candidate_factories(HOUR, (DAY, WEEK), 8, len(y))
+    assert "hierarchy" not in unnamed
+    assert "hierarchy" not in unnamed["ensemble"]().member_names()
+    factories = candidate_factories(HOUR, (DAY, WEEK), 8, len(y), include=[*unnamed, "hierarchy"])
     assert "hierarchy" in factories["ensemble"]().member_names()
     selection = select_model(factories, y, range(1, 9), cycle=24)
     assert {"hierarchy", "ensemble"} <= set(selection.results)
@@ -142,8 +140,8 @@ def test_it_is_a_candidate_and_a_member_of_the_median_and_selection_scores_both(
         assert np.isfinite(list(selection.results[name].wape.values())).all()
 
 
-def test_without_a_season_it_is_not_offered():
-    factories = candidate_factories(10.0, (DAY,), 8, 400)
+def test_without_a_season_it_is_not_offered_even_named():
+    factories = candidate_factories(10.0, (DAY,), 8, 400, include=("hierarchy", "ensemble"))
     assert "hierarchy" not in factories
     assert "hierarchy" not in factories["ensemble"]().member_names()
 

@@ -73,7 +73,9 @@ def test_naive_repeats_the_last_value_at_every_horizon():
         lambda: AutoregressiveModel(6, periods=(PERIOD,), transform="none"),
         lambda: CalendarRegressionModel(6, periods=(PERIOD,)),
         lambda: MSTLModel(6, periods=(PERIOD,)),
-        lambda: candidate_factories(3600, (86400.0,), 6, 24 * 12)["hierarchy"](),
+        lambda: candidate_factories(3600, (86400.0,), 6, 24 * 12, include=("hierarchy",))[
+            "hierarchy"
+        ](),
     ],
 )
 def test_a_pure_seasonal_series_is_forecast_almost_exactly(factory):
@@ -393,6 +395,7 @@ ON_REQUEST = [
     from_catalog(3600, "boosted", include=("boosted",)),
     # The catalog does not offer boosted trees without a season; the model still works.
     pytest.param(lambda n: partial(BoostedTreesModel, 3), id="boosted-without-season"),
+    from_catalog(3600, "hierarchy", include=("hierarchy",)),
 ]
 
 
