@@ -10,7 +10,10 @@ server CPU-second, and the model's **inflation**: the time a batch took in the s
 engine's own ``compute_latency`` histogram) over what the MLP alone takes for a batch of that
 size (timed in a child process with nothing else running in it). Inflation above 1 is time the
 model spent waiting, not computing: on a thread, mostly waiting to take the interpreter lock
-back between operators while the event loop holds it.
+back between operators while the event loop holds it. **Idle** is the share of the point's time
+the device sat idle between batches while the next one's requests waited, for the serving
+path's turnaround (``autoglm_batcher_dispatch_gap_seconds{cause="turnaround"}``): what the
+look-ahead dispatch is there to remove.
 
     python bench/batcher_ab.py                          # thread against process, 1000..3000 req/s
     python bench/batcher_ab.py --ways "eager=--dispatch eager,fill=--dispatch fill"
@@ -26,6 +29,7 @@ import math
 import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,15 +70,22 @@ async def measure(server: BatcherServer, rate: float, seconds: float, seed: int)
     """One open-loop point, with the batches the server ran during it."""
     targets, close = await targets_for(server, None, ("rest-json",))
     compute = "autoglm_batcher_compute_latency_seconds"
+    gap, turnaround = "autoglm_batcher_dispatch_gap_seconds", 'cause="turnaround"'
     try:
         seconds_before, batches_before = histogram_totals(server.http_port, compute)
+        idle_before, _ = histogram_totals(server.http_port, gap, turnaround)
+        wall_before = time.monotonic()
         point = await targets["rest-json"].point(rate, seconds, 0.1, seed)  # its mean batch too
+        wall = time.monotonic() - wall_before
         seconds_after, batches_after = histogram_totals(server.http_port, compute)
+        idle_after, _ = histogram_totals(server.http_port, gap, turnaround)
     finally:
         await close()
     batches = batches_after - batches_before
     point["batches"] = batches
     point["batch_seconds"] = (seconds_after - seconds_before) / batches if batches else math.nan
+    # the device idle with work waiting, for the serving path's turnaround: a share of the point
+    point["turnaround_idle_share"] = (idle_after - idle_before) / wall
     return point
 
 
@@ -129,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"  {way:10} {rate:6.0f}/s  p50 {point['p50_ms']:7.1f} ms  p99 "
                         f"{point['p99_ms']:7.1f} ms  fail {point['failures']:4}  batch "
                         f"{point['mean_batch_items']:5.1f}  {1000 * point['batch_seconds']:6.2f} "
-                        f"ms/batch  {point['server_cores']:.2f} cores",
+                        f"ms/batch  {point['server_cores']:.2f} cores  idle "
+                        f"{100 * point['turnaround_idle_share']:4.1f}%",
                         flush=True,
                     )
     finally:
@@ -145,15 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(points, rates, list(ways))
     print(
         f"\n{'rate':>6} | {'way':10} {'p99 ms':>8} {'held':>5} {'batch':>6} {'req/CPU-s':>9} "
-        f"{'inflation':>9}   (medians over {args.rounds} round(s); inflation: batch time / the "
-        "MLP alone)"
+        f"{'inflation':>9} {'idle':>6}   (medians over {args.rounds} round(s); inflation: batch "
+        "time / the MLP alone; idle: the device's, with work waiting, for the serving path)"
     )
     for row in rows:
         held = "yes" if row["held"] else "no"
         print(
             f"{row['rate']:6.0f} | {row['way']:10} {row['p99_ms']:8.1f} {held:>5} "
             f"{row['mean_batch_items']:6.1f} {row['requests_per_server_cpu_second']:9.0f} "
-            f"{row['inflation']:9.2f}"
+            f"{row['inflation']:9.2f} {100 * row['turnaround_idle_share']:5.1f}%"
         )
     write_report(
         args.json,
@@ -192,6 +204,9 @@ def summarize(points: list[dict], rates: list[float], ways: list[str]) -> list[d
                         p["requests_per_server_cpu_second"] for p in mine
                     ),
                     "inflation": statistics.median(p["inflation"] for p in mine),
+                    "turnaround_idle_share": statistics.median(
+                        p["turnaround_idle_share"] for p in mine
+                    ),
                 }
             )
     return rows

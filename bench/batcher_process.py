@@ -78,15 +78,16 @@ class BatcherProcess:
         stop_process(self.proc)
 
 
-def histogram_totals(port: int, name: str) -> tuple[float, float]:
+def histogram_totals(port: int, name: str, label: str = "") -> tuple[float, float]:
     """(sum, count) of one of a batcher's histograms (``autoglm_batcher_batch_size_items``: items
-    and batches run so far), from its ``/metrics`` on 127.0.0.1."""
+    and batches run so far), from its ``/metrics`` on 127.0.0.1; of its series with ``label``
+    (``cause="turnaround"``) when the histogram has more than one."""
     url = f"http://127.0.0.1:{port}/metrics"
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     found = {"sum": 0.0, "count": 0.0}
     for line in text.splitlines():
         for key in found:
-            if line.startswith(f"{name}_{key}{{"):
+            if line.startswith(f"{name}_{key}{{") and label in line:
                 found[key] = float(line.rsplit(" ", 1)[1])
     return found["sum"], found["count"]
 

@@ -54,7 +54,8 @@ def test_batcher_ab_smoke_measures_both_ways_and_their_inflation(tmp_path: Path)
         assert point["answered"] > 0 and point["batches"] > 0
         assert point["batch_seconds"] > 0 and point["model_alone_seconds"] > 0
         assert point["inflation"] == point["batch_seconds"] / point["model_alone_seconds"]
-    assert "inflation" in run.stdout
+        assert 0 <= point["turnaround_idle_share"] < 1
+    assert "inflation" in run.stdout and "idle" in run.stdout
 
 
 @pytest.mark.parametrize(
