@@ -33,6 +33,12 @@ def batcher_process(*args: str) -> subprocess.Popen:
     )
 
 
+# A guard against a hang, not a measure: a batcher that imports torch (and, with
+# --model-process, a child that imports it again) took over 60 s to log its first line in a CI
+# rehearsal on 2 cores busy with the slow tier's bench smokes, where it takes 5 s alone.
+START_TIMEOUT_SECONDS = 180.0
+
+
 class LogReader:
     """Reads the process's JSON log lines on a thread so the test can wait for one."""
 
@@ -50,7 +56,7 @@ class LogReader:
             except json.JSONDecodeError:
                 self.lines.put({"msg": line.strip()})
 
-    def wait_for(self, msg: str, timeout: float = 60.0) -> dict:
+    def wait_for(self, msg: str, timeout: float = START_TIMEOUT_SECONDS) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
