@@ -71,6 +71,7 @@ from batcher.metrics import BatcherMetrics
 from batcher.policy import (
     Backlog,
     DeadlinePolicy,
+    Decision,
     DispatchPolicy,
     DispatchState,
     FixedDelayPolicy,
@@ -586,15 +587,7 @@ class Batcher:
                     count, _, _ = fitting_prefix(waiting, cap)
                     await self._execute(self._pop_online(count))
                 continue
-            state = DispatchState(
-                # every request holds at least one item: no batch reaches past cap + 1 of them
-                queue=[r.pending() for r in self._waiting.online[: cap + 1]],
-                now=now,
-                cap=cap,
-                earliest_start=self._earliest_start,
-                arrival_rate=self._arrivals.items_rate(now),
-            )
-            decision = self.policy.decide(state, self.sizing.cost_of, self.sizing.expected_cost_of)
+            decision = self._decide_online(now, cap)
             if decision.take:
                 if await self._hold_device(False, urgent):
                     await self._execute(self._pop_online(decision.take))
@@ -615,6 +608,18 @@ class Batcher:
                 later = [self._best_effort_start(now), self.controller.next_step_at()]
                 wake_at = min([wake_at, *(t for t in later if t > now)])
             await self._sleep_until(loop, wake_at)
+
+    def _decide_online(self, now: float, cap: int) -> Decision:
+        """The policy's decision on the waiting online requests, as if the device were free."""
+        state = DispatchState(
+            # every request holds at least one item: no batch reaches past cap + 1 of them
+            queue=[r.pending() for r in self._waiting.online[: cap + 1]],
+            now=now,
+            cap=cap,
+            earliest_start=self._earliest_start,
+            arrival_rate=self._arrivals.items_rate(now),
+        )
+        return self.policy.decide(state, self.sizing.cost_of, self.sizing.expected_cost_of)
 
     async def _hold_device(self, best_effort: bool, deadline: float) -> bool:
         """Whether this model holds the shared device now, ready to run a batch.
@@ -805,17 +810,7 @@ class Batcher:
                 continue
             wake_at = None
             if self._waiting.online and not self._waiting.retry:
-                cap = self.cap
-                state = DispatchState(
-                    queue=[r.pending() for r in self._waiting.online[: cap + 1]],
-                    now=now,
-                    cap=cap,
-                    earliest_start=self._earliest_start,
-                    arrival_rate=self._arrivals.items_rate(now),
-                )
-                decision = self.policy.decide(
-                    state, self.sizing.cost_of, self.sizing.expected_cost_of
-                )
+                decision = self._decide_online(now, self.cap)
                 if decision.take:
                     return self._send_next(self._pop_online(decision.take), now)
                 wake_at = decision.wake_at
