@@ -33,8 +33,9 @@ the load average.
 ``--rules`` replays, instead of the service, the combination rules tried for the geometric-mean
 goal (weights per hour of the day and per horizon, shrunk toward the median ensemble, gated by
 a Diebold-Mariano test, a residual correction; least-absolute-error convex weights fitted on the
-past, the causal version of the per-block weights bound) from the candidates' own forecasts, on
-the design and check windows alike (docs/predictor-accuracy.md, "Fifth round", "Seventh round").
+past, the causal version of the per-block weights bound; the median with `seasonal_mean` counted
+twice) from the candidates' own forecasts, on the design and check windows alike
+(docs/predictor-accuracy.md, "Fifth round", "Seventh round", "Eighth round").
 """
 
 from __future__ import annotations
@@ -373,9 +374,9 @@ RULE_LP_WINDOW: int | None = 2  # re-selection intervals of past origins; None: 
 def rule_inputs(spec: dict, start: int, extra: tuple[str, ...] = ()) -> dict:
     """Every single candidate's forecasts from the first quarter of the history to the end of
     the window (refitted every ``reselect`` points, on the window's own refit points), the
-    median ensemble of them, and what each forecast was for. Each single model of ``extra``
-    (one offered on request) joins the singles, and ``ensemble_with_<name>`` is the median of
-    the ensemble's members and it."""
+    median ensemble of them (and its members' names), and what each forecast was for. Each
+    single model of ``extra`` (one offered on request) joins the singles, and
+    ``ensemble_with_<name>`` is the median of the ensemble's members and it."""
     y, step, every = spec["y"][: start + spec["test"]], spec["step"], spec["reselect"]
     first = start - ((start - int(start * 0.25)) // every) * every
     factories = factories_with(step, max(HORIZONS), start, extra)
@@ -402,6 +403,7 @@ def rule_inputs(spec: dict, start: int, extra: tuple[str, ...] = ()) -> dict:
         step=step,
         day=day,
         points=points,
+        members=ensemble.member_names(),
         actual=forecast_targets(y, first, max(HORIZONS)),
     )
 
@@ -537,6 +539,16 @@ def residual_rule(inputs: dict, rows: slice) -> np.ndarray:
     return out
 
 
+def double_vote_rule(inputs: dict, rows: slice, name: str = "seasonal_mean") -> np.ndarray:
+    """The median of the ensemble's members with ``name`` counted twice: the eighth round's
+    control, which tells a member's gain from the weight one more vote for ``name`` gives it;
+    where ``name`` is no member (no usable season), the median ensemble."""
+    points, members = inputs["points"], inputs["members"]
+    if name not in members:
+        return points["ensemble"][rows]
+    return np.median(np.stack([points[m][rows] for m in (*members, name)]), axis=0)
+
+
 def lp_weights_rule(
     inputs: dict,
     rows: slice,
@@ -608,6 +620,11 @@ RULES: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {
         f"least absolute error on the past {RULE_LP_WINDOW or 'all'} intervals (half-life "
         f"{RULE_LP_HALF_LIFE:g}), {RULE_LP_SHRINK:g} of it mixed with the median",
         lambda i, r, c: lp_weights_rule(i, r),
+    ),
+    "seasonal_mean_twice": (
+        "the median ensemble with seasonal_mean counted twice (the eighth round's control); no "
+        "season: the median",
+        lambda i, r, c: double_vote_rule(i, r),
     ),
 }
 
