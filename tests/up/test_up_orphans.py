@@ -65,26 +65,20 @@ def command_line(pid: int) -> str:
     return ""
 
 
-@linux_only
-def test_a_child_started_on_the_main_thread_stops_when_its_parent_is_killed() -> None:
-    parent_code = textwrap.dedent(
-        """
-        import subprocess, sys, time
-        from autoglm.child_process import dies_with_this_process, start_child
-        child = subprocess.Popen(
-            ["sleep", "600"], start_new_session=True, preexec_fn=dies_with_this_process()
-        )
-        print(child.pid, flush=True)
-        time.sleep(600)
-        """
-    )
+def assert_the_child_dies_with_its_parent(parent_code: str) -> None:
+    """Run ``parent_code`` (it starts a child, prints the child's pid, then sleeps), check that the
+    child runs, SIGKILL the parent: the child must stop by itself."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", parent_code], cwd=REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", textwrap.dedent(parent_code)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
         processes = {child: start_time(child)}
+        time.sleep(1.0)  # a child tied to a thread that ended would be stopped by now
         assert running(processes) == [child]
     finally:
         parent.kill()
@@ -93,10 +87,25 @@ def test_a_child_started_on_the_main_thread_stops_when_its_parent_is_killed() ->
 
 
 @linux_only
+def test_a_child_started_on_the_main_thread_stops_when_its_parent_is_killed() -> None:
+    assert_the_child_dies_with_its_parent(
+        """
+        import subprocess, sys, time
+        from autoglm.child_process import dies_with_this_process
+        child = subprocess.Popen(
+            ["sleep", "600"], start_new_session=True, preexec_fn=dies_with_this_process()
+        )
+        print(child.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+
+
+@linux_only
 def test_a_child_started_from_a_thread_outlives_the_thread_and_dies_with_the_process() -> None:
     """``start_child`` from a thread that then ends (a scaling loop's): the child keeps running
     while the process lives, and is stopped when the process is killed."""
-    parent_code = textwrap.dedent(
+    assert_the_child_dies_with_its_parent(
         """
         import subprocess, sys, threading, time
         from autoglm.child_process import start_child
@@ -112,19 +121,6 @@ def test_a_child_started_from_a_thread_outlives_the_thread_and_dies_with_the_pro
         time.sleep(600)
         """
     )
-    parent = subprocess.Popen(
-        [sys.executable, "-c", parent_code], cwd=REPO, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert parent.stdout is not None
-        child = int(parent.stdout.readline())
-        processes = {child: start_time(child)}
-        time.sleep(1.0)  # the forking thread ended before the pid was printed
-        assert running(processes) == [child]
-    finally:
-        parent.kill()
-        parent.wait()
-    assert wait_until_gone(processes) == []
 
 
 def test_start_child_raises_popen_errors_on_the_calling_thread() -> None:
