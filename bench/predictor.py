@@ -389,10 +389,10 @@ def rule_inputs(spec: dict, start: int, extra: tuple[str, ...] = ()) -> dict:
     points = {n: f.point for n, f in forecasts.items() if n in singles}
     # NaN wherever a member could not run (a weekly model before two weeks of history), as the
     # selection leaves a combination unscored where a member has no forecast.
-    points["ensemble"] = np.median(np.stack([points[m] for m in ensemble.member_names()]), axis=0)
+    points["ensemble"] = np.median(np.stack([points[m] for m in ensemble.voters()]), axis=0)
     for name in extra:
         if name in points and name not in ensemble.member_names():
-            members = [points[m] for m in ensemble.member_names()] + [points[name]]
+            members = [points[m] for m in ensemble.voters()] + [points[name]]
             points[f"ensemble_with_{name}"] = np.median(np.stack(members), axis=0)
     # Phases of the day only where a daily season is usable (not on the hour-long Azure traces).
     day = round(DAY / step) if usable_seasons(step, SEASONS, start) else 0
@@ -403,7 +403,7 @@ def rule_inputs(spec: dict, start: int, extra: tuple[str, ...] = ()) -> dict:
         step=step,
         day=day,
         points=points,
-        members=ensemble.member_names(),
+        members=ensemble.voters(),
         actual=forecast_targets(y, first, max(HORIZONS)),
     )
 
@@ -539,14 +539,11 @@ def residual_rule(inputs: dict, rows: slice) -> np.ndarray:
     return out
 
 
-def double_vote_rule(inputs: dict, rows: slice, name: str = "seasonal_mean") -> np.ndarray:
-    """The median of the ensemble's members with ``name`` counted twice: the eighth round's
-    control, which tells a member's gain from the weight one more vote for ``name`` gives it;
-    where ``name`` is no member (no usable season), the median ensemble."""
-    points, members = inputs["points"], inputs["members"]
-    if name not in members:
-        return points["ensemble"][rows]
-    return np.median(np.stack([points[m][rows] for m in (*members, name)]), axis=0)
+def one_vote_rule(inputs: dict, rows: slice) -> np.ndarray:
+    """The median of the ensemble's members with one vote each: the default before the eighth
+    round gave `seasonal_mean` a second one, kept as the control of that change."""
+    points, members = inputs["points"], dict.fromkeys(inputs["members"])
+    return np.median(np.stack([points[m][rows] for m in members]), axis=0)
 
 
 def lp_weights_rule(
@@ -621,10 +618,10 @@ RULES: dict[str, tuple[str, Callable[[dict, slice, dict], np.ndarray]]] = {
         f"{RULE_LP_HALF_LIFE:g}), {RULE_LP_SHRINK:g} of it mixed with the median",
         lambda i, r, c: lp_weights_rule(i, r),
     ),
-    "seasonal_mean_twice": (
-        "the median ensemble with seasonal_mean counted twice (the eighth round's control); no "
-        "season: the median",
-        lambda i, r, c: double_vote_rule(i, r),
+    "one_vote_each": (
+        "the median ensemble with one vote for every member (the default before the eighth "
+        "round's second vote for seasonal_mean)",
+        lambda i, r, c: one_vote_rule(i, r),
     ),
 }
 

@@ -12,6 +12,10 @@ Three rules combine the members' point forecasts at each horizon:
   beat by any single member picked in advance (the "forecast combination puzzle"): a member's
   lead on one stretch rarely survives the next, a blend of good members does.
 
+The ``median`` and ``trimmed_mean`` rules may count a member more than once (``votes``): the
+eighth round of docs/predictor-accuracy.md found that a second vote for ``seasonal_mean`` helps
+on windows the design was not chosen on, at no cost.
+
 Each member is fitted alone, exactly as it would be as a candidate of its own, so that the
 combination's forecasts can be reproduced from the members' own backtests without fitting them
 again (selection does so: :meth:`Combination.combine_paths`). The weights of ``inverse_error``
@@ -95,14 +99,26 @@ class Combination(ForecastModel):
         rule: str = "median",
         top: int = TOP,
         power: float = POWER,
+        votes: Mapping[str, int] | None = None,
         **kwargs,
     ) -> None:
         if len(members) < 2:
             raise ValueError("a combination needs at least two members")
         if rule not in RULES:
             raise ValueError(f"unknown combination {rule!r}; choose from: {', '.join(RULES)}")
-        if len({m.name for m in members}) != len(members):
+        names = [m.name for m in members]
+        if len(set(names)) != len(members):
             raise ValueError("combination members need distinct names")
+        votes = dict(votes or {})
+        if votes and rule not in COMBINATIONS:
+            raise ValueError(f"votes apply to the {' and '.join(COMBINATIONS)} rules, not {rule!r}")
+        unknown = sorted(set(votes) - set(names))
+        if unknown:
+            raise ValueError(f"votes name {unknown[0]!r}, which is no member")
+        if any(not isinstance(v, int) or v < 1 for v in votes.values()):
+            raise ValueError("votes must be whole numbers of at least 1")
+        # each member's row, repeated once per vote (what the median and trimmed mean see)
+        self._vote_rows = np.repeat(np.arange(len(members)), [votes.get(n, 1) for n in names])
         self.members = members
         self.name = name
         self.rule = rule
@@ -117,6 +133,11 @@ class Combination(ForecastModel):
 
     def member_names(self) -> list[str]:
         return [m.name for m in self.members]
+
+    def voters(self) -> list[str]:
+        """The members' names, each as many times as it votes."""
+        names = self.member_names()
+        return [names[i] for i in self._vote_rows]
 
     def _fit(self, y: np.ndarray, state_at: int) -> None:
         raise NotImplementedError("a combination fits its members alone: call fit()")
@@ -186,13 +207,13 @@ class Combination(ForecastModel):
         """Combine members' forecasts at horizon ``h`` (members x points)."""
         if self.rule == "inverse_error":
             return self.weights[h - 1] @ member_values
-        return COMBINATIONS[self.rule](member_values)
+        return COMBINATIONS[self.rule](member_values[self._vote_rows])
 
     def _combined(self, paths: np.ndarray) -> np.ndarray:
         """Combine members' paths (members x [points x] horizons)."""
         if self.rule == "inverse_error":
             return self._clip(np.einsum("m...h,hm->...h", paths, self.weights))
-        return self._clip(COMBINATIONS[self.rule](paths))
+        return self._clip(COMBINATIONS[self.rule](paths[self._vote_rows]))
 
     def combine_paths(
         self,
@@ -211,7 +232,7 @@ class Combination(ForecastModel):
         stacked = np.stack([paths[n] for n in self.member_names()])
         if self.rule == "inverse_error":
             return self._clip(np.einsum("mph,hm->ph", stacked, weights))
-        return self._clip(COMBINATIONS[self.rule](stacked))
+        return self._clip(COMBINATIONS[self.rule](stacked[self._vote_rows]))
 
     def _advance(self, value: float) -> None:
         for member in self.members:

@@ -144,19 +144,17 @@ def test_a_model_on_request_is_replayed_alone_and_as_one_more_member_of_the_medi
     np.testing.assert_array_equal(rules["median_with_gru"][1](inputs, slice(0, 1), {}), [[5.0]])
 
 
-def test_the_control_counts_seasonal_mean_twice_in_the_median_and_needs_it_a_member(bench):
+def test_the_control_gives_every_member_one_vote_whatever_the_default_counts(bench):
     points = {
         "a": np.array([[1.0], [1.0]]),
         "b": np.array([[2.0], [9.0]]),
         "seasonal_mean": np.array([[8.0], [3.0]]),
-        "ensemble": np.array([[2.0], [3.0]]),  # the median of the three
     }
-    inputs = {"points": points, "members": ("a", "b", "seasonal_mean")}
-    # a second vote moves the median of four halfway toward seasonal_mean's side
-    np.testing.assert_array_equal(bench.double_vote_rule(inputs, slice(0, 2)), [[5.0], [3.0]])
-    # no season: seasonal_mean is no member, and the control is the plain median
+    # the default's voters count seasonal_mean twice; the control counts it once
+    inputs = {"points": points, "members": ("a", "b", "seasonal_mean", "seasonal_mean")}
+    np.testing.assert_array_equal(bench.one_vote_rule(inputs, slice(0, 2)), [[2.0], [3.0]])
     inputs["members"] = ("a", "b")
-    np.testing.assert_array_equal(bench.double_vote_rule(inputs, slice(1, 2)), [[3.0]])
+    np.testing.assert_array_equal(bench.one_vote_rule(inputs, slice(1, 2)), [[5.0]])
 
 
 def switching(days: int = 10):

@@ -352,6 +352,37 @@ def test_ensemble_takes_the_median_of_its_members_each_fitted_alone():
         Combination(members, rule="mode")
 
 
+def test_a_member_with_two_votes_counts_twice_in_the_median_everywhere_it_is_combined():
+    y = seasonal(24 * 10) + np.random.default_rng(3).normal(0, 4, 24 * 10)
+    members = [NaiveModel(2), SeasonalNaiveModel(PERIOD, 2), ETSModel(2, periods=(PERIOD,))]
+    voted = Combination(members, votes={"ets_log": 2})
+    assert voted.voters() == ["naive", "seasonal_naive_24", "ets_log", "ets_log"]
+    voted.fit(y[:-5])
+    for v in y[-5:]:
+        voted.update(v)
+    paths = np.stack([m.latest_path() for m in members])
+    # the median of four: halfway from the middle member toward the one with two votes
+    np.testing.assert_allclose(voted.latest_path(), np.median(paths[[0, 1, 2, 2]], axis=0))
+    assert not np.allclose(voted.latest_path(), np.median(paths, axis=0))
+    # the path selection rebuilds from the members' backtests counts the votes too
+    replayed = voted.combine_paths({m.name: m.latest_path()[None] for m in members}, tails={})
+    np.testing.assert_allclose(replayed[0], voted.latest_path())
+    with pytest.raises(ValueError, match="which is no member"):
+        Combination(members, votes={"gru": 2})
+    with pytest.raises(ValueError, match="at least 1"):
+        Combination(members, votes={"naive": 0})
+    with pytest.raises(ValueError, match="votes apply to the median and trimmed_mean"):
+        Combination(members, rule="inverse_error", votes={"naive": 2})
+
+
+def test_the_catalog_median_gives_seasonal_mean_a_second_vote_only_where_it_is_a_member():
+    seasonal_ensemble = candidate_factories(3600, (86400.0,), 3, 24 * 14)["ensemble"]()
+    assert seasonal_ensemble.voters().count("seasonal_mean") == 2
+    assert len(seasonal_ensemble.voters()) == len(seasonal_ensemble.member_names()) + 1
+    seasonless = candidate_factories(10, (86400.0,), 3, 400)["ensemble"]()
+    assert seasonless.voters() == seasonless.member_names()
+
+
 def test_an_inverse_error_combination_leans_on_the_member_that_erred_least():
     rng = np.random.default_rng(8)
     y = seasonal(24 * 12) + rng.normal(0, 4, 24 * 12)
