@@ -13,6 +13,10 @@ is skipped, naming that command, when not. The ways in:
 * ``minimal-json``  -- the same JSON body into :mod:`bench.minimal_batcher`: greedy batches of
                         the same model and nothing else, the reference for what the batcher's
                         own work costs (``--no-minimal`` leaves it out);
+* ``floor-json``    -- the same JSON body into the floor server of :mod:`bench.serving_bounds`:
+                        decoded and answered at once, no model, nothing else. No server that
+                        must also run the model on these cores holds more: its top rate bounds
+                        every rate goal of this machine and stack (``--no-floor`` leaves it out);
 * ``rest-json-workers``, ``rest-binary-workers`` -- the two REST ways into a second batcher
                         started with ``--workers N`` (``--workers``, 2 by default; 0 leaves them
                         out): front worker processes decode, the engine process batches.
@@ -83,6 +87,10 @@ WORKER_MODES = ("rest-json-workers", "rest-binary-workers")
 MLSERVER_MODE = "mlserver-json"
 # The same JSON requests into bench/minimal_batcher.py: greedy batches and nothing else.
 MINIMAL_MODE = "minimal-json"
+# The same JSON requests into bench/serving_bounds.py's floor server: no model, answered at once.
+FLOOR_MODE = "floor-json"
+# The lower references, not batchers: served JSON alone, with no batch statistics.
+REFERENCE_MODES = (MINIMAL_MODE, FLOOR_MODE)
 MODEL_NAME = "reference"
 FEATURES = 512  # bench.reference_mlp.FEATURES; not imported: that would load torch here
 REFERENCE = "bench.reference_mlp:reference_mlp"
@@ -496,7 +504,7 @@ async def targets_for(
     mlserver: MLServer | None,
     modes: tuple[str, ...],
     with_workers: BatcherServer | None = None,
-    minimal: Served | None = None,
+    references: dict[str, Served] | None = None,
 ) -> tuple[dict[str, Target], Callable[[], Awaitable[None]]]:
     """A sender per mode, over connections kept open for the whole run; and how to close them."""
     row_list = rows()
@@ -528,8 +536,9 @@ async def targets_for(
         http_target("rest-binary-workers", with_workers, binary_request)
     if mlserver is not None and MLSERVER_MODE in modes:
         http_target(MLSERVER_MODE, mlserver, json_request)
-    if minimal is not None and MINIMAL_MODE in modes:
-        http_target(MINIMAL_MODE, minimal, json_request)
+    for mode, server in (references or {}).items():
+        if mode in modes:
+            http_target(mode, server, json_request)
 
     async def close() -> None:
         for pool in pools:
@@ -647,6 +656,8 @@ RATIOS = (
     ("rest-json", MLSERVER_MODE),
     ("rest-json", MINIMAL_MODE),
     (MINIMAL_MODE, MLSERVER_MODE),
+    ("rest-json", FLOOR_MODE),
+    (FLOOR_MODE, MLSERVER_MODE),
 )
 
 
@@ -770,10 +781,10 @@ async def run_passes(
     batcher: BatcherServer,
     mlserver: MLServer | None,
     with_workers: BatcherServer | None,
-    minimal: Served | None = None,
+    references: dict[str, Served] | None = None,
 ) -> tuple[list[dict[str, dict]], list[dict]]:
-    modes = served_modes(mlserver, with_workers, minimal)
-    targets, close = await targets_for(batcher, mlserver, modes, with_workers, minimal)
+    modes = served_modes(mlserver, with_workers, references)
+    targets, close = await targets_for(batcher, mlserver, modes, with_workers, references)
     passes: list[dict[str, dict]] = []
     points: list[dict] = []
     try:
@@ -843,12 +854,14 @@ async def run_passes(
 
 
 def served_modes(
-    mlserver: MLServer | None, with_workers: BatcherServer | None, minimal: Served | None = None
+    mlserver: MLServer | None,
+    with_workers: BatcherServer | None,
+    references: dict[str, Served] | None = None,
 ) -> tuple[str, ...]:
     return (
         BATCHER_MODES
         + (WORKER_MODES if with_workers is not None else ())
-        + ((MINIMAL_MODE,) if minimal is not None else ())
+        + tuple(m for m in REFERENCE_MODES if m in (references or {}))
         + ((MLSERVER_MODE,) if mlserver is not None else ())
     )
 
@@ -947,6 +960,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-minimal", action="store_true", help="skip the minimal batcher's column"
     )
     parser.add_argument(
+        "--no-floor", action="store_true", help="skip the floor server's column (no model)"
+    )
+    parser.add_argument(
         "--model-device",
         default="cpu",
         help="where the batchers run the MLP: cpu, or cuda for the device check's table",
@@ -1003,13 +1019,20 @@ def main(argv: list[str] | None = None) -> int:
         skipped = f"{args.mlserver} is absent: run bash bench/mlserver-venv"
     load_before = loadavg()
     batcher = BatcherServer(extra, device=args.model_device)
-    mlserver = with_workers = minimal = None
-    scratch = tempfile.TemporaryDirectory(prefix="bench-minimal-")
+    mlserver = with_workers = None
+    references: dict[str, Served] = {}
+    scratch = tempfile.TemporaryDirectory(prefix="bench-references-")
     try:
         if not args.no_minimal:
-            from bench.minimal_batcher import MinimalBatcher  # it imports this module
+            from bench.minimal_batcher import MinimalBatcher  # they import this module
 
-            minimal = MinimalBatcher(Path(scratch.name), args.max_batch_size, args.model_device)
+            references[MINIMAL_MODE] = MinimalBatcher(
+                Path(scratch.name), args.max_batch_size, args.model_device
+            )
+        if not args.no_floor:
+            from bench.serving_bounds import FloorServer
+
+            references[FLOOR_MODE] = FloorServer(Path(scratch.name), "floor", hold_seconds=0.0)
         if args.workers:
             workers = [*extra, "--workers", str(args.workers)]
             with_workers = BatcherServer(workers, device=args.model_device)
@@ -1019,19 +1042,19 @@ def main(argv: list[str] | None = None) -> int:
             )
         if skipped:
             print(f"MLServer column skipped: {skipped}")
-        passes, points = asyncio.run(run_passes(args, batcher, mlserver, with_workers, minimal))
+        passes, points = asyncio.run(run_passes(args, batcher, mlserver, with_workers, references))
     finally:
         batcher.stop()
-        if minimal is not None:
-            minimal.stop()
+        for server in references.values():
+            server.stop()
         scratch.cleanup()
         if with_workers is not None:
             with_workers.stop()
         if mlserver is not None:
             mlserver.stop()
-    modes = served_modes(mlserver, with_workers, minimal)
+    modes = served_modes(mlserver, with_workers, references)
     result = summary(passes, modes)
-    batched = tuple(m for m in modes if m not in (MLSERVER_MODE, MINIMAL_MODE))
+    batched = tuple(m for m in modes if m not in (MLSERVER_MODE, *REFERENCE_MODES))
     if args.model_device == "cpu":  # the MLP alone is timed on one CPU thread: a CPU-only share
         result["model_share"] = model_share(
             passes,

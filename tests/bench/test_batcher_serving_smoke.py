@@ -1,10 +1,11 @@
 """bench/batcher_serving.py's smoke mode runs every way in end to end and writes its report.
 
 Figures from a smoke run mean nothing (a few requests per point, on a busy machine); what is
-checked is that each way in got answers (the three of the one-process batcher, and the two REST
-ways into the one started with ``--workers 2``), that the report carries the top
-rates, CPU costs and ratios the full run is read by, and that the MLServer column is skipped with
-the command that installs it when its venv is absent.
+checked is that each way in got answers (the three of the one-process batcher, the two REST
+ways into the one started with ``--workers 2``, the minimal batcher and the model-free floor
+server), that the report carries the top rates, CPU costs and ratios the full run is read by,
+and that the MLServer column is skipped with the command that installs it when its venv is
+absent.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
     assert "MLServer column skipped" in run.stdout
     assert report["workers"] == 2
     ways = ("rest-json", "rest-binary", "grpc", "rest-json-workers", "rest-binary-workers")
-    for mode in (*ways, "minimal-json"):
+    for mode in (*ways, "minimal-json", "floor-json"):
         points = [p for p in report["points"] if p["mode"] == mode]
         assert sum(p["answered"] for p in points) > 0, mode
         assert all(p["server_cpu_seconds"] >= 0 for p in points)
@@ -61,6 +62,8 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         "grpc/rest-json cpu",
         "rest-json/minimal-json rate",
         "rest-json/minimal-json cpu",
+        "rest-json/floor-json rate",
+        "rest-json/floor-json cpu",
     }
     assert "requests per server CPU-second" in run.stdout
     shares = report["summary"]["model_share"]
@@ -71,7 +74,7 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         if row["top_rate"]["median"] > 0
         and row["requests_per_server_cpu_second"]["median"] is not None  # NaN is written null
     }
-    assert set(shares) == measured - {"mlserver-json", "minimal-json"}
+    assert set(shares) == measured - {"mlserver-json", "minimal-json", "floor-json"}
     for row in shares.values():
         assert row["batch"] >= 1 and row["model_us_per_row"] > 0
         assert row["model_share"] > 0 and row["free_path_requests_per_cpu_second"] > 0
