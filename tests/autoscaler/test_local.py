@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from autoscaler.local import LocalProcessGroup
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.spec import parse_spec
 from tests.autoscaler.fake_prometheus import FakePrometheus
+from tests.waiting import wait_until
 
 WORKER = str(Path(__file__).parent / "workers" / "http_worker.py")
 
@@ -28,14 +28,6 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def wait_until(predicate, what: str, deadline_s: float = 20.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def child_pids(path: Path) -> list[int]:
@@ -75,12 +67,14 @@ def test_scale_up_and_down_leaves_no_orphans(group, tmp_path):
     assert g.get_scale().replicas == 3
     ports = g.ports()
     assert len(set(ports)) == 3
-    wait_until(lambda: all(p.ready for p in g.pods()), "3 ready workers")
+    wait_until(lambda: all(p.ready for p in g.pods()), timeout=20, what="3 ready workers")
     assert [p.name for p in g.pods()] == [f"127.0.0.1:{port}" for port in ports]
     assert all(p.phase == "Running" and p.started_at for p in g.pods())
 
     pids = g.pids()
-    wait_until(lambda: len(child_pids(tmp_path / "children")) == 3, "children started")
+    wait_until(
+        lambda: len(child_pids(tmp_path / "children")) == 3, timeout=20, what="children started"
+    )
     children = child_pids(tmp_path / "children")
 
     g.set_replicas(1)  # the newest two go
@@ -88,21 +82,29 @@ def test_scale_up_and_down_leaves_no_orphans(group, tmp_path):
     assert g.ports() == ports[:1]
     for pid in pids[1:]:
         assert not alive(pid)
-    wait_until(lambda: sum(alive(c) for c in children) == 1, "children of stopped workers gone")
+    wait_until(
+        lambda: sum(alive(c) for c in children) == 1,
+        timeout=20,
+        what="children of stopped workers gone",
+    )
 
     g.set_replicas(2)
     assert len(g.pids()) == 2
     g.close()
     for pid in g.pids() + pids:
         assert not alive(pid)
-    wait_until(lambda: not any(alive(c) for c in child_pids(tmp_path / "children")), "no orphans")
+    wait_until(
+        lambda: not any(alive(c) for c in child_pids(tmp_path / "children")),
+        timeout=20,
+        what="no orphans",
+    )
 
 
 @pytest.mark.timeout(60)
 def test_a_worker_that_ignores_sigterm_is_killed(group):
     g = group("--ignore-sigterm", stop_timeout=0.5)
     g.set_replicas(1)
-    wait_until(lambda: all(p.ready for p in g.pods()), "ready worker")
+    wait_until(lambda: all(p.ready for p in g.pods()), timeout=20, what="ready worker")
     (pid,) = g.pids()
     g.set_replicas(0)
     assert not alive(pid)
@@ -112,15 +114,15 @@ def test_a_worker_that_ignores_sigterm_is_killed(group):
 def test_a_crashed_worker_shows_as_failed_and_is_restarted(group):
     g = group()
     g.set_replicas(2)
-    wait_until(lambda: all(p.ready for p in g.pods()), "ready workers")
+    wait_until(lambda: all(p.ready for p in g.pods()), timeout=20, what="ready workers")
     victim = g.pids()[0]
     os.kill(victim, 9)
-    wait_until(lambda: g.pods()[0].phase == "Failed", "the crash to show")
+    wait_until(lambda: g.pods()[0].phase == "Failed", timeout=20, what="the crash to show")
     assert g.get_scale().status_replicas == 1
     assert g.supervise() == 1
     assert g.pids()[0] != victim
     assert g.restarts == 1
-    wait_until(lambda: all(p.ready for p in g.pods()), "restarted worker ready")
+    wait_until(lambda: all(p.ready for p in g.pods()), timeout=20, what="restarted worker ready")
 
 
 @pytest.mark.timeout(60)
@@ -145,7 +147,7 @@ def test_local_controller_scales_workers_from_metrics(group):
     )
     g = group()
     g.set_replicas(1)
-    wait_until(lambda: all(p.ready for p in g.pods()), "ready worker")
+    wait_until(lambda: all(p.ready for p in g.pods()), timeout=20, what="ready worker")
     prom = FakePrometheus()
     client = PrometheusClient(prom.url)
     metrics = AutoscalerMetrics()

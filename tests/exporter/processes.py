@@ -1,4 +1,4 @@
-"""The real exporter as a child process, and a bounded poll helper."""
+"""The real exporter as a child process."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -62,15 +61,3 @@ class ExporterProcess:
                 self.process.wait()
         self._reader.join(timeout=5)
         return self.process.returncode
-
-
-def wait_until(check: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        time.sleep(0.1)

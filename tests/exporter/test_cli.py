@@ -17,7 +17,7 @@ from exporter.service import ExporterService
 from exporter.sources import SimulatedSource, load_profile
 from tests.exporter.fake_kubelet import container, pod
 from tests.exporter.fakes import ScriptedSource, device
-from tests.exporter.processes import wait_until
+from tests.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +98,11 @@ def test_running_exporter_serves_health_metrics_formats_and_takes_faults(start_e
     exporter = start_exporter("--source", "simulated", "--gpus", "2", "--interval", "0.2")
     url = exporter.url
     assert requests.get(f"{url}/healthz", timeout=5).text == "ok\n"
-    wait_until(lambda: requests.get(f"{url}/readyz", timeout=5).status_code == 200, what="ready")
+    wait_until(
+        lambda: requests.get(f"{url}/readyz", timeout=5).status_code == 200,
+        timeout=20,
+        what="ready",
+    )
 
     assert len(metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")) == 2
     om = requests.get(
@@ -123,12 +127,13 @@ def test_running_exporter_serves_health_metrics_formats_and_takes_faults(start_e
     assert xid79_on_gpu1() == ["0"]
     reply = requests.post(f"{url}/debug/faults", data="xid:gpu=1:code=79", timeout=5)
     assert reply.status_code == 200, reply.text
-    wait_until(lambda: xid79_on_gpu1() == ["1"], what="the Xid counter")
+    wait_until(lambda: xid79_on_gpu1() == ["1"], timeout=20, what="the Xid counter")
     xid_field = metric_lines(url, 'DCGM_FI_DEV_XID_ERRORS{gpu="1"')
     assert xid_field and xid_field[0].endswith(" 79")
     assert requests.post(f"{url}/debug/faults", data="lost:gpu=0", timeout=5).ok
     wait_until(
         lambda: [x.split('"')[1] for x in metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")] == ["1"],
+        timeout=20,
         what="GPU 0's series to be dropped",
     )
     assert any(
@@ -138,13 +143,16 @@ def test_running_exporter_serves_health_metrics_formats_and_takes_faults(start_e
     bad = requests.post(f"{url}/debug/faults", data="melt:gpu=0", timeout=5)
     assert bad.status_code == 400 and "unknown fault kind" in bad.text
     assert requests.delete(f"{url}/debug/faults", timeout=5).ok
-    wait_until(lambda: len(metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")) == 2, what="recovery")
+    wait_until(
+        lambda: len(metric_lines(url, "DCGM_FI_DEV_GPU_UTIL{")) == 2, timeout=20, what="recovery"
+    )
 
     # The simulated GPUs take an outside load (the batcher's, under `autoglm up`).
     load = requests.put(f"{url}/debug/load", json={"gpu": 1, "utilization": 0.25}, timeout=5)
     assert load.status_code == 200, load.text
     wait_until(
         lambda: metric_lines(url, 'DCGM_FI_DEV_GPU_UTIL{gpu="1"')[0].endswith(" 25"),
+        timeout=20,
         what="GPU 1 driven to 25 %",
     )
 
@@ -165,7 +173,9 @@ def test_pod_resources_metrics_are_served_with_pod_labels(start_exporter, kubele
         "--kubernetes", "--pod-resources-socket", str(kubelet.socket_path),
     )  # fmt: skip
     url = exporter.url
-    wait_until(lambda: metric_lines(url, "autoglm_exporter_pod_resources_up"), what="metrics")
+    wait_until(
+        lambda: metric_lines(url, "autoglm_exporter_pod_resources_up"), timeout=20, what="metrics"
+    )
     # The watcher's own metrics travel with the exporter's registry onto /metrics.
     assert metric_lines(url, "autoglm_exporter_pod_resources_pods_attributed ") == [
         "autoglm_exporter_pod_resources_pods_attributed 2.0"
@@ -189,7 +199,9 @@ def test_unreachable_kubelet_is_counted_on_metrics(start_exporter, socket_dir):
         "--pod-resources-socket", str(socket_dir / "absent.sock"),
     )  # fmt: skip
     url = exporter.url
-    wait_until(lambda: metric_lines(url, "autoglm_exporter_pod_resources_up"), what="metrics")
+    wait_until(
+        lambda: metric_lines(url, "autoglm_exporter_pod_resources_up"), timeout=20, what="metrics"
+    )
     errors = metric_lines(url, "autoglm_exporter_pod_resources_refresh_errors_total{")
     assert errors and 'reason="socket_missing"' in errors[0]
     assert metric_lines(url, "autoglm_exporter_pod_resources_up ") == [
@@ -201,7 +213,9 @@ def test_unreachable_kubelet_is_counted_on_metrics(start_exporter, socket_dir):
 @pytest.mark.timeout(60)
 def test_sigint_stops_cleanly_with_prometheus_naming(start_exporter):
     exporter = start_exporter("--source", "simulated", "--gpus", "1", "--naming", "prometheus")
-    wait_until(lambda: metric_lines(exporter.url, "autoglm_gpu_power_watts{"), what="metrics")
+    wait_until(
+        lambda: metric_lines(exporter.url, "autoglm_gpu_power_watts{"), timeout=20, what="metrics"
+    )
     assert exporter.stop(signal.SIGINT) == 0
 
 
@@ -210,7 +224,7 @@ def test_fault_routes_exist_only_for_a_fault_taking_source():
     service = ExporterService(source, listen="127.0.0.1:0", interval=0.2, deadline=0.2)
     service.start()
     try:
-        wait_until(lambda: service.exposition is not None, what="the first collection")
+        wait_until(lambda: service.exposition is not None, timeout=20, what="the first collection")
         reply = requests.post(f"{service.server.url}/debug/faults", data="lost:gpu=0", timeout=5)
         assert reply.status_code == 404
         assert requests.get(f"{service.server.url}/readyz", timeout=5).status_code == 200
@@ -225,12 +239,13 @@ def test_readyz_is_503_until_a_collection_reads_a_gpu():
     service = ExporterService(source, listen="127.0.0.1:0", interval=0.2, deadline=0.2)
     service.start()
     try:
-        wait_until(lambda: service.exposition is not None, what="the first collection")
+        wait_until(lambda: service.exposition is not None, timeout=20, what="the first collection")
         assert requests.get(f"{service.server.url}/readyz", timeout=5).status_code == 503
         assert requests.get(f"{service.server.url}/metrics", timeout=5).status_code == 200
         del source.raises[0]
         wait_until(
             lambda: requests.get(f"{service.server.url}/readyz", timeout=5).status_code == 200,
+            timeout=20,
             what="ready",
         )
     finally:

@@ -10,7 +10,7 @@ from exporter.collector import Collector, Snapshot, device_key
 from exporter.fields import CRITICAL_XIDS, XID_FIELD
 from exporter.model import XidEvent
 from tests.exporter.fakes import ScriptedSource, device
-from tests.exporter.processes import wait_until
+from tests.waiting import wait_until
 
 # Reads that do not hang finish in microseconds; this deadline only bounds the hung ones.
 DEADLINE = 0.5
@@ -103,7 +103,7 @@ def test_hung_read_times_out_without_blocking_others_or_piling_up(clock, cleanup
 
     assert second.hung_devices == ("1",)
     source.release(1)
-    wait_until(lambda: not collector.in_flight(), what="the released read to return")
+    wait_until(lambda: not collector.in_flight(), timeout=20, what="the released read to return")
     third = collector.collect_once()
     # The late result of the hung read was discarded; GPU 1 is read afresh.
     assert third.devices[1].up

@@ -13,9 +13,9 @@ from exporter.fields import FIELDS, PROFILING_FIELDS
 from exporter.render import render
 from exporter.sources import NVMLSource
 from tests.exporter.fake_pynvml import FakeNVML
-from tests.exporter.processes import wait_until
 from tests.exporter.test_cli import metric_lines, run_main
 from tests.exporter.test_nvml_source import two_gpus
+from tests.waiting import wait_until
 
 # Written the way dcgm-exporter's shipped files are: comments, aligned columns, commas in help,
 # a label field and NVLink per-lane fields this exporter does not collect.
@@ -133,11 +133,15 @@ def test_the_exporter_serves_only_the_files_fields(start_exporter, tmp_path) -> 
         "--source", "simulated", "--gpus", "2", "--interval", "0.2", "--collectors", str(counters)
     )
     wait_until(
-        lambda: requests.get(f"{exporter.url}/readyz", timeout=5).status_code == 200, what="ready"
+        lambda: requests.get(f"{exporter.url}/readyz", timeout=5).status_code == 200,
+        timeout=20,
+        what="ready",
     )
     # A GPU whose read misses a cycle's deadline on a busy machine is absent from that cycle.
     wait_until(
-        lambda: len(metric_lines(exporter.url, "DCGM_FI_DEV_GPU_UTIL{")) == 2, what="both GPUs"
+        lambda: len(metric_lines(exporter.url, "DCGM_FI_DEV_GPU_UTIL{")) == 2,
+        timeout=20,
+        what="both GPUs",
     )
     assert metric_lines(exporter.url, "DCGM_FI_DEV_POWER_USAGE{") == []
     assert metric_lines(exporter.url, "autoglm_gpu_xid_errors_total{")  # the exporter's own

@@ -9,7 +9,7 @@ import requests
 
 from exporter.service import ExporterService, parse_load_request
 from exporter.sources import SimulatedSource, load_profile
-from tests.exporter.processes import wait_until
+from tests.waiting import wait_until
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def service() -> Iterator[ExporterService]:
     )
     service.start()
     try:
-        wait_until(lambda: service.exposition is not None, what="the first collection")
+        wait_until(lambda: service.exposition is not None, timeout=20, what="the first collection")
         yield service
     finally:
         service.stop()
@@ -75,16 +75,18 @@ def put_load(service: ExporterService, body: str) -> requests.Response:
 @pytest.mark.timeout(60)
 def test_put_load_drives_one_gpu_and_null_returns_it_to_the_profile(service):
     # A GPU whose read misses a cycle's deadline on a busy machine is absent from that cycle.
-    wait_until(lambda: gpu_util(service) == {"0": "0", "1": "0"}, what="both GPUs idle")
+    wait_until(lambda: gpu_util(service) == {"0": "0", "1": "0"}, timeout=20, what="both GPUs idle")
 
     reply = put_load(service, '{"gpu": 1, "utilization": 0.7}')
     assert reply.status_code == 200, reply.text
     assert reply.json() == {"gpu": 1, "utilization": 0.7}
-    wait_until(lambda: gpu_util(service) == {"0": "0", "1": "70"}, what="GPU 1 at 70 %")
+    wait_until(lambda: gpu_util(service) == {"0": "0", "1": "70"}, timeout=20, what="GPU 1 at 70 %")
 
     reply = put_load(service, '{"gpu": 1, "utilization": null}')
     assert reply.status_code == 200 and reply.json() == {"gpu": 1, "utilization": None}
-    wait_until(lambda: gpu_util(service) == {"0": "0", "1": "0"}, what="GPU 1 back to idle")
+    wait_until(
+        lambda: gpu_util(service) == {"0": "0", "1": "0"}, timeout=20, what="GPU 1 back to idle"
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,7 +103,9 @@ def test_bad_load_is_a_400_that_says_why_and_changes_nothing(service, body, need
     reply = put_load(service, body)
     assert reply.status_code == 400
     assert needle in reply.text
-    wait_until(lambda: gpu_util(service) == {"0": "0", "1": "0"}, what="both GPUs still idle")
+    wait_until(
+        lambda: gpu_util(service) == {"0": "0", "1": "0"}, timeout=20, what="both GPUs still idle"
+    )
 
 
 def test_load_route_is_put_only_and_absent_without_a_simulated_source(service):

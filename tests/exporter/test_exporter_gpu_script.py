@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from exporter.nvidia_smi import compare, parse_exporter, parse_nvidia_smi
-from tests.exporter.processes import wait_until
+from tests.waiting import wait_until
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "exporter_gpu.py"
 spec = importlib.util.spec_from_file_location("exporter_gpu", SCRIPT)
@@ -96,7 +96,9 @@ def test_a_whole_run_agrees_with_a_matching_nvidia_smi_and_catches_a_wrong_one(
         "--source", "simulated", "--gpus", "2", "--profile", "constant:0.5", "--interval", "5"
     )
     wait_until(
-        lambda: requests.get(f"{exporter.url}/readyz", timeout=5).status_code == 200, what="ready"
+        lambda: requests.get(f"{exporter.url}/readyz", timeout=5).status_code == 200,
+        timeout=20,
+        what="ready",
     )
     fake = tmp_path / "nvidia-smi"
     fake.write_text(FAKE_SMI.format(python=sys.executable, repo=str(SCRIPT.parents[1])))

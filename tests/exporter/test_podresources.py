@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from exporter.podresources import PodRef, PodResourcesWatcher, attribution_from_reply
 from exporter.podresources import api_pb2 as pb
 from tests.exporter.fake_kubelet import KubeletServer, container, pod
-from tests.exporter.processes import wait_until
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

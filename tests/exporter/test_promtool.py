@@ -12,7 +12,7 @@ import requests
 from exporter.podresources import PodRef
 from exporter.service import ExporterService
 from exporter.sources import SimulatedSource, load_profile, parse_fault
-from tests.exporter.processes import wait_until
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.live  # runs the real promtool/prometheus binaries
 
@@ -51,7 +51,7 @@ def served(request) -> Iterator[tuple[str, str]]:
         source.inject(parse_fault("xid:gpu=3:code=79"))
         url = f"{service.server.url}/metrics"
         wait_until(lambda: 'xid="79"} 1' in requests.get(url, timeout=5).text,
-                   what="a snapshot with the Xid")  # fmt: skip
+                   timeout=20, what="a snapshot with the Xid")  # fmt: skip
         yield request.param, requests.get(url, timeout=5).text
     finally:
         service.stop()

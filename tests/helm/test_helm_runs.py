@@ -32,10 +32,11 @@ from exporter.config import ExporterConfig
 from predictor.config import PredictorConfig
 from tests.autoscaler.fake_kube import FakeKubeServer
 from tests.autoscaler.fake_prometheus import FakePrometheus
-from tests.exporter.processes import ExporterProcess, wait_until
+from tests.exporter.processes import ExporterProcess
 from tests.helm.chart import CHART, NAMESPACE, ROOT, ci_values_files, one, pod_spec, render
 from tests.live import free_port
 from tests.selfsigned import ScratchCA
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(180)]
 
@@ -159,6 +160,7 @@ def test_helm_test_pod_passes_against_the_charts_exporter(tmp_path):
     try:
         wait_until(
             lambda: requests.get(exporter.url + "/readyz", timeout=2).status_code == 200,
+            timeout=20,
             what="exporter ready",
         )
         result = _test_pod_run(objects, exporter.address)
@@ -210,6 +212,7 @@ def test_helm_test_pod_passes_against_an_exporter_behind_tls_and_basic_auth(tmp_
                 requests.get(https + "/readyz", verify=str(ca.cert_file), timeout=2).status_code
                 == 200
             ),
+            timeout=20,
             what="exporter ready over TLS",
         )
         assert (
