@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.batcher.batcher_test_models import EchoModel
 from tests.batcher.test_batcher_cli import LogReader, batcher_process
 from tests.batcher.test_batcher_http import json_request, triton_inputs
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -133,8 +134,8 @@ def test_sigterm_drains_queued_best_effort_requests_with_the_online_ones() -> No
         threads = [threading.Thread(target=post, args=(i, i < 20)) for i in range(22)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # all accepted, best-effort work still waiting
+
+        def all_accepted_best_effort_waiting() -> bool:
             found = samples(url)
             waiting = found[("autoglm_batcher_best_effort_queue_items", ())]
             accepted = (
@@ -144,11 +145,14 @@ def test_sigterm_drains_queued_best_effort_requests_with_the_online_ones() -> No
                 + found[("autoglm_batcher_queue_requests", ())]
                 + found[("autoglm_batcher_in_flight_requests", ())]
             )
-            if waiting > 0 and accepted == 22:
-                break
-            time.sleep(0.01)
-        else:
-            raise AssertionError("best-effort requests were not queued in time")
+            return waiting > 0 and accepted == 22
+
+        wait_until(
+            all_accepted_best_effort_waiting,
+            timeout=30,
+            what="best-effort requests to be queued",
+            interval=0.01,
+        )
         proc.send_signal(signal.SIGTERM)
         logs.wait_for("draining")
         late = json_request([[1, 2, 3]], [[99]], parameters={"priority": "best-effort"})

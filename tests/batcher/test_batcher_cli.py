@@ -18,6 +18,8 @@ import requests
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.waiting import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -203,15 +205,18 @@ def test_sigterm_drains_queued_and_running_requests_then_exits() -> None:
         for t in threads:
             t.start()
         # Ten requests at 0.2 s per batch of two: signal once all ten are accepted and some wait.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def all_accepted_some_waiting() -> bool:
             seen = series(requests.get(f"{url}/metrics", timeout=10).text)
-            accepted = seen["ok"] + seen["queued"] + seen["running"]
-            if accepted == 10 and seen["queued"] > 0:
-                break
-            time.sleep(0.01)
-        else:
-            raise AssertionError(f"requests were not all accepted in time: {seen}")
+            return seen["ok"] + seen["queued"] + seen["running"] == 10 and seen["queued"] > 0
+
+        wait_until(
+            all_accepted_some_waiting,
+            timeout=30,
+            what="all requests to be accepted, some waiting",
+            interval=0.01,
+            detail=lambda: f"seen: {series(requests.get(f'{url}/metrics', timeout=10).text)}",
+        )
         proc.send_signal(signal.SIGTERM)
         logs.wait_for("draining")
         refused = requests.post(f"{url}/v2/models/echo/infer", json=body, timeout=30)
@@ -272,10 +277,12 @@ def test_a_worker_with_exit_with_parent_stops_when_its_supervisor_is_killed(tmp_
         assert _alive(worker)
         supervisor.kill()
         supervisor.wait()
-        deadline = time.monotonic() + 30
-        while _alive(worker) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _alive(worker), "the worker outlived its supervisor"
+        wait_until(
+            lambda: not _alive(worker),
+            timeout=30,
+            what="the worker to exit (it outlived its supervisor)",
+            interval=0.2,
+        )
         assert "parent process gone; draining and exiting" in log_file.read_text()
     finally:
         if _alive(worker):

@@ -32,6 +32,7 @@ from tests.batcher.test_batcher_http import json_request
 from tests.batcher.test_batcher_oip_datatypes import TaggedScaler, TextModel
 from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -290,9 +291,12 @@ def test_draining_server_answers_unavailable_and_not_ready(serve) -> None:
     held.start()
     assert model.entered.wait(10)
     drained = asyncio.run_coroutine_threadsafe(server.batcher.drain(10), server.loop)
-    deadline = time.monotonic() + 5
-    while server.batcher.accepting and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(
+        lambda: not server.batcher.accepting,
+        timeout=5,
+        what="the drain to stop accepting",
+        interval=0.01,
+    )
     assert not client.is_server_ready()
     with pytest.raises(InferenceServerException) as refused:
         client.infer("echo", echo_inputs(x, k))
@@ -374,9 +378,8 @@ def test_a_renewed_certificate_is_served_without_a_restart(serve, tmp_path) -> N
     renewed = new_ca.server("renewed")
     served.cert.write_bytes(renewed.cert.read_bytes())  # as cert-manager rewrites the files
     served.key.write_bytes(renewed.key.read_bytes())
-    deadline = time.monotonic() + 10
-    while not live_for(new_ca) and time.monotonic() < deadline:
-        time.sleep(0.3)  # the files are looked at once a second at most
+    # The files are looked at once a second at most.
+    wait_until(lambda: live_for(new_ca), timeout=10, what="the renewed certificate", interval=0.3)
     assert live_for(new_ca) and not live_for(old_ca)
 
 

@@ -9,7 +9,6 @@ calls are counted in the engine's series, and SIGTERM answers every accepted cal
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,7 @@ from tests.batcher.test_batcher_workers import (
 )
 from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -190,12 +190,11 @@ def test_grpc_calls_through_both_workers_share_batches(served: list[Served]) -> 
             if 'handler="grpc"' in k and 'code="OK"' in k
         }
 
-    deadline = time.monotonic() + 120
-    while True:
+    def a_round_on_both_workers() -> bool:
         before = server.metrics()
         answers: list[int] = []
 
-        def call(i: int, answers: list[int] = answers) -> None:
+        def call(i: int) -> None:
             response = stub(port).ModelInfer(infer_request(i), timeout=120)
             answers.append(int(np.frombuffer(response.raw_output_contents[1], np.int32)[0]))
 
@@ -212,9 +211,14 @@ def test_grpc_calls_through_both_workers_share_batches(served: list[Served]) -> 
         )
         assert count == 1
         assert metric_values(after, small)[small] == metric_values(before, small).get(small, 0.0)
-        if sum(1 for n in took.values() if n > 0) == 2:
-            return
-        assert time.monotonic() < deadline, "every round's connections went to one worker"
+        return sum(1 for n in took.values() if n > 0) == 2
+
+    wait_until(
+        a_round_on_both_workers,
+        timeout=120,
+        what="a round on both workers (every round's connections went to one worker)",
+        interval=0,
+    )
 
 
 def test_tls_and_basic_auth_hold_at_the_workers_grpc(served: list[Served], tmp_path) -> None:
@@ -346,10 +350,12 @@ def test_a_deadline_passed_in_the_engines_queue_is_deadline_exceeded_through_the
     ]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 60
-    while series(server.metrics()).get("queued", 0) < backlog // 2:  # 1.6 s of work ahead
-        assert time.monotonic() < deadline, "the backlog never queued"
-        time.sleep(0.01)
+    wait_until(
+        lambda: series(server.metrics()).get("queued", 0) >= backlog // 2,  # 1.6 s of work ahead
+        timeout=60,
+        what="the backlog to queue",
+        interval=0.01,
+    )
     with pytest.raises(InferenceServerException) as expired:
         client.infer("echo", inputs, client_timeout=0.8)
     assert expired.value.status() == "StatusCode.DEADLINE_EXCEEDED", expired.value
@@ -378,14 +384,19 @@ def grpc_calls_by_worker(server: Served) -> dict[str, float]:
 def through_both_workers(server: Served, call: Callable[[Any], None]) -> None:
     """``call(stub)`` on new connections, four at a time, until both workers answered one."""
     before = grpc_calls_by_worker(server)
-    deadline = time.monotonic() + 60
-    while True:
+
+    def both_answered() -> bool:
         for _ in range(4):
             call(stub(grpc_port(server)))
         after = grpc_calls_by_worker(server)
-        if sum(1 for w, n in after.items() if n > before.get(w, 0.0)) == 2:
-            return
-        assert time.monotonic() < deadline, "every connection went to one worker"
+        return sum(1 for w, n in after.items() if n > before.get(w, 0.0)) == 2
+
+    wait_until(
+        both_answered,
+        timeout=60,
+        what="both workers to answer (every connection went to one worker)",
+        interval=0,
+    )
 
 
 def test_grpc_workers_follow_a_model_reloaded_with_another_signature(

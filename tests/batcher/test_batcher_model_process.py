@@ -28,6 +28,7 @@ from batcher.model_process import (
 from batcher.model_process_child import MemoryReport, serve_batches
 from batcher.oip import DATATYPES
 from tests.batcher.test_batcher_cli import LogReader, _alive, batcher_process, series
+from tests.waiting import wait_until
 
 EVERY_TYPE = "tests.batcher.batcher_test_models:every_type_echo"
 
@@ -334,14 +335,19 @@ def test_ctrl_c_to_the_whole_group_still_answers_every_accepted_request() -> Non
         threads = [threading.Thread(target=post) for _ in range(6)]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 60  # 0.2 s a batch of two: all accepted, some waiting
-        while time.monotonic() < deadline:
-            seen = series(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
-            if seen["ok"] + seen["queued"] + seen["running"] == 6 and seen["queued"] > 0:
-                break
-            time.sleep(0.01)
-        else:
-            raise AssertionError(f"requests were not all accepted in time: {seen}")
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+
+        def all_accepted_some_waiting() -> bool:  # 0.2 s a batch of two
+            seen = series(requests.get(metrics_url, timeout=10).text)
+            return seen["ok"] + seen["queued"] + seen["running"] == 6 and seen["queued"] > 0
+
+        wait_until(
+            all_accepted_some_waiting,
+            timeout=60,
+            what="all requests to be accepted, some waiting",
+            interval=0.01,
+            detail=lambda: f"seen: {series(requests.get(metrics_url, timeout=10).text)}",
+        )
         os.killpg(proc.pid, signal.SIGINT)
         for thread in threads:
             thread.join(timeout=60)

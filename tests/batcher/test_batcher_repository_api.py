@@ -4,7 +4,6 @@ a real ``autoglm-batcher --model-repository`` process (slow: it starts the CLI).
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 from batcher.models.demo import factory
 from batcher.repository_loader import module_bytes
 from tests.batcher.test_batcher_cli import LogReader, _alive, batcher_process
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -156,9 +156,9 @@ def test_index_load_and_unload_through_tritonclient_grpc(repository_server) -> N
     with pytest.raises(InferenceServerException, match="NOT_FOUND"):
         client.load_model("nope")
     client.unload_model("beta")
-    deadline = time.monotonic() + 30
-    while client.is_model_ready("beta") and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(
+        lambda: not client.is_model_ready("beta"), timeout=30, what="beta unloaded", interval=0.1
+    )
     with pytest.raises(InferenceServerException, match="NOT_FOUND"):
         client.infer("beta", [tensor])
     index = {e["name"]: e for e in client.get_model_repository_index(as_json=True)["models"]}

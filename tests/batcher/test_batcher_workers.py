@@ -13,7 +13,6 @@ import os
 import signal
 import stat
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import tritonclient.http as triton
 from tests.batcher.test_batcher_cli import LogReader, batcher_process, series, start_up_error
 from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -91,13 +91,18 @@ def sigterm_once_all_accepted(
     threads = [threading.Thread(target=lambda i=i: outcomes.append(send(i))) for i in range(n)]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 60
-    while True:
+
+    def all_accepted_some_waiting() -> bool:
         seen = series(server.metrics())
-        if seen["ok"] + seen["queued"] + seen["running"] == n and seen["queued"] > 0:
-            break
-        assert time.monotonic() < deadline, f"requests were not all accepted in time: {seen}"
-        time.sleep(0.01)
+        return seen["ok"] + seen["queued"] + seen["running"] == n and seen["queued"] > 0
+
+    wait_until(
+        all_accepted_some_waiting,
+        timeout=60,
+        what="all requests to be accepted, some waiting",
+        interval=0.01,
+        detail=lambda: f"seen: {series(server.metrics())}",
+    )
     server.proc.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join(timeout=120)
@@ -172,10 +177,12 @@ def test_tls_and_basic_auth_hold_at_the_workers(served: list[Served], tmp_path) 
         text = server.metrics(verify=str(ca.cert_file), headers=auth)
         return sum(metric_values(text, "autoglm_http_tls_handshake_errors_total").values())
 
-    deadline = time.monotonic() + 60
-    while handshake_errors() < 1:  # the plain-HTTP attempt, counted by a worker
-        assert time.monotonic() < deadline, "the failed handshake was never counted"
-        time.sleep(0.2)
+    wait_until(
+        lambda: handshake_errors() >= 1,  # the plain-HTTP attempt, counted by a worker
+        timeout=60,
+        what="the failed handshake to be counted",
+        interval=0.2,
+    )
 
 
 def test_requests_from_both_workers_share_batches(served: list[Served]) -> None:
@@ -190,12 +197,12 @@ def test_requests_from_both_workers_share_batches(served: list[Served]) -> None:
     served.append(server)
     batches = 'autoglm_batcher_batch_size_items_count{model="echo"}'
     small = 'autoglm_batcher_batch_size_items_bucket{le="4.0",model="echo"}'
-    deadline = time.monotonic() + 120
-    while True:
+
+    def a_round_on_both_workers() -> bool:
         before = server.metrics()
         replies: list[int] = []
 
-        def post(i: int, replies: list[int] = replies) -> None:
+        def post(i: int) -> None:
             url = f"{server.url}/v2/models/echo/infer"
             replies.append(requests.post(url, json=body(i), timeout=120).status_code)
 
@@ -216,9 +223,14 @@ def test_requests_from_both_workers_share_batches(served: list[Served]) -> None:
             before, small
         ).get(small, 0.0)
         assert one_batch_of_eight
-        if sum(1 for n in took.values() if n > 0) == 2:
-            return
-        assert time.monotonic() < deadline, "every round's connections went to one worker"
+        return sum(1 for n in took.values() if n > 0) == 2
+
+    wait_until(
+        a_round_on_both_workers,
+        timeout=120,
+        what="a round on both workers (every round's connections went to one worker)",
+        interval=0,
+    )
 
 
 def test_a_killed_worker_is_replaced_and_its_socket_waits_for_the_replacement(

@@ -21,6 +21,7 @@ from tests.jobs.conftest import (
     records,
     write_requests,
 )
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -52,11 +53,14 @@ def journal_entries(tmp_path: Path) -> int:
 
 
 def wait_for_entries(proc: subprocess.Popen, tmp_path: Path, entries: int) -> None:
-    deadline = time.monotonic() + 120
-    while journal_entries(tmp_path) < entries:
+
+    def journalled() -> bool:
+        if journal_entries(tmp_path) >= entries:
+            return True
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline, "the runner made no progress"
-        time.sleep(0.01)
+        return False
+
+    wait_until(journalled, timeout=120, what="the runner to make progress", interval=0.01)
 
 
 def assert_each_line_exactly_once(tmp_path: Path, source: Path, order: str = "input") -> None:
@@ -132,16 +136,18 @@ def test_progress_lines_and_metrics_while_the_endpoint_refuses(tmp_path, scripte
         text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline
+
+        def settled_at_one() -> str:
+            assert proc.poll() is None
             try:
                 text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             except requests.ConnectionError:
-                text = ""
-            if 'autoglm_job_concurrency{job_name="nightly"} 1.0' in text:
-                break
-            time.sleep(0.1)
+                return ""
+            return text if 'autoglm_job_concurrency{job_name="nightly"} 1.0' in text else ""
+
+        text = wait_until(
+            settled_at_one, timeout=60, what="the job's concurrency to settle at 1", interval=0.1
+        )
         refusals = float(
             text.split('autoglm_job_refusals_total{job_name="nightly"} ')[1].split()[0]
         )

@@ -39,6 +39,7 @@ from tests.exporter.processes import ExporterProcess
 from tests.live import LiveProcess, Prometheus, free_port, scrape_job
 from tests.live_alertmanager import Alertmanager, WebhookReceiver
 from tests.live_rules_dashboards.load import Load
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "rules.yaml"
@@ -369,12 +370,11 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
 
 def _wait_ready(url: str, timeout: float) -> None:
     """Until ``url`` answers 200: the worker the autoscaler started has loaded its model."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         try:
-            if requests.get(url, timeout=1).status_code == 200:
-                return
+            return requests.get(url, timeout=1).status_code == 200
         except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready within {timeout:g}s")
+            return False
+
+    wait_until(answers, timeout=timeout, what=f"{url} to be ready", interval=0.2)

@@ -14,6 +14,7 @@ from autoglm.web.server import HTTPServer
 from predictor.api import ForecastProvider
 from predictor.config import PredictorConfig, TargetConfig
 from predictor.service import PredictorService
+from tests.waiting import wait_until
 
 STEP = 60.0
 
@@ -112,9 +113,11 @@ def test_scheduler_refits_and_metrics_are_served_over_http():
     server.start()
     service.start(refit_seconds=3600, update_seconds=3600)  # the first refit runs at once
     try:
-        deadline = time.monotonic() + 60
-        while service.forecast("load", STEP) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: service.forecast("load", STEP) is not None,
+            timeout=60,
+            what="the first forecast",
+        )
         body = requests.get(f"{server.url}/metrics", timeout=5).text
     finally:
         service.stop()

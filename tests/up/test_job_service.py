@@ -9,7 +9,6 @@ ready.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from stack.loadgen import FEATURES
 from stack.model import factory
 from stack.service import LocalService
 from tests.batcher.conftest import ServerThread
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -113,9 +113,12 @@ def test_job_runs_in_rounds_on_a_real_batcher_as_best_effort(tmp_path: Path, ser
         service.set_endpoints([worker.url.removeprefix("http://")])
         job.prepare()
         job.start()
-        deadline = time.monotonic() + 90
-        while job.rounds < 3 and job.error is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(
+            lambda: job.rounds >= 3 or job.error is not None,
+            timeout=90,
+            what="three rounds of the job (or its error)",
+            interval=0.2,
+        )
         metrics = requests.get(f"{worker.url}/metrics", timeout=5).text
     finally:
         job.stop()

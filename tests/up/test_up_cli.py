@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from stack.cli import main
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 # Seconds ``autoglm up`` may take to stop and write its report after Ctrl-C or its duration.
@@ -323,12 +324,19 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
             text=True,
         )
         try:
-            deadline = time.monotonic() + 180
-            while not online_work_seen(log_path.read_text()):
+
+            def reading_online_work() -> bool:
+                if online_work_seen(log_path.read_text()):
+                    return True
                 assert proc.poll() is None, log_path.read_text()[-3000:]
-                if time.monotonic() >= deadline:
-                    pytest.fail("the stack did not start, or read no online work")
-                time.sleep(0.5)
+                return False
+
+            wait_until(
+                reading_online_work,
+                timeout=180,
+                what="the stack to start and read online work",
+                interval=0.5,
+            )
             workers = children_of(proc.pid)
             assert workers, "a worker process should be running"
             proc.send_signal(signal.SIGINT)

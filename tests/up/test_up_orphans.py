@@ -22,10 +22,12 @@ import pytest
 
 from autoglm.child_process import dies_with_this_process, start_child
 from tests.up.test_up_cli import REPO, descendants_of, kill_tree, log_records, up_command
+from tests.waiting import wait_until
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="parent-death signals are Linux's"
 )
+
 # Seconds a child may take to notice that ``autoglm up`` died and stop (a batcher drains first).
 GONE_SECONDS = 30.0
 START_SECONDS = 240.0
@@ -49,9 +51,13 @@ def running(processes: dict[int, int | None]) -> list[int]:
 def wait_until_gone(processes: dict[int, int | None]) -> list[int]:
     """Those of ``processes`` still running after ``GONE_SECONDS``, killed then (a failing test
     leaves nothing behind)."""
-    deadline = time.monotonic() + GONE_SECONDS
-    while running(processes) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: not running(processes),
+            timeout=GONE_SECONDS,
+            what="the processes to be gone",
+            interval=0.2,
+        )
     left = running(processes)
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
@@ -160,14 +166,15 @@ def test_sigkill_of_up_stops_prometheus_and_the_workers(tmp_path: Path) -> None:
             command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, text=True
         )
         try:
-            deadline = time.monotonic() + START_SECONDS
-            while not any(
-                r.get("msg") == "stack started" for r in log_records(log_path.read_text())
-            ):
+
+            def started() -> bool:
+                log = log_path.read_text()
+                if any(r.get("msg") == "stack started" for r in log_records(log)):
+                    return True
                 assert proc.poll() is None, log_path.read_text()[-3000:]
-                if time.monotonic() >= deadline:
-                    pytest.fail("the stack did not start")
-                time.sleep(0.5)
+                return False
+
+            wait_until(started, timeout=START_SECONDS, what="the stack to start", interval=0.5)
             processes = {pid: start_time(pid) for pid in descendants_of(proc.pid)}
             names = {pid: command_line(pid) for pid in processes}
             assert any("prometheus" in name.split(" ")[0] for name in names.values()), names

@@ -11,7 +11,6 @@ import base64
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import yaml
 
 from autoglm.ports import free_port
 from tests.selfsigned import ScratchCA
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -108,16 +108,17 @@ def running(request: pytest.FixtureRequest, secured: Secured, tmp_path: Path) ->
     )
     url = f"https://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
         with secured.session(authenticated=False) as probe:
-            while True:
+
+            def serving() -> bool:
                 assert proc.poll() is None, (tmp_path / "component.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "the component did not start serving"
                 try:
                     probe.get(url + "/metrics", timeout=5)
-                    break
                 except requests.exceptions.ConnectionError:
-                    time.sleep(0.2)
+                    return False
+                return True
+
+            wait_until(serving, timeout=120, what="the component to start serving", interval=0.2)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -151,14 +152,21 @@ def test_metrics_need_credentials_over_tls(
     refusal = 'autoglm_http_requests_total{code="401",path="/metrics"}'
     with secured.session(authenticated=True) as scraper:
         # The exporter renders its own metrics with each collection: poll for the refusal.
-        deadline = time.monotonic() + 60
-        while True:
+
+        def refusal_counted() -> requests.Response | None:
             metrics = scraper.get(running + "/metrics", timeout=10)
             if metrics.status_code == 200 and refusal in metrics.text:
-                break
+                return metrics
             assert metrics.status_code in (200, 503), metrics.text
-            assert time.monotonic() < deadline, metrics.text[-2000:]
-            time.sleep(0.2)
+            return None
+
+        metrics = wait_until(
+            refusal_counted,
+            timeout=60,
+            what="the refusal on /metrics",
+            interval=0.2,
+            detail=lambda: scraper.get(running + "/metrics", timeout=10).text[-2000:],
+        )
         assert metrics.headers["X-Content-Type-Options"] == "nosniff"
         assert "autoglm_web_config_last_reload_successful 1.0" in metrics.text
     with pytest.raises(requests.exceptions.ConnectionError):

@@ -11,8 +11,7 @@ import logging
 import socket
 import ssl
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from autoglm.web.exposition import registry_route
 from autoglm.web.server import HTTPServer
 from autoglm.webconfig import WebConfig, basic_auth
 from tests.selfsigned import CertFiles, ScratchCA
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,16 +66,6 @@ def server(registry: CollectorRegistry) -> Iterator[HTTPServer]:
     }
     with HTTPServer("127.0.0.1:0", routes, registry=registry, component="test") as srv:
         yield srv
-
-
-def eventually(condition: Callable[[], bool], within_s: float = 10.0) -> bool:
-    """Wait for something a server thread does after the client has its answer."""
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def sample(registry: CollectorRegistry, name: str, labels: dict[str, str]) -> float | None:
@@ -140,7 +130,9 @@ def test_connections_beyond_the_limit_are_refused(registry: CollectorRegistry) -
             assert registry.get_sample_value("autoglm_http_connections_refused_total") == 1
         finally:
             holder.close()
-        assert eventually(lambda: answers(srv.url + "/echo"))
+        wait_until(
+            lambda: answers(srv.url + "/echo"), timeout=10, what="/echo to answer", interval=0.01
+        )
 
 
 def answers(url: str) -> bool:
@@ -300,8 +292,11 @@ def test_basic_auth_over_tls(tmp_path: Path, pki: dict[str, object]) -> None:
             requests.get(srv.url.replace("https", "http") + "/metrics", timeout=10)
         with pytest.raises(requests.exceptions.SSLError):
             requests.get(srv.url + "/metrics", timeout=10)  # the CA is not trusted by default
-        assert eventually(
-            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 2
+        wait_until(
+            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 2,
+            timeout=10,
+            what="two handshake errors counted",
+            interval=0.01,
         )
 
 
@@ -376,8 +371,11 @@ def test_client_allowed_sans(tmp_path: Path, pki: dict[str, object]) -> None:
         assert mtls_get(srv.url + "/x", pki, "scraper").status_code == 200
         with pytest.raises(requests.exceptions.RequestException):
             mtls_get(srv.url + "/x", pki, "intruder")
-        assert eventually(
-            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 1
+        wait_until(
+            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 1,
+            timeout=10,
+            what="the handshake error counted",
+            interval=0.01,
         )
 
 
@@ -494,8 +492,11 @@ def test_a_silent_tls_client_holds_up_no_one_and_is_dropped(
     ):
         assert requests.get(srv.url + "/x", verify=str(pki["ca"]), timeout=10).text == "x\n"
         assert silent.recv(1) == b"", "the server should close a connection that never shakes hands"
-        assert eventually(
-            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 1
+        wait_until(
+            lambda: registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 1,
+            timeout=10,
+            what="the handshake error counted",
+            interval=0.01,
         )
 
 
