@@ -183,7 +183,8 @@ class BatcherConfig:
         default="auto",
         metadata={
             "help": "pad batches to bucket sizes chosen from the warm-up's timings (auto: on "
-            "for cuda, and on cpu when a larger size was measured cheaper than a smaller one)"
+            "for cuda; on cpu only the batches just above a size that a larger one was "
+            "measured cheaper than)"
         },
     )
     pad_buckets: list[AtLeastOne] = field(

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from batcher.config import BatcherConfig
 from batcher.engine import Batcher
+from batcher.memory import bucket_size
 from batcher.metrics import BatcherMetrics
 from batcher.model import TensorSpec, wrap_model
 from batcher.models.simulated import SimPayload, SimulatedModel
@@ -18,6 +19,7 @@ from batcher.warmup import (
     choose_buckets,
     example_batch,
     padding_tolerance,
+    sizes_run_as_they_are,
     warm_up,
     warmup_sizes,
 )
@@ -60,10 +62,23 @@ def test_padding_choice() -> None:
     linear = {b: 0.03 + 0.0025 * b for b in (1, 2, 4, 8)}
     assert choose_buckets("off", True, (1, 2), True, CPU_LIKE) is None
     assert choose_buckets("auto", False, (3, 6, 32), True, CPU_LIKE) == (3, 6, 32)
-    assert choose_buckets("auto", False, (1, 2, 4, 8), False, CPU_LIKE) == (1, 2, 16, 32)
+    # A CPU pads only where a larger size beat a measured one: 4..15 rows up to 16; every
+    # other size runs as it is (a batch costs more the more rows it has between buckets).
+    cpu = choose_buckets("auto", False, (1, 2, 4, 8), False, CPU_LIKE)
+    assert cpu == (1, 2, 3, *range(16, 33))
+    assert [bucket_size(b, cpu) for b in (3, 4, 9, 15, 16, 17, 31)] == [3, 16, 16, 16, 16, 17, 31]
     assert choose_buckets("auto", False, (1, 2, 4, 8), False, linear) is None  # monotone CPU
     assert choose_buckets("auto", True, (1, 2, 4, 8), False, linear) == (1, 2, 4, 8)  # CUDA
     assert choose_buckets("on", False, (1, 4, 8), False, {}) == (1, 4, 8)  # nothing measured
+    assert choose_buckets("on", False, (1, 2, 4, 8), False, CPU_LIKE) == (1, 2, 16, 32)  # asked
+
+
+def test_sizes_between_buckets_run_as_they_are_unless_a_dropped_size_lies_below() -> None:
+    measured = {1: 0.01, 2: 0.03, 4: 0.02, 8: 0.04, 16: 0.07}
+    # 2 is dropped (4 is cheaper): 2 and 3 rows pad to 4, the rest run as they are
+    assert sizes_run_as_they_are(measured, (1, 4, 8, 16)) == (1, *range(4, 17))
+    # the largest measured size is a bucket of its own
+    assert sizes_run_as_they_are({1: 0.01, 24: 0.02}, (1, 24)) == tuple(range(1, 25))
 
 
 def test_example_batch_follows_the_signature() -> None:
