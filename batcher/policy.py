@@ -62,6 +62,7 @@ holds a limit on top of the target:
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -388,13 +389,13 @@ class AdaptiveCap:
     def effective(self, cost_bound: int, allowed: Sequence[int] | None = None) -> int:
         """The cap to use now, given the size the cost model chose.
 
-        With ``allowed`` (padding buckets) the cap is the largest of them within the limits, so a
-        batch is never padded past what the cap meant to allow.
+        With ``allowed`` (the sizes run as they are, ascending) the cap is the largest of them
+        within the limits, so a batch is never padded past what the cap meant to allow.
         """
         limit = max(1, min(self.value, self.ceiling, cost_bound))
         if allowed:
-            fitting = [b for b in allowed if b <= limit]
-            return max(fitting) if fitting else min(allowed)
+            fitting = bisect_right(allowed, limit)
+            return allowed[fitting - 1] if fitting else allowed[0]
         return limit
 
     def on_batch(
