@@ -47,14 +47,14 @@ LEARNED = (
     "combination",
     "tracking",
 )
+# Members of the median ensemble that count more than once.
+MEDIAN_VOTES = {"seasonal_mean": 2}
 # Offered only when a target names it: a GRU fit costs far more than any other model's and,
 # on the bench's series, earns nothing over them; the tracking combination improved the design
 # windows a little and lost on the check windows; the boosted trees, as a member of the median,
 # moved design and check by 0.003 while doubling an update's cost; the temporal hierarchy, as a
 # member of the median, moved the check by 0.003 and earned about what a second vote for
 # `seasonal_mean` does, at half again an update's cost (docs/predictor-accuracy.md).
-# members of the median ensemble that count more than once
-MEDIAN_VOTES = {"seasonal_mean": 2}
 ON_REQUEST = ("gru", "tracking", "boosted", "hierarchy")
 
 log = logging.getLogger(__name__)
