@@ -12,10 +12,10 @@ more than ``CLEARLY_CHEAPER``, and by more than two standard errors of the media
 the warm-up saw, so noise alone does not move a bucket. On CUDA (a few recurring shapes keep the
 caching allocator from fragmenting) and with ``--padding on`` a batch is padded up to the next
 bucket. ``--padding auto`` on a CPU pads only where the cost is not monotone, and only the batches
-that gain: those whose size lies from a dropped size up to the next measured one (a batch costs at
-least what the measured size below it does, and a larger bucket was clearly cheaper than that).
-Every other size runs as it is: between two buckets the time grows with the rows, and padding a
-batch of 38 rows to 64 would cost a third more CPU for nothing.
+near a dropped size: from the kept size below it up to the next kept one (the BLAS's slow row
+counts start somewhere between two measured sizes, and a larger bucket was clearly cheaper than
+the dropped one). Every other size runs as it is: between two kept sizes the time grows with the
+rows, and padding a batch of 38 rows to 64 would cost a third more CPU for nothing.
 """
 
 from __future__ import annotations
@@ -86,18 +86,18 @@ def choose_buckets(
 def sizes_run_as_they_are(
     seconds_by_size: Mapping[int, float], kept: Sequence[int]
 ) -> tuple[int, ...]:
-    """The buckets of ``--padding auto`` on a CPU (see the module doc): every size from a kept
-    measured size up to the next measured one; a size from a dropped one up to the next
-    measured one pads to the next bucket."""
+    """The buckets of ``--padding auto`` on a CPU (see the module doc): every kept measured size,
+    and every size between two kept measured sizes next to each other; the others pad up to the
+    next bucket."""
     measured = sorted(seconds_by_size)
-    ends = [*measured[1:], measured[-1] + 1]
     kept_sizes = set(kept)
-    return tuple(
-        size
-        for start, end in zip(measured, ends, strict=True)
-        if start in kept_sizes
-        for size in range(start, end)
-    )
+    sizes: list[int] = []
+    for start, end in zip(measured, [*measured[1:], None], strict=True):
+        if start not in kept_sizes:
+            continue
+        between = end is not None and end in kept_sizes
+        sizes.extend(range(start, end) if between else [start])
+    return tuple(sizes)
 
 
 def example_batch(inputs: Sequence[TensorSpec], items: int) -> list[Payload]:

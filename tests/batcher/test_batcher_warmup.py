@@ -62,11 +62,20 @@ def test_padding_choice() -> None:
     linear = {b: 0.03 + 0.0025 * b for b in (1, 2, 4, 8)}
     assert choose_buckets("off", True, (1, 2), True, CPU_LIKE) is None
     assert choose_buckets("auto", False, (3, 6, 32), True, CPU_LIKE) == (3, 6, 32)
-    # A CPU pads only where a larger size beat a measured one: 4..15 rows up to 16; every
-    # other size runs as it is (a batch costs more the more rows it has between buckets).
+    # A CPU pads only near a size a larger one beat: 3..15 rows up to 16 (4 and 8 were
+    # dropped); the sizes between two kept ones run as they are (time grows with the rows).
     cpu = choose_buckets("auto", False, (1, 2, 4, 8), False, CPU_LIKE)
-    assert cpu == (1, 2, 3, *range(16, 33))
-    assert [bucket_size(b, cpu) for b in (3, 4, 9, 15, 16, 17, 31)] == [3, 16, 16, 16, 16, 17, 31]
+    assert cpu == (1, 2, *range(16, 33))
+    assert [bucket_size(b, cpu) for b in (2, 3, 4, 9, 15, 16, 17, 31)] == [
+        2,
+        16,
+        16,
+        16,
+        16,
+        16,
+        17,
+        31,
+    ]
     assert choose_buckets("auto", False, (1, 2, 4, 8), False, linear) is None  # monotone CPU
     assert choose_buckets("auto", True, (1, 2, 4, 8), False, linear) == (1, 2, 4, 8)  # CUDA
     assert choose_buckets("on", False, (1, 4, 8), False, {}) == (1, 4, 8)  # nothing measured
@@ -77,6 +86,9 @@ def test_sizes_between_buckets_run_as_they_are_unless_a_dropped_size_lies_below(
     measured = {1: 0.01, 2: 0.03, 4: 0.02, 8: 0.04, 16: 0.07}
     # 2 is dropped (4 is cheaper): 2 and 3 rows pad to 4, the rest run as they are
     assert sizes_run_as_they_are(measured, (1, 4, 8, 16)) == (1, *range(4, 17))
+    # a dropped size taints the sizes below it back to the kept one: 9..15 and 17..31 pad
+    measured = {1: 0.01, 8: 0.02, 16: 0.05, 32: 0.04, 64: 0.06}
+    assert sizes_run_as_they_are(measured, (1, 8, 32, 64)) == (*range(1, 9), *range(32, 65))
     # the largest measured size is a bucket of its own
     assert sizes_run_as_they_are({1: 0.01, 24: 0.02}, (1, 24)) == tuple(range(1, 25))
 
