@@ -43,7 +43,7 @@ ALERT_WAIT_S = 90.0  # a `for: 1m` alert, evaluated every second, plus delivery
 PANEL_WAIT_S = 100.0  # GPU-hour panels integrate in 1-minute steps: wait past one boundary
 OVERLOAD_CLIENTS = 16  # closed-loop clients against 4 queued + 4 running items: many refused
 # A rate over 1m above 5% for 1m, evaluated every second, plus delivery; generous, a guard
-# against a hang: a CI rehearsal whose slow tier started four live stacks at once missed 150 s.
+# against a hang: a CI rehearsal on a loaded machine once missed 150 s.
 REJECTION_WAIT_S = 240.0
 # Batcher panels that read only the CUDA caching allocator's statistics: absent on a CPU
 # replica (the series are absent, never zero), so they cannot show data without a GPU.
