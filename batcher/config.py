@@ -183,8 +183,8 @@ class BatcherConfig:
         default="auto",
         metadata={
             "help": "pad batches to bucket sizes chosen from the warm-up's timings (auto: on "
-            "for cuda; on cpu only the batches just above a size that a larger one was "
-            "measured cheaper than)"
+            "for cuda; on cpu only the batches near a size that a larger one was measured "
+            "cheaper than)"
         },
     )
     pad_buckets: list[AtLeastOne] = field(
