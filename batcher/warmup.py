@@ -92,11 +92,9 @@ def sizes_run_as_they_are(
     measured = sorted(seconds_by_size)
     kept_sizes = set(kept)
     sizes: list[int] = []
-    for start, end in zip(measured, [*measured[1:], None], strict=True):
-        if start not in kept_sizes:
-            continue
-        between = end is not None and end in kept_sizes
-        sizes.extend(range(start, end) if between else [start])
+    for start, end in zip(measured, [*measured[1:], 0], strict=True):  # 0: nothing beyond
+        if start in kept_sizes:
+            sizes.extend(range(start, end) if end in kept_sizes else [start])
     return tuple(sizes)
 
 
