@@ -21,6 +21,7 @@ from batcher.policy import (
     CAP_LOAD_HEADROOM,
     CAP_MARGIN_STDDEVS,
     AdaptiveCap,
+    largest_within,
 )
 
 
@@ -62,8 +63,8 @@ class BatchSizer:
         )
         if self.memory_cap >= limit:
             return limit
-        fitting = [b for b in self.allowed or () if b <= self.memory_cap]
-        return max(fitting) if fitting else self.memory_cap
+        fitting = largest_within(self.memory_cap, self.allowed)
+        return self.memory_cap if fitting is None else fitting
 
     def cost_of(self, items: int) -> float:
         """Conservative time of a batch of ``items`` as it would run (padded)."""

@@ -377,6 +377,16 @@ def split_index(sizes: Sequence[int]) -> int:
     return len(sizes) - 1
 
 
+def largest_within(limit: int, allowed: Sequence[int] | None) -> int | None:
+    """The largest batch size the executor runs as it is (``allowed``, ascending; None or empty:
+    every size) that is at most ``limit``; None when none is. A cap at such a size is never
+    padded past what it meant to allow."""
+    if not allowed:
+        return limit
+    fitting = bisect_right(allowed, limit)
+    return allowed[fitting - 1] if fitting else None
+
+
 class AdaptiveCap:
     """The batch-size cap, adapted to SLO outcomes, the cost model and OOMs (see module doc)."""
 
@@ -393,10 +403,11 @@ class AdaptiveCap:
         within the limits, so a batch is never padded past what the cap meant to allow.
         """
         limit = max(1, min(self.value, self.ceiling, cost_bound))
-        if allowed:
-            fitting = bisect_right(allowed, limit)
-            return allowed[fitting - 1] if fitting else allowed[0]
-        return limit
+        fitting = largest_within(limit, allowed)
+        if fitting is None:  # every size the executor runs is above the limit: its smallest
+            assert allowed
+            return allowed[0]
+        return fitting
 
     def on_batch(
         self,

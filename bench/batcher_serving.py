@@ -11,8 +11,9 @@ is skipped, naming that command, when not. The ways in:
                         messages), answered with ``raw_output_contents``;
 * ``mlserver-json`` -- MLServer's REST endpoint with the same JSON body;
 * ``minimal-json``  -- the same JSON body into :mod:`bench.minimal_batcher`: greedy batches of
-                        the same model and nothing else, the reference for what the batcher's
-                        own work costs (``--no-minimal`` leaves it out);
+                        the same model and nothing else, the model placed as the batchers'
+                        (``--model-process``), the reference for what the batcher's own work
+                        costs (``--no-minimal`` leaves it out);
 * ``floor-json``    -- the same JSON body into the floor server of :mod:`bench.serving_bounds`:
                         decoded and answered at once, no model, nothing else. No server that
                         must also run the model on these cores holds more: its top rate bounds
@@ -1027,7 +1028,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench.minimal_batcher import MinimalBatcher  # they import this module
 
             references[MINIMAL_MODE] = MinimalBatcher(
-                Path(scratch.name), args.max_batch_size, args.model_device
+                Path(scratch.name), args.max_batch_size, args.model_device, args.model_process
             )
         if not args.no_floor:
             from bench.serving_bounds import FloorServer

@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 from prometheus_client import CollectorRegistry
 
+from batcher.batch_sizing import BatchSizer
 from batcher.engine import Batcher
 from batcher.memory import BatchFootprint, MemoryMonitor, memory_cap
 from batcher.metrics import BatcherMetrics
@@ -146,3 +147,26 @@ def test_the_warm_up_learns_the_footprint_before_serving(run_virtual) -> None:
     run_virtual(main)
     assert batcher.footprint.line() == pytest.approx((FIXED, PER_ROW))
     assert (batcher.memory_cap, batcher.memory_cap_reason) == (10, "memory")
+
+
+@pytest.mark.parametrize(
+    ("memory_rows", "allowed", "expected"),
+    [
+        (40, None, 40),  # every size runs as it is: the memory cap itself
+        (40, (1, 2, 4, 8, 16, 32, 64), 32),  # the largest bucket the memory holds
+        (32, (1, 2, 4, 8, 16, 32, 64), 32),
+        (64, (1, 2, 4, 8, 16, 32, 64), 64),  # the memory holds the whole cap
+        (3, (8, 16, 32, 64), 3),  # no bucket fits: the memory cap, for the OOM path to judge
+    ],
+)
+def test_the_memory_cap_keeps_to_the_sizes_the_executor_runs(
+    memory_rows: int, allowed: tuple[int, ...] | None, expected: int
+) -> None:
+    metrics = BatcherMetrics(CollectorRegistry(), "sim", 1.0, 64)
+    sizer = BatchSizer(lambda n: n, 64, 1.0, adaptive=False, memory=None, metrics=metrics)
+    sizer.allowed = allowed
+    # headroom for FIXED and memory_rows rows of PER_ROW, as the memory cap reads it
+    sizer.memory_cap, sizer.memory_cap_reason = memory_cap(
+        FIXED + memory_rows * PER_ROW + PER_ROW / 2, (FIXED, PER_ROW), 64
+    )
+    assert sizer.cap == expected
