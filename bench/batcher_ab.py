@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_before": load_before,
             "loadavg_after": loadavg(),
             "other_work_cores": neighbours.cores(),
+            "host_steal_cores": neighbours.steal_cores(),
             "summary": rows,
             "points": points,
         },

@@ -618,23 +618,32 @@ def loadavg() -> str:
 class Neighbours:
     """CPU the rest of the machine used while this bench ran: every CPU's busy time (from
     ``/proc/stat``) less this process and the servers it started. A load average counts waiting
-    tasks; this says how many cores other work actually took, which is what moves the figures."""
+    tasks; this says how many cores other work actually took, which is what moves the figures.
+    The hypervisor's share of it (steal: time a virtual CPU was ready but the host ran something
+    else) is kept apart too, since no process on this machine can be asked to stop for it."""
 
     def __init__(self) -> None:
-        self._start = self._others()
+        self._start, self._start_steal = self._others()
         self._wall = time.monotonic()
 
     @staticmethod
-    def _others() -> float:
+    def _others() -> tuple[float, float]:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
         user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
         busy = (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
-        return busy - tree_cpu_seconds(os.getpid())
+        return busy - tree_cpu_seconds(os.getpid()), steal / CLOCK_TICKS
 
     def cores(self) -> float:
-        """Mean cores other work used since this object was made."""
+        """Mean cores other work (host steal included) used since this object was made."""
+        return self._per_second(self._others()[0] - self._start)
+
+    def steal_cores(self) -> float:
+        """Mean cores the host took from this machine since this object was made."""
+        return self._per_second(self._others()[1] - self._start_steal)
+
+    def _per_second(self, seconds: float) -> float:
         elapsed = time.monotonic() - self._wall
-        return (self._others() - self._start) / elapsed if elapsed > 0 else math.nan
+        return seconds / elapsed if elapsed > 0 else math.nan
 
 
 def spread(values: list[float]) -> dict:
@@ -841,12 +850,14 @@ async def run_passes(
                 starts[mode] = max(40.0, found[mode] / args.step)
             result["loadavg"] = {"before": before, "after": loadavg()}  # type: ignore[assignment]
             result["neighbour_cores"] = neighbours.cores()  # type: ignore[assignment]
+            result["host_steal_cores"] = neighbours.steal_cores()  # type: ignore[assignment]
             passes.append(result)
             print(
                 f"pass {index}: "
                 + ", ".join(f"{m} {found[m]:.0f}/s" for m in modes)
                 + f"; load average {before} -> {loadavg()}, other work took "
-                f"{result['neighbour_cores']:.2f} cores",
+                f"{result['neighbour_cores']:.2f} cores (host steal "
+                f"{result['host_steal_cores']:.2f})",
                 flush=True,
             )
     finally:

@@ -11,6 +11,7 @@ absent.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,4 +81,9 @@ def test_serving_bench_smoke_answers_every_protocol(tmp_path: Path) -> None:
         assert row["model_share"] > 0 and row["free_path_requests_per_cpu_second"] > 0
     assert ("free path" in run.stdout) == bool(shares)  # the table, when a way held a rate
     assert all(p["neighbour_cores"] > -0.5 for p in report["per_pass"])  # a number, sane
+    # the host's steal is part of the other work, and no more than every core
+    assert all(
+        0 <= p["host_steal_cores"] <= min(p["neighbour_cores"] + 0.5, os.cpu_count() or 1)
+        for p in report["per_pass"]
+    )
     assert "other work took" in run.stdout
