@@ -40,6 +40,7 @@ import ml_dtypes
 import numpy as np
 import orjson
 
+from batcher.json_request import BufferKind, as_python, flat_numbers, is_lazy, read_document
 from batcher.tensor_spec import TensorSpec
 
 DATATYPES: dict[str, np.dtype] = {
@@ -59,6 +60,13 @@ DATATYPES: dict[str, np.dtype] = {
     "BYTES": np.dtype(np.object_),
 }
 _BY_DTYPE = {dtype: name for name, dtype in DATATYPES.items()}
+# Datatypes whose JSON numbers are read straight into a buffer (doubles or int64s), then cast and
+# range-checked as any list is: a JSON double holds every FP16, BF16 and FP32 value exactly. Not
+# UINT64 (past the int64 range), BOOL or BYTES: those are read as lists.
+_BUFFER_KINDS: dict[str, BufferKind] = {
+    **dict.fromkeys(("FP16", "BF16", "FP32", "FP64"), "d"),
+    **dict.fromkeys(("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32"), "i"),
+}
 _TEXT_KINDS = "OSU"  # object, bytes and str arrays all travel as BYTES
 _ELEMENT_LENGTH = struct.Struct("<I")  # the length before each BYTES element in binary data
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -100,7 +108,7 @@ def parse_infer_request(
 ) -> InferRequest:
     """Decode and validate ``body`` against the model's signature."""
     header, binary = _split_body(body, header_length)
-    document = _loads(header)
+    document = _read_request(header)
     if not isinstance(document, dict):
         raise ProtocolError('request body must be a JSON object with an "inputs" list')
     parameters = _object(document.get("parameters", {}), "parameters")
@@ -290,9 +298,16 @@ def _decode_tensor(
         return decode_binary_data(raw, name, spec.datatype, dtype, shape), offset + size
     if "data" not in tensor:
         raise ProtocolError(f'input {name!r} has neither "data" nor binary_data_size')
+    data = tensor["data"]
+    if is_lazy(data):
+        kind = _BUFFER_KINDS.get(spec.datatype)
+        numbers = flat_numbers(data, count, kind) if kind else None
+        if numbers is not None:
+            return cast_values(numbers, name, spec.datatype, dtype, shape, count), offset
+        data = as_python(data)  # nested, mixed or of another kind: read and judged as any list
     if spec.datatype == "BYTES":
-        return _decode_json_strings(tensor["data"], name, shape, count), offset
-    return decode_values(tensor["data"], name, spec.datatype, dtype, shape, count), offset
+        return _decode_json_strings(data, name, shape, count), offset
+    return decode_values(data, name, spec.datatype, dtype, shape, count), offset
 
 
 def check_tensor(
@@ -441,6 +456,15 @@ def encode_binary_output(name: str, datatype: str, array: np.ndarray) -> bytes:
     if datatype == "BF16":
         return array.view(np.uint16).astype("<u2", copy=False).tobytes()
     return array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _read_request(header: bytes) -> Any:
+    """The request's document, its inputs' numbers left for :func:`flat_numbers`
+    (:mod:`batcher.json_request`); what simdjson refuses is read by :func:`_loads`."""
+    try:
+        return read_document(header)
+    except ValueError:
+        return _loads(header)
 
 
 def _loads(header: bytes) -> Any:
