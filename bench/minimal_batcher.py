@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
+import simdjson
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,8 +124,7 @@ def serve(port_file: Path, max_batch_size: int, device: str, model_process: bool
 
     async def infer(request: web.Request) -> web.Response:
         nonlocal running
-        tensor = orjson.loads(await request.read())["inputs"][0]
-        row = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+        row = json_row(await request.read())
         future = asyncio.get_running_loop().create_future()
         waiting.append((future, row))
         if not running:
@@ -147,6 +147,15 @@ def serve(port_file: Path, max_batch_size: int, device: str, model_process: bool
         await asyncio.Event().wait()
 
     asyncio.run(main())
+
+
+def json_row(body: bytes) -> np.ndarray:
+    """The one FP32 input of a JSON request as an array, read as cheaply as this stack allows:
+    simdjson copies the numbers into a buffer with no Python object per element (as the batcher
+    reads them, :mod:`batcher.json_request`), and nothing is checked."""
+    tensor = simdjson.Parser().parse(body)["inputs"][0]
+    numbers = np.frombuffer(tensor["data"].as_buffer(of_type="d"), dtype=np.float64)
+    return numbers.astype(np.float32).reshape(tensor["shape"].as_list())
 
 
 async def serve_infer_route(infer: Callable[[web.Request], Awaitable[web.Response]]) -> int:

@@ -65,7 +65,7 @@ from bench.batcher_serving import (  # noqa: E402
     targets_for,
     warm_rate,
 )
-from bench.minimal_batcher import serve_infer_route  # noqa: E402
+from bench.minimal_batcher import json_row, serve_infer_route  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
 MODES = ("rest-json", "rest-binary", "grpc")
@@ -127,8 +127,7 @@ def serve_floor(port_file: Path, hold_seconds: float) -> None:
                 headers={header_length: str(len(head))},
                 content_type="application/octet-stream",
             )
-        tensor = orjson.loads(body)["inputs"][0]
-        row = await hold(np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"]))
+        row = await hold(json_row(body))
         output = {"name": "output", "datatype": "FP32", "shape": [1, FEATURES], "data": row}
         answer = {"model_name": MODEL_NAME, "outputs": [output]}
         return web.Response(
