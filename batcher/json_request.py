@@ -33,7 +33,8 @@ def read_document(header: bytes) -> Any:
     """The request's JSON document, each input's ``data`` array left lazy.
 
     Raises ValueError when simdjson refuses the document (not JSON, or JSON it does not read such
-    as NaN or integers past 64 bits): the caller reads it the general way then.
+    as NaN or integers past 64 bits) and RuntimeError when it is nested past simdjson's depth
+    limit: the caller reads it the general way then.
     """
     document = simdjson.Parser().parse(header)
     if not isinstance(document, simdjson.Object):

@@ -463,7 +463,7 @@ def _read_request(header: bytes) -> Any:
     (:mod:`batcher.json_request`); what simdjson refuses is read by :func:`_loads`."""
     try:
         return read_document(header)
-    except ValueError:
+    except (ValueError, RuntimeError):  # not JSON simdjson reads, or nested past its depth limit
         return _loads(header)
 
 
@@ -479,6 +479,11 @@ def _loads(header: bytes) -> Any:
         return json.loads(header)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(
+            "request body is nested too deeply to read; a tensor's data needs one level per "
+            "dimension"
+        ) from None
 
 
 def _dumps(document: dict[str, Any], tensors: list[dict[str, Any]]) -> bytes:

@@ -61,6 +61,8 @@ async def _document(request: web.Request) -> dict[str, Any]:
         document = json.loads(body)
     except ValueError as exc:
         raise RepositoryError(f"request body is not JSON ({exc})") from None
+    except RecursionError:
+        raise RepositoryError("request body is nested too deeply to read") from None
     if not isinstance(document, dict):
         raise RepositoryError("request body must be a JSON object")
     return document

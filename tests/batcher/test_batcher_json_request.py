@@ -173,3 +173,14 @@ def test_irregular_nesting_with_the_right_count_is_read_in_row_major_order() -> 
     request = body([[1, 2, 3], [4]], "FP32", [2, 2])
     parsed = oip.parse_infer_request(request, None, inputs, outputs)
     assert parsed.inputs["x"].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"[" * 100_000, b'{"inputs": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"],
+    ids=["unclosed", "closed"],
+)
+def test_a_document_nested_past_every_parsers_depth_is_a_clear_refusal(raw) -> None:
+    inputs, outputs = signature("FP32", 2)
+    with pytest.raises(oip.ProtocolError):  # a 400 with the reason, not a 500
+        oip.parse_infer_request(raw, None, inputs, outputs)

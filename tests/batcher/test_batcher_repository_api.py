@@ -125,6 +125,8 @@ def test_index_load_and_unload_through_tritonclient_http(repository_server) -> N
     base = f"http://{http_url}/v2/repository"
     garbled = requests.post(f"{base}/index", data=b"{not json", timeout=10)
     assert garbled.status_code == 400 and "not JSON" in garbled.json()["error"]
+    deep = requests.post(f"{base}/index", data=b"[" * 100_000, timeout=10)
+    assert deep.status_code == 400 and "nested too deeply" in deep.json()["error"]
     override = requests.post(
         f"{base}/models/gamma/load", json={"parameters": {"config": "{}"}}, timeout=10
     )
