@@ -38,20 +38,29 @@ def read_document(header: bytes) -> Any:
     """
     document = simdjson.Parser().parse(header)
     if not isinstance(document, simdjson.Object):
-        return _python(document)
+        return as_python(document)
     plain = {}
     for key in document:
         value = document[key]
         if key == "inputs" and isinstance(value, simdjson.Array):
             plain[key] = [_tensor(item) for item in value]
         else:
-            plain[key] = _python(value)
+            plain[key] = as_python(value)
     return plain
 
 
 def is_lazy(data: object) -> bool:
     """Whether ``data`` is an input's numbers as :func:`read_document` left them."""
     return isinstance(data, simdjson.Array)
+
+
+def as_python(value: object) -> Any:
+    """``value`` as plain Python objects (a lazy array becomes a list, an object a dict)."""
+    if isinstance(value, simdjson.Array):
+        return value.as_list()
+    if isinstance(value, simdjson.Object):
+        return value.as_dict()
+    return value
 
 
 def flat_numbers(data: simdjson.Array, count: int, kind: BufferKind) -> np.ndarray | None:
@@ -72,26 +81,13 @@ def flat_numbers(data: simdjson.Array, count: int, kind: BufferKind) -> np.ndarr
     return array if array.size == count else None
 
 
-def as_python(data: object) -> Any:
-    """``data`` as plain Python objects (a lazy array becomes a list)."""
-    return _python(data)
-
-
 def _tensor(item: object) -> Any:
     if not isinstance(item, simdjson.Object):
-        return _python(item)
+        return as_python(item)
     tensor = {}
     for key in item:
         value = item[key]
         tensor[key] = (
-            value if key == "data" and isinstance(value, simdjson.Array) else _python(value)
+            value if key == "data" and isinstance(value, simdjson.Array) else as_python(value)
         )
     return tensor
-
-
-def _python(value: object) -> Any:
-    if isinstance(value, simdjson.Array):
-        return value.as_list()
-    if isinstance(value, simdjson.Object):
-        return value.as_dict()
-    return value

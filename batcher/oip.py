@@ -304,7 +304,7 @@ def _decode_tensor(
         numbers = flat_numbers(data, count, kind) if kind else None
         if numbers is not None:
             return cast_values(numbers, name, spec.datatype, dtype, shape, count), offset
-        data = as_python(data)  # nested, mixed or of another kind: read and judged as any list
+        data = as_python(data)  # not all numbers of the kind, another count, or a list type
     if spec.datatype == "BYTES":
         return _decode_json_strings(data, name, shape, count), offset
     return decode_values(data, name, spec.datatype, dtype, shape, count), offset

@@ -79,8 +79,9 @@ def model_child(pipe: Connection, device: str) -> None:
 
 def in_child(device: str) -> Callable[[np.ndarray], np.ndarray]:
     """The forward pass of :func:`model_child` in a process of its own, called from a thread."""
-    server_end, child_end = get_context("spawn").Pipe()
-    get_context("spawn").Process(target=model_child, args=(child_end, device), daemon=True).start()
+    spawn = get_context("spawn")
+    server_end, child_end = spawn.Pipe()
+    spawn.Process(target=model_child, args=(child_end, device), daemon=True).start()
     child_end.close()
     if server_end.recv_bytes() != b"ready":
         raise RuntimeError("the model process did not start")
