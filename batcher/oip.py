@@ -70,6 +70,7 @@ _BUFFER_KINDS: dict[str, BufferKind] = {
 _TEXT_KINDS = "OSU"  # object, bytes and str arrays all travel as BYTES
 _ELEMENT_LENGTH = struct.Struct("<I")  # the length before each BYTES element in binary data
 HEADER_LENGTH = "Inference-Header-Content-Length"
+_LARGEST_ARRAY_BYTES = int(np.iinfo(np.intp).max)
 MICROSECONDS = 1e-6
 
 
@@ -333,7 +334,13 @@ def check_tensor(
             f"input {name!r} has shape {shape}; the model expects {expected} "
             "(-1: any size; the first entry is the batch dimension)"
         )
-    return DATATYPES[spec.datatype], shape, math.prod(shape)
+    dtype = DATATYPES[spec.datatype]
+    # numpy refuses such a shape even with a zero in it: its other entries alone overflow.
+    if math.prod(d or 1 for d in shape) * dtype.itemsize > _LARGEST_ARRAY_BYTES:
+        raise ProtocolError(
+            f"input {name!r}: shape {shape} is larger than any array can be; check the shape"
+        )
+    return dtype, shape, math.prod(shape)
 
 
 def decode_binary_data(

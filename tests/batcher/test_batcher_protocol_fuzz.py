@@ -1,0 +1,302 @@
+"""Arbitrary inference requests, on both faces: a decoded request or a ProtocolError, nothing else.
+
+A ProtocolError is what the HTTP face answers with 400 and the gRPC face with INVALID_ARGUMENT,
+its message naming the problem; any other exception would be a 500 (or an INTERNAL) with a
+traceback in the log, for what is the client's mistake. So hypothesis builds requests near valid
+ones (each part of a valid request replaced, dropped or duplicated with arbitrary JSON, protobuf
+fields of every kind, binary data of any length behind any header length) for models of every
+datatype, and each must decode to arrays of the model's datatype and shape or be refused with a
+ProtocolError. What decodes must also encode as an answer, in JSON and in binary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from batcher import grpc_face, oip
+from batcher.open_inference import predict_v2_pb2 as pb
+from batcher.tensor_spec import TensorSpec
+
+# A fixed, bounded draw by default, so the suite is the same every run; a longer random hunt:
+# AUTOGLM_FUZZ_EXAMPLES=5000 python -m pytest tests/batcher/test_batcher_protocol_fuzz.py
+HUNT = os.environ.get("AUTOGLM_FUZZ_EXAMPLES")
+SETTINGS = settings(
+    max_examples=int(HUNT or 150),
+    derandomize=not HUNT,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+DATATYPES = tuple(oip.DATATYPES)
+SIGNATURES: tuple[tuple[TensorSpec, ...], ...] = (
+    *(((TensorSpec("x", datatype, (2,))),) for datatype in DATATYPES),
+    (TensorSpec("x", "FP32", (-1, 3)), TensorSpec("ids", "INT64", (-1,))),
+    (TensorSpec("text", "BYTES", ()),),
+)
+OUTPUTS = (TensorSpec("y", "FP32", (-1,)),)
+
+# Numbers and strings that have broken JSON and array decoders elsewhere.
+AWKWARD_NUMBERS = st.sampled_from(
+    [
+        *(0, -1, 1, 2, 255, 256, -129, 2**31, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30),
+        *(0.5, -0.0, 1e308, -1e308, 3.5e38, 65520.0, 1e-320),
+    ]
+)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    AWKWARD_NUMBERS,
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+SHAPES = st.one_of(
+    st.lists(st.integers(min_value=0, max_value=4), max_size=3),
+    st.lists(st.sampled_from([0, 1, 2, 2**31, 2**62, 2**63 - 1, 10**20]), max_size=3),
+    JSON_VALUES,
+)
+
+
+def _element(datatype: str) -> st.SearchStrategy[Any]:
+    if datatype == "BYTES":
+        return st.one_of(st.text(max_size=4), SCALARS)
+    if datatype == "BOOL":
+        return st.one_of(st.booleans(), SCALARS)
+    return st.one_of(st.integers(min_value=-300, max_value=300), AWKWARD_NUMBERS, SCALARS)
+
+
+@st.composite
+def json_tensors(draw: st.DrawFn, spec: TensorSpec) -> dict[str, Any]:
+    """An input near a valid one: right or wrong name, datatype and shape, data of any kind."""
+    rows = draw(st.integers(min_value=0, max_value=3))
+    shape = [rows, *(2 if d < 0 else d for d in spec.shape)]
+    count = int(np.prod(shape))
+    elements = draw(st.lists(_element(spec.datatype), min_size=count, max_size=count))
+    tensor: dict[str, Any] = {"name": spec.name, "datatype": spec.datatype, "shape": shape}
+    tensor["data"] = draw(
+        st.one_of(
+            st.just(elements),
+            st.just(np.array(elements, dtype=object).reshape(shape).tolist() if count else []),
+            st.lists(_element(spec.datatype), max_size=count + 2),
+            JSON_VALUES,
+        )
+    )
+    for key in draw(st.sets(st.sampled_from(["name", "datatype", "shape", "data", "parameters"]))):
+        tensor[key] = draw(
+            {
+                "name": st.one_of(st.sampled_from(["x", "ids", "text", "z"]), JSON_VALUES),
+                "datatype": st.one_of(st.sampled_from(DATATYPES), JSON_VALUES),
+                "shape": SHAPES,
+                "data": JSON_VALUES,
+                "parameters": JSON_VALUES,
+            }[key]
+        )
+    if draw(st.booleans()):
+        del tensor[draw(st.sampled_from(sorted(tensor)))]
+    return tensor
+
+
+@st.composite
+def json_documents(draw: st.DrawFn, signature: tuple[TensorSpec, ...]) -> dict[str, Any]:
+    inputs = [draw(json_tensors(spec)) for spec in signature]
+    if draw(st.booleans()):
+        inputs.append(draw(json_tensors(draw(st.sampled_from(signature)))))
+    document: dict[str, Any] = {"inputs": draw(st.one_of(st.just(inputs), JSON_VALUES))}
+    optional = {
+        "id": st.one_of(st.text(max_size=5), JSON_VALUES),
+        "parameters": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "priority": JSON_VALUES,
+                    "timeout": JSON_VALUES,
+                    "binary_data_output": JSON_VALUES,
+                },
+            ),
+            JSON_VALUES,
+        ),
+        "outputs": st.one_of(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"name": st.one_of(st.just("y"), JSON_VALUES)},
+                    optional={"parameters": JSON_VALUES},
+                ),
+                max_size=2,
+            ),
+            JSON_VALUES,
+        ),
+    }
+    for key in draw(st.sets(st.sampled_from(sorted(optional)))):
+        document[key] = draw(optional[key])
+    return document
+
+
+def _decoded_or_refused(decode: Any, signature: tuple[TensorSpec, ...]) -> None:
+    try:
+        request = decode()
+    except oip.ProtocolError as exc:
+        assert type(exc) is oip.ProtocolError and str(exc), "a refusal names its reason"
+        return
+    specs = {spec.name: spec for spec in signature}
+    assert set(request.inputs) == set(specs)
+    for name, array in request.inputs.items():
+        spec = specs[name]
+        assert isinstance(array, np.ndarray)
+        assert array.dtype == oip.DATATYPES[spec.datatype]
+        assert array.shape[0] == request.size >= 1
+        assert all(want in (-1, got) for want, got in zip(spec.shape, array.shape[1:], strict=True))
+    # What decodes can be answered, both ways (the model's answer: one row per item).
+    answer = {"y": np.zeros(request.size, dtype=np.float32)}
+    oip.encode_infer_response("m", request, answer)
+    grpc_face.encode_infer_response("m", request, answer)
+
+
+@SETTINGS
+@given(data=st.data(), signature=st.sampled_from(SIGNATURES))
+def test_a_json_request_is_decoded_or_refused_with_a_reason(
+    data: st.DataObject, signature: tuple[TensorSpec, ...]
+) -> None:
+    document = data.draw(json_documents(signature))
+    body = json.dumps(document).encode()
+    _decoded_or_refused(lambda: oip.parse_infer_request(body, None, signature, OUTPUTS), signature)
+
+
+@SETTINGS
+@given(
+    data=st.data(),
+    signature=st.sampled_from(SIGNATURES),
+    tail=st.binary(max_size=64),
+    header_length=st.one_of(st.none(), st.text(max_size=6), st.integers().map(str)),
+)
+def test_a_binary_request_is_decoded_or_refused_with_a_reason(
+    data: st.DataObject,
+    signature: tuple[TensorSpec, ...],
+    tail: bytes,
+    header_length: str | None,
+) -> None:
+    document = data.draw(json_documents(signature))
+    for tensor in document["inputs"] if isinstance(document["inputs"], list) else []:
+        if isinstance(tensor, dict) and data.draw(st.booleans()):
+            tensor.pop("data", None)
+            size = data.draw(st.one_of(st.integers(min_value=0, max_value=80), JSON_VALUES))
+            tensor["parameters"] = {"binary_data_size": size}
+    header = json.dumps(document).encode()
+    body = header + tail
+    length = str(len(header)) if header_length is None else header_length
+    _decoded_or_refused(
+        lambda: oip.parse_infer_request(body, length, signature, OUTPUTS), signature
+    )
+
+
+@SETTINGS
+@given(body=st.binary(max_size=200), header_length=st.one_of(st.none(), st.text(max_size=4)))
+def test_arbitrary_bytes_are_refused_with_a_reason(body: bytes, header_length: str | None) -> None:
+    signature = SIGNATURES[0]
+    _decoded_or_refused(
+        lambda: oip.parse_infer_request(body, header_length, signature, OUTPUTS), signature
+    )
+
+
+_CONTENT_FIELDS = {
+    "bool_contents": st.lists(st.booleans(), max_size=6),
+    "int_contents": st.lists(st.integers(-(2**31), 2**31 - 1), max_size=6),
+    "int64_contents": st.lists(st.integers(-(2**63), 2**63 - 1), max_size=6),
+    "uint_contents": st.lists(st.integers(0, 2**32 - 1), max_size=6),
+    "uint64_contents": st.lists(st.integers(0, 2**64 - 1), max_size=6),
+    "fp32_contents": st.lists(st.floats(width=32), max_size=6),
+    "fp64_contents": st.lists(st.floats(), max_size=6),
+    "bytes_contents": st.lists(st.binary(max_size=4), max_size=6),
+}
+_PARAMETERS = st.dictionaries(
+    st.sampled_from(["priority", "timeout", "binary_data_output", "other"]),
+    st.one_of(
+        st.builds(lambda v: pb.InferParameter(bool_param=v), st.booleans()),
+        st.builds(lambda v: pb.InferParameter(int64_param=v), st.integers(-(2**63), 2**63 - 1)),
+        st.builds(lambda v: pb.InferParameter(string_param=v), st.text(max_size=6)),
+    ),
+    max_size=3,
+)
+
+
+@st.composite
+def grpc_requests(draw: st.DrawFn, signature: tuple[TensorSpec, ...]) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="m", id=draw(st.text(max_size=4)))
+    for key, value in draw(_PARAMETERS).items():
+        request.parameters[key].CopyFrom(value)
+    raw = draw(st.booleans())
+    specs = list(signature) + ([draw(st.sampled_from(signature))] if draw(st.booleans()) else [])
+    for spec in specs:
+        rows = draw(st.integers(min_value=0, max_value=3))
+        shape = [rows, *(2 if d < 0 else d for d in spec.shape)]
+        tensor = request.inputs.add(
+            name=draw(st.one_of(st.just(spec.name), st.text(max_size=3))),
+            datatype=draw(st.one_of(st.just(spec.datatype), st.sampled_from(DATATYPES))),
+            shape=draw(
+                st.one_of(
+                    st.just(shape),
+                    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3),
+                    st.lists(st.sampled_from([0, 1, 2, 2**62, 2**63 - 1]), max_size=3),
+                )
+            ),
+        )
+        if raw:
+            length = oip.DATATYPES[spec.datatype].itemsize * int(np.prod(shape))
+            exact = st.binary(min_size=length, max_size=length)
+            request.raw_input_contents.append(draw(st.one_of(exact, st.binary(max_size=40))))
+        for field in draw(st.sets(st.sampled_from(sorted(_CONTENT_FIELDS)), max_size=2)):
+            getattr(tensor.contents, field).extend(draw(_CONTENT_FIELDS[field]))
+    if draw(st.booleans()) and request.raw_input_contents:
+        request.raw_input_contents.append(draw(st.binary(max_size=8)))
+    for name in draw(st.lists(st.sampled_from(["y", "z", ""]), max_size=2)):
+        request.outputs.add(name=name)
+    return request
+
+
+@SETTINGS
+@given(data=st.data(), signature=st.sampled_from(SIGNATURES))
+def test_a_grpc_request_is_decoded_or_refused_with_a_reason(
+    data: st.DataObject, signature: tuple[TensorSpec, ...]
+) -> None:
+    request = data.draw(grpc_requests(signature))
+    _decoded_or_refused(
+        lambda: grpc_face.decode_infer_request(request, signature, OUTPUTS), signature
+    )
+
+
+@pytest.mark.parametrize(
+    "shape", [[0, 2**62], [0, 10**20], [2**62, 0], [0, 2**63 - 1, 2**63 - 1]], ids=str
+)
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_an_empty_tensor_with_huge_dimensions_is_refused(shape: list[int], binary: bool) -> None:
+    signature = (TensorSpec("x", "FP32", (-1,) * (len(shape) - 1)),)
+    tensor: dict[str, Any] = {"name": "x", "datatype": "FP32", "shape": shape}
+    if binary:
+        tensor["parameters"] = {"binary_data_size": 0}
+    else:
+        tensor["data"] = []
+    header = json.dumps({"inputs": [tensor]}).encode()
+    with pytest.raises(oip.ProtocolError, match="shape"):
+        oip.parse_infer_request(header, str(len(header)) if binary else None, signature, OUTPUTS)
+
+
+def test_an_empty_grpc_tensor_with_huge_dimensions_is_refused() -> None:
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype="FP32", shape=[0, 2**62])
+    request.raw_input_contents.append(b"")
+    signature = (TensorSpec("x", "FP32", (-1,)),)
+    with pytest.raises(oip.ProtocolError, match="shape"):
+        grpc_face.decode_infer_request(request, signature, OUTPUTS)
