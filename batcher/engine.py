@@ -873,21 +873,24 @@ class Batcher:
     def _answer(
         self, batch: list[QueuedRequest], results: list[Any], started: float, ended: float
     ) -> None:
+        """Answer a batch's requests; counted a batch at a time (all are of one class)."""
         self._observe_queue_latency(batch, started)
+        latencies = []
         for request, result in zip(batch, results, strict=True):
-            self._succeed(request, result, ended)
+            if request.future.done():
+                self._count(request, "cancelled", None)
+                continue
+            request.future.set_result(result)
+            latencies.append(ended - request.arrival)
+        if not batch[0].best_effort:
+            self.metrics.answered_with_results(latencies, self.slo_seconds)
+        else:
+            for _ in latencies:
+                self.metrics.answered_best_effort("ok")
 
     def _observe_queue_latency(self, batch: list[QueuedRequest], started: float) -> None:
         if not batch[0].best_effort:
-            for request in batch:
-                self.metrics.queue_latency.observe(started - request.arrival)
-
-    def _succeed(self, request: QueuedRequest, result: Any, ended: float) -> None:
-        if request.future.done():
-            self._count(request, "cancelled", None)
-            return
-        request.future.set_result(result)
-        self._count(request, "ok", ended)
+            self.metrics.queue_latency.observe_many([started - r.arrival for r in batch])
 
     def _fail(self, request: QueuedRequest, error: BatcherError) -> None:
         if request.future.done():

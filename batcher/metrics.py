@@ -8,12 +8,17 @@ Memory statistics are read from the allocator at scrape time and exist only wher
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+import math
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 PREFIX = "autoglm_batcher"
 OUTCOMES = (
@@ -101,6 +106,57 @@ def _counter_by(
     return counter
 
 
+class BatchHistogram(Collector):
+    """A latency histogram of one model that a batch's requests are observed into at once.
+
+    prometheus_client's histogram takes two locks and scans its buckets at each observation, a
+    measurable part of a request's CPU on the loop that answers every request
+    (docs/batcher-serving.md, "Metrics by the batch"). Here a batch's latencies are binned under
+    one lock, and the series are built at scrape time, the same as a ``Histogram`` labelled
+    ``model`` exposes them (less the ``_created`` sample).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        model: str,
+        buckets: Iterable[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._model = model
+        self._bounds = tuple(sorted(buckets))  # the last bucket, +Inf, is implied
+        self._counts = [0] * (len(self._bounds) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()  # a scrape may come from another thread
+        registry.register(self)
+
+    def observe(self, seconds: float) -> None:
+        self.observe_many((seconds,))
+
+    def observe_many(self, values: Collection[float]) -> None:
+        """Count each of ``values`` in the first bucket whose bound it does not exceed."""
+        bounds, counts = self._bounds, self._counts
+        with self._lock:
+            for value in values:
+                counts[bisect_left(bounds, value)] += 1
+            self._sum += math.fsum(values)
+
+    def describe(self) -> Iterable[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self._name, self._documentation, labels=["model"])
+
+    def collect(self) -> Iterable[HistogramMetricFamily]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        family = HistogramMetricFamily(self._name, self._documentation, labels=["model"])
+        edges = [floatToGoString(bound) for bound in (*self._bounds, math.inf)]
+        cumulative = [float(count) for count in itertools.accumulate(counts)]
+        family.add_metric([self._model], list(zip(edges, cumulative, strict=True)), total)
+        yield family
+
+
 class _Children:
     """A labelled metric's children for one model, looked up once per label values: ``labels()``
     validates its arguments and takes a lock at every call, which on the request path costs more
@@ -178,13 +234,13 @@ class BatcherMetrics:
             registry=registry,
         ).labels(model)
         latency_buckets = _buckets_with(slo_seconds)
-        self.queue_latency = Histogram(
+        self.queue_latency = BatchHistogram(
             f"{PREFIX}_queue_latency_seconds",
             "Time from arrival to the start of the request's batch.",
-            label,
-            buckets=latency_buckets,
-            registry=registry,
-        ).labels(model)
+            model,
+            latency_buckets,
+            registry,
+        )
         self.compute_latency = Histogram(
             f"{PREFIX}_compute_latency_seconds",
             "Device time per executed batch.",
@@ -203,13 +259,13 @@ class BatcherMetrics:
         )
         for cause in DISPATCH_GAP_CAUSES:
             self.dispatch_gap.labels(model, cause)
-        self.request_latency = Histogram(
+        self.request_latency = BatchHistogram(
             f"{PREFIX}_request_latency_seconds",
             "Time from arrival to the answer, for requests that got a result.",
-            label,
-            buckets=latency_buckets,
-            registry=registry,
-        ).labels(model)
+            model,
+            latency_buckets,
+            registry,
+        )
         self.cap = Gauge(
             f"{PREFIX}_batch_cap_items",
             "Current adaptive cap on batch size.",
@@ -432,6 +488,18 @@ class BatcherMetrics:
         """Count ``seconds`` of device time spent on a batch of ``request_class``."""
         self.busy_seconds.inc(seconds)
         self._class_busy_seconds(request_class).inc(seconds)
+
+    def answered_with_results(self, latencies: Collection[float], slo_seconds: float) -> None:
+        """Count online requests answered with a result (outcome ``ok``), a batch at a time;
+        ``latencies`` from each one's arrival to its answer."""
+        if not latencies:
+            return
+        self._requests("ok").inc(len(latencies))
+        self._class_requests("online", "ok").inc(len(latencies))
+        self.request_latency.observe_many(latencies)
+        late = sum(1 for seconds in latencies if seconds > slo_seconds)
+        if late:
+            self.slo_misses.inc(late)
 
     def answered(self, outcome: str, total_seconds: float | None, slo_seconds: float) -> None:
         """Count one answered online request; ``total_seconds`` only for those with a result."""
