@@ -48,7 +48,7 @@ from batcher.forwarding import (
     read_binary_answer,
     sent_in_binary,
 )
-from batcher.request_body import read_body
+from batcher.request_body import closing_if_unreadable, read_body
 from batcher.worker_pool import CHANNEL_SOCKET, HTTP_SOCKET, READY_LINE
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class FrontServer:
                     self._signatures.pop(key, None)
                     continue
                 engine.notify({"invalid": name})
-                return _error(str(exc), 400)
+                return closing_if_unreadable(_error(str(exc), 400), exc)
             header_length = request.headers.get(oip.HEADER_LENGTH)
             as_sent = sent_in_binary(body, header_length, parsed)
             forwarded = (

@@ -30,6 +30,7 @@ from batcher.errors import (
     RepositoryError,
 )
 from batcher.repository import ModelRepository
+from batcher.request_body import UnreadableBody, closing_if_unreadable, read_whole
 
 # A repository refusal -> its HTTP status (the first type that matches; 400 otherwise).
 _STATUS: tuple[tuple[type[RepositoryError], int], ...] = (
@@ -54,7 +55,10 @@ def _error(message: str, status: int) -> web.Response:
 
 async def _document(request: web.Request) -> dict[str, Any]:
     """The request's JSON object (an empty body is an empty object, as tritonclient sends)."""
-    body = await request.read()
+    try:
+        body = await read_whole(request)
+    except UnreadableBody as exc:
+        raise RepositoryError(str(exc)) from exc
     if not body.strip():
         return {}
     try:
@@ -83,7 +87,7 @@ class RepositoryRoutes:
         try:
             ready = (await _document(request)).get("ready", False)
         except RepositoryError as exc:
-            return _error(str(exc), repository_status(exc))
+            return closing_if_unreadable(_error(str(exc), repository_status(exc)), exc)
         if not isinstance(ready, bool):
             return _error('"ready" must be true or false', 400)
         entries = [
@@ -106,7 +110,7 @@ class RepositoryRoutes:
                 )
             await self.models.load(name)
         except RepositoryError as exc:
-            return _error(str(exc), repository_status(exc))
+            return closing_if_unreadable(_error(str(exc), repository_status(exc)), exc)
         return web.Response(status=200)
 
     async def unload(self, request: web.Request) -> web.Response:
@@ -115,5 +119,5 @@ class RepositoryRoutes:
             await _document(request)  # unload_dependents: a model here has no dependents
             await self.models.unload(name)
         except RepositoryError as exc:
-            return _error(str(exc), repository_status(exc))
+            return closing_if_unreadable(_error(str(exc), repository_status(exc)), exc)
         return web.Response(status=200)

@@ -66,7 +66,7 @@ from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
 from batcher.repository import LoadedModel, ModelRepository
 from batcher.repository_http import RepositoryRoutes
-from batcher.request_body import read_body
+from batcher.request_body import closing_if_unreadable, read_body
 from batcher.worker_pool import (
     CHANNEL_SOCKET,
     HTTP_SOCKET,
@@ -398,7 +398,7 @@ class BatcherServer:
             body = await read_body(request, self.max_body_bytes)
         except oip.ProtocolError as exc:
             serving.batcher.metrics.answered("invalid", None, serving.batcher.slo_seconds)
-            return _error(str(exc), 400)
+            return closing_if_unreadable(_error(str(exc), 400), exc)
         answer = await self._run_infer(serving, body, request.headers.get(oip.HEADER_LENGTH))
         return answer.response()
 

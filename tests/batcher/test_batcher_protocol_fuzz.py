@@ -7,6 +7,9 @@ ones (each part of a valid request replaced, dropped or duplicated with arbitrar
 fields of every kind, binary data of any length behind any header length) for models of every
 datatype, and each must decode to arrays of the model's datatype and shape or be refused with a
 ProtocolError. What decodes must also encode as an answer, in JSON and in binary.
+
+The same requests then go to a running server over HTTP (with arbitrary content headers) and gRPC:
+whatever they get, it is never a 500 or INTERNAL, and a refusal carries its reason.
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ import json
 import os
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
+import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batcher import grpc_face, oip
 from batcher.open_inference import predict_v2_pb2 as pb
+from batcher.open_inference import predict_v2_pb2_grpc as pb_grpc
 from batcher.tensor_spec import TensorSpec
+from tests.batcher.batcher_test_models import EchoModel
 
 # A fixed, bounded draw by default, so the suite is the same every run; a longer random hunt:
 # AUTOGLM_FUZZ_EXAMPLES=5000 python -m pytest tests/batcher/test_batcher_protocol_fuzz.py
@@ -300,3 +307,81 @@ def test_an_empty_grpc_tensor_with_huge_dimensions_is_refused() -> None:
     signature = (TensorSpec("x", "FP32", (-1,)),)
     with pytest.raises(oip.ProtocolError, match="shape"):
         grpc_face.decode_infer_request(request, signature, OUTPUTS)
+
+
+# Over the wire: fewer examples (each is a round trip), the same strategies.
+WIRE_SETTINGS = settings(
+    max_examples=int(HUNT or 60),
+    derandomize=not HUNT,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+HEADER_TEXT = st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=6)
+HEADERS = st.fixed_dictionaries(
+    {},
+    optional={
+        "Content-Type": st.one_of(
+            st.sampled_from(["application/json", "application/octet-stream", "text/plain"]),
+            HEADER_TEXT,
+        ),
+        "Content-Encoding": st.one_of(
+            st.sampled_from(["gzip", "deflate", "br", "identity"]), HEADER_TEXT
+        ),
+        oip.HEADER_LENGTH: st.one_of(st.integers(-5, 400).map(str), HEADER_TEXT),
+    },
+)
+
+
+def test_the_http_face_never_answers_a_client_mistake_with_a_500(serve) -> None:
+    server = serve(EchoModel(), warmup_repeats=0)
+    url = f"{server.url}/v2/models/echo/infer"
+    with requests.Session() as session:
+
+        @WIRE_SETTINGS
+        @given(data=st.data(), headers=HEADERS, tail=st.binary(max_size=32))
+        def check(data: st.DataObject, headers: dict[str, str], tail: bytes) -> None:
+            document = data.draw(json_documents(EchoModel.input_specs))
+            reply = session.post(
+                url, data=json.dumps(document).encode() + tail, headers=headers, timeout=10
+            )
+            assert reply.status_code < 500 or reply.status_code in (503, 504), reply.text
+            if reply.status_code != 200:
+                assert reply.text.strip(), "a refusal names its reason"
+
+        check()
+
+
+def test_the_grpc_face_never_answers_a_client_mistake_with_internal(serve) -> None:
+    server = serve(EchoModel(), warmup_repeats=0, grpc_listen="127.0.0.1:0")
+    with grpc.insecure_channel(f"127.0.0.1:{server.server.grpc.port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+
+        @WIRE_SETTINGS
+        @given(data=st.data())
+        def check(data: st.DataObject) -> None:
+            request = data.draw(grpc_requests(EchoModel.input_specs))
+            request.model_name = "echo"
+            try:
+                stub.ModelInfer(request, timeout=10)
+            except grpc.RpcError as exc:
+                code = exc.code()  # type: ignore[attr-defined]
+                assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), code
+                assert exc.details(), "a refusal names its reason"  # type: ignore[attr-defined]
+
+        check()
+
+
+@pytest.mark.parametrize("path", ["/v2/models/echo/infer", "/v2/repository/index"])
+def test_a_body_that_does_not_decode_as_its_encoding_says_is_a_400_that_closes(
+    serve, path: str
+) -> None:
+    server = serve(EchoModel(), warmup_repeats=0)
+    with requests.Session() as session:
+        reply = session.post(
+            server.url + path, data=b'{"inputs": []}', headers={"Content-Encoding": "gzip"}
+        )
+        assert reply.status_code == 400
+        assert "Content-Encoding" in reply.json()["error"]
+        assert reply.headers["Connection"] == "close"  # aiohttp closes it: the client must know
+        again = session.post(server.url + "/v2/repository/index", json={}, timeout=10)
+        assert again.status_code == 200

@@ -137,6 +137,14 @@ def test_workers_serve_json_and_binary_as_one_process_does(served: list[Served])
     assert refused.json()["error"] == "input 'x' has datatype 'FP64'; the model expects FP32"
     unknown = requests.post(f"{server.url}/v2/models/nope/infer", json=body(), timeout=30)
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+    unreadable = requests.post(
+        f"{server.url}/v2/models/echo/infer",
+        data=json.dumps(body()),
+        headers={"Content-Encoding": "gzip"},
+        timeout=30,
+    )
+    assert unreadable.status_code == 400 and unreadable.headers["Connection"] == "close"
+    assert "Content-Encoding" in unreadable.json()["error"]
     # One scrape of either worker sees the engine's series and every worker's.
     text = server.metrics()
     assert series(text)["ok"] == 2
