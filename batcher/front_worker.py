@@ -33,6 +33,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from autoglm.logs import setup_logging
+from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.webconfig import WebConfig
@@ -48,7 +49,7 @@ from batcher.forwarding import (
     read_binary_answer,
     sent_in_binary,
 )
-from batcher.request_body import closing_if_unreadable, read_body
+from batcher.request_body import read_body
 from batcher.worker_pool import CHANNEL_SOCKET, HTTP_SOCKET, READY_LINE
 
 if TYPE_CHECKING:
@@ -300,7 +301,10 @@ class FrontServer:
     # --- everything else ---------------------------------------------------------------------
 
     async def _pass_to_engine(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+        try:
+            body = await read_whole(request)
+        except UnreadableBody as exc:
+            return closing_if_unreadable(_error(str(exc), 400), exc)
         headers = {k: request.headers[k] for k in _PASSED_REQUEST_HEADERS if k in request.headers}
         try:
             status, answer, answer_headers = await self._engine_http(

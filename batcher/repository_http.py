@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole
 from batcher import oip
 from batcher.errors import (
     LoadFailed,
@@ -30,7 +31,6 @@ from batcher.errors import (
     RepositoryError,
 )
 from batcher.repository import ModelRepository
-from batcher.request_body import UnreadableBody, closing_if_unreadable, read_whole
 
 # A repository refusal -> its HTTP status (the first type that matches; 400 otherwise).
 _STATUS: tuple[tuple[type[RepositoryError], int], ...] = (

@@ -1,41 +1,22 @@
-"""Reading a request's body within ``--max-body-bytes``, with the words a client needs.
+"""Reading an inference request's body within ``--max-body-bytes``, with the words a client needs.
 
-Shared by the engine's HTTP face (:mod:`batcher.server`), the front workers
-(:mod:`batcher.front_worker`) and the repository API (:mod:`batcher.repository_http`), so a body
-is refused alike whichever process or route reads it.
-
-A body that does not decode as its ``Content-Encoding`` says (``gzip`` over plain JSON) is
-:class:`UnreadableBody`: aiohttp closes such a connection after the answer, since it cannot tell
-where the next request on it would start, so the answer says so (``Connection: close``) and a
-keep-alive client does not send its next request into a closed socket.
+Shared by the engine's HTTP face (:mod:`batcher.server`) and the front workers
+(:mod:`batcher.front_worker`), so an oversized or undecodable request is refused alike whichever
+process reads it (:mod:`autoglm.web.body` says why an undecodable one also closes its connection).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from autoglm.web.body import UnreadableBody, read_whole
 from batcher.oip import ProtocolError
-
-
-class UnreadableBody(ProtocolError):
-    """A body that could not be read to its end (a 400 that closes the connection)."""
-
-
-async def read_whole(request: web.Request) -> bytes:
-    """``request.read()``; :class:`UnreadableBody` when the body does not decode."""
-    try:
-        return await request.read()
-    except web.RequestPayloadError as exc:
-        cause = getattr(exc.__cause__, "message", None) or " ".join(str(exc).split())
-        raise UnreadableBody(
-            f"request body could not be read ({cause}); send it uncompressed, or compressed as "
-            "its Content-Encoding header says"
-        ) from None
 
 
 async def read_body(request: web.Request, max_body_bytes: int) -> bytes:
     """The whole body; :class:`ProtocolError` (a 400) when it is over ``max_body_bytes`` or
-    does not decode as its ``Content-Encoding`` says."""
+    does not decode as its ``Content-Encoding`` says (then raised from the
+    :class:`~autoglm.web.body.UnreadableBody`)."""
     length = request.content_length
     if length is not None and length > max_body_bytes:
         raise ProtocolError(
@@ -44,15 +25,10 @@ async def read_body(request: web.Request, max_body_bytes: int) -> bytes:
         )
     try:
         return await read_whole(request)
+    except UnreadableBody as exc:
+        raise ProtocolError(str(exc)) from exc
     except web.HTTPRequestEntityTooLarge:
         raise ProtocolError(
             f"request body exceeds {max_body_bytes} bytes (--max-body-bytes); "
             "send fewer items per request"
         ) from None
-
-
-def closing_if_unreadable(response: web.Response, error: Exception) -> web.Response:
-    """``response`` to a refused request, closing its connection when the body was unreadable."""
-    if isinstance(error, UnreadableBody) or isinstance(error.__cause__, UnreadableBody):
-        response.force_close()
-    return response

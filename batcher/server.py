@@ -46,6 +46,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from autoglm.config import ConfigError, parse_listen
 from autoglm.web.binding import bind_socket
+from autoglm.web.body import closing_if_unreadable
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.webconfig import WebConfig
@@ -66,7 +67,7 @@ from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
 from batcher.repository import LoadedModel, ModelRepository
 from batcher.repository_http import RepositoryRoutes
-from batcher.request_body import closing_if_unreadable, read_body
+from batcher.request_body import read_body
 from batcher.worker_pool import (
     CHANNEL_SOCKET,
     HTTP_SOCKET,

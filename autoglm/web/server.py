@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from autoglm.config import parse_listen
 from autoglm.web.binding import bind_socket, local_url
+from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole
 from autoglm.web.exchange import Handler, Request, Response
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
@@ -214,7 +215,9 @@ class HTTPServer:
         if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
             return _text_refusal("send a Content-Length, not chunked", HTTPStatus.LENGTH_REQUIRED)
         try:
-            body = await request.read()
+            body = await read_whole(request)
+        except UnreadableBody as exc:
+            return closing_if_unreadable(_text_refusal(str(exc), HTTPStatus.BAD_REQUEST), exc)
         except web.HTTPRequestEntityTooLarge:
             return _text_refusal(
                 f"request body over {self.max_body_bytes} bytes",

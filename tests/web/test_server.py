@@ -118,6 +118,21 @@ def test_request_body_limit(registry: CollectorRegistry) -> None:
         assert requests.post(srv.url + "/echo", data=b"x" * 11).status_code == 413
 
 
+def test_a_body_that_does_not_decode_is_a_400_that_closes_the_connection(
+    server: HTTPServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with requests.Session() as s, caplog.at_level(logging.DEBUG):
+        r = s.post(server.url + "/echo", data=b"plain", headers={"Content-Encoding": "gzip"})
+        assert r.status_code == 400
+        assert "Content-Encoding" in r.text and "gzip" in r.text
+        assert r.headers["Connection"] == "close"
+        compressed = gzip.compress(b"packed")
+        ok = s.post(server.url + "/echo", data=compressed, headers={"Content-Encoding": "gzip"})
+        assert ok.status_code == 200 and ok.json()["body"] == "packed"
+    # aiohttp's own traceback for the same body is dropped: the 400 said it
+    assert not [r for r in caplog.records if r.exc_info and r.name == "aiohttp.server"]
+
+
 def test_connections_beyond_the_limit_are_refused(registry: CollectorRegistry) -> None:
     routes = {"/echo": echo}
     with HTTPServer("127.0.0.1:0", routes, registry=registry, max_connections=1) as srv:

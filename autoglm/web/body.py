@@ -1,0 +1,54 @@
+"""Reading a request's whole body, and closing the connection of one that could not be read.
+
+A body that does not decode as its ``Content-Encoding`` says (``gzip`` over plain text) makes
+aiohttp raise from ``request.read()``, which a handler would turn into a 500, and aiohttp closes
+that connection after the answer, since it cannot tell where the next request on it would start.
+So such a body is the client's mistake, a 400 naming it, and the answer says ``Connection:
+close`` so that a keep-alive client does not send its next request into a closed socket. Every
+component's server reads bodies through here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TypeVar
+
+from aiohttp import web
+
+R = TypeVar("R", bound=web.StreamResponse)
+
+
+class UnreadableBody(ValueError):
+    """The body could not be read to its end; the message says why and what to send instead."""
+
+
+async def read_whole(request: web.Request) -> bytes:
+    """``request.read()``; :class:`UnreadableBody` when the body does not decode."""
+    try:
+        return await request.read()
+    except web.RequestPayloadError as exc:
+        cause = getattr(exc.__cause__, "message", None) or " ".join(str(exc).split())
+        raise UnreadableBody(
+            f"request body could not be read ({cause}); send it uncompressed, or compressed as "
+            "its Content-Encoding header says"
+        ) from None
+
+
+def closing_if_unreadable(response: R, error: Exception) -> R:
+    """``response`` to a refused request, closing its connection when ``error`` (or what it was
+    raised from) is an :class:`UnreadableBody`.
+
+    After the answer aiohttp reads on through the rest of that body, meets the same decoding
+    error and logs it with a traceback as an "Unhandled exception"; the 400 already said all
+    there is, so that record is dropped (:func:`_not_an_answered_body`).
+    """
+    if isinstance(error, UnreadableBody) or isinstance(error.__cause__, UnreadableBody):
+        response.force_close()
+        # addFilter skips a filter that is already there: once per process
+        logging.getLogger("aiohttp.server").addFilter(_not_an_answered_body)
+    return response
+
+
+def _not_an_answered_body(record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not isinstance(error, web.RequestPayloadError)
