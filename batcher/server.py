@@ -41,12 +41,12 @@ from urllib.parse import quote
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from autoglm.config import ConfigError, parse_listen
 from autoglm.web.binding import bind_socket
 from autoglm.web.body import closing_if_unreadable
+from autoglm.web.exposition import negotiated_encoder
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.webconfig import WebConfig
@@ -387,7 +387,7 @@ class BatcherServer:
         return _json(oip.model_metadata(model.name, model.inputs, model.outputs))
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        encoder, content_type = choose_encoder(request.headers.get("Accept"))
+        encoder, content_type = negotiated_encoder(request.headers.get("Accept"))
         return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
 
     async def _infer(self, request: web.Request) -> web.Response:

@@ -387,6 +387,12 @@ def test_metrics_endpoint_counts_outcomes(serve) -> None:
     )
     assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
     assert openmetrics.text.rstrip().endswith("# EOF")
+    odd = requests.get(  # an Accept prometheus_client cannot read: the text format
+        f"{server.url}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=abc"},
+        timeout=10,
+    )
+    assert odd.status_code == 200 and odd.headers["Content-Type"].startswith("text/plain")
 
 
 def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:

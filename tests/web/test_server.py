@@ -204,6 +204,14 @@ def test_metrics_negotiation_text_openmetrics_gzip_and_name_filter(
     assert "jobs_total 3.0" in only
     assert "autoglm_http_requests_total" not in only
 
+    # an Accept prometheus_client cannot read gets the text format, not a 500
+    odd = requests.get(
+        server.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=abc"}
+    )
+    assert odd.status_code == 200
+    assert odd.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "jobs_total 3.0" in odd.text
+
 
 def test_taken_port_and_bad_address_are_config_errors(server: HTTPServer) -> None:
     with pytest.raises(ConfigError, match=rf"127\.0\.0\.1:{server.port}.*choose another --listen"):
