@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+from urllib.parse import quote
 
 import grpc
 import numpy as np
@@ -385,3 +386,97 @@ def test_a_body_that_does_not_decode_as_its_encoding_says_is_a_400_that_closes(
         assert reply.headers["Connection"] == "close"  # aiohttp closes it: the client must know
         again = session.post(server.url + "/v2/repository/index", json={}, timeout=10)
         assert again.status_code == 200
+
+
+NAMES = st.one_of(
+    st.sampled_from(["echo", "", "ECHO", "echo ", "../echo", "echo/1", "%2e%2e", "\u00e9cho"]),
+    st.text(max_size=8),
+)
+VERSIONS = st.one_of(st.sampled_from(["", "1", "2", "-1", "01", "x", "1.0"]), st.text(max_size=4))
+
+
+def test_every_other_grpc_call_with_any_name_or_version_is_answered(serve) -> None:
+    server = serve(EchoModel(), warmup_repeats=0, grpc_listen="127.0.0.1:0")
+    with grpc.insecure_channel(f"127.0.0.1:{server.server.grpc.port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        calls = {
+            "ModelReady": lambda n, v, p: stub.ModelReady(
+                pb.ModelReadyRequest(name=n, version=v), timeout=10
+            ),
+            "ModelMetadata": lambda n, v, p: stub.ModelMetadata(
+                pb.ModelMetadataRequest(name=n, version=v), timeout=10
+            ),
+            "RepositoryIndex": lambda n, v, p: stub.RepositoryIndex(
+                pb.RepositoryIndexRequest(repository_name=n, ready=bool(p)), timeout=10
+            ),
+            "RepositoryModelUnload": lambda n, v, p: stub.RepositoryModelUnload(
+                pb.RepositoryModelUnloadRequest(repository_name=v, model_name=n + "-x"), timeout=10
+            ),
+            "RepositoryModelLoad": lambda n, v, p: stub.RepositoryModelLoad(
+                _load_request(n, v, p), timeout=10
+            ),
+        }
+
+        @WIRE_SETTINGS
+        @given(
+            method=st.sampled_from(sorted(calls)),
+            name=NAMES,
+            version=VERSIONS,
+            parameters=st.dictionaries(
+                st.sampled_from(["config", "file:a", "x", ""]), st.text(max_size=3), max_size=2
+            ),
+        )
+        def check(method: str, name: str, version: str, parameters: dict[str, str]) -> None:
+            try:
+                calls[method](name, version, parameters)
+            except grpc.RpcError as exc:
+                code = exc.code()  # type: ignore[attr-defined]
+                assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), code
+                assert exc.details(), "a refusal names its reason"  # type: ignore[attr-defined]
+
+        check()
+
+
+def _load_request(name: str, version: str, parameters: dict[str, str]) -> Any:
+    request = pb.RepositoryModelLoadRequest(repository_name=version, model_name=name)
+    for key, value in parameters.items():
+        request.parameters[key].string_param = value
+    return request
+
+
+def test_every_http_route_with_any_name_or_version_is_answered(serve) -> None:
+    server = serve(EchoModel(), warmup_repeats=0)
+    paths = {
+        "GET": [
+            "/v2/models/{n}",
+            "/v2/models/{n}/ready",
+            "/v2/models/{n}/versions/{v}",
+            "/v2/models/{n}/versions/{v}/ready",
+        ],
+        "POST": [
+            "/v2/models/{n}/infer",
+            "/v2/models/{n}/versions/{v}/infer",
+            "/v2/repository/models/{n}/load",
+            "/v2/repository/models/{n}-x/unload",
+            "/v2/repository/index",
+        ],
+    }
+    with requests.Session() as session:
+
+        @WIRE_SETTINGS
+        @given(
+            method=st.sampled_from(sorted(paths)),
+            data=st.data(),
+            name=NAMES,
+            version=VERSIONS,
+            body=st.one_of(JSON_VALUES.map(json.dumps), st.text(max_size=10)),
+        )
+        def check(method: str, data: st.DataObject, name: str, version: str, body: str) -> None:
+            template = data.draw(st.sampled_from(paths[method]))
+            path = template.format(n=quote(name, safe=""), v=quote(version, safe=""))
+            reply = session.request(method, server.url + path, data=body.encode(), timeout=10)
+            assert reply.status_code < 500 or reply.status_code in (503, 507), reply.text
+            if reply.status_code >= 400:
+                assert reply.text.strip(), "a refusal names its reason"
+
+        check()
