@@ -12,12 +12,13 @@ imports neither torch nor the engine: a front worker stays small.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 from prometheus_client import CollectorRegistry, Counter
 
 from autoglm.config import ConfigError, parse_listen
@@ -219,6 +220,27 @@ def certificate_configuration(material: TLSMaterial) -> Any:
     )
 
 
+SERVICE = "GRPCInferenceService"
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """What bytes that are not a message of the call's request type decode to."""
+
+    type_name: str
+    reason: str
+
+
+def _lenient(message_type: Any) -> Callable[[bytes], Any]:
+    def decode(raw: bytes) -> Any:
+        try:
+            return message_type.FromString(raw)
+        except DecodeError as exc:
+            return Undecodable(message_type.DESCRIPTOR.full_name, str(exc))
+
+    return decode
+
+
 class GrpcFace:
     """A ``grpc.aio`` server of the service on the running loop, with the web config's TLS and
     basic auth, counting every answered call.
@@ -258,8 +280,46 @@ class GrpcFace:
     # --- lifecycle -------------------------------------------------------------------------
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
-        """Add the RPCs to ``server`` (each face has its own)."""
+        """Add the RPCs to ``server`` (each face has its own), with :meth:`serve_rpcs`."""
         raise NotImplementedError
+
+    def serve_rpcs(self, servicer: Any, server: grpc.aio.Server) -> None:
+        """Serve every RPC of the service from ``servicer``'s method of the same name.
+
+        What the generated ``add_GRPCInferenceServiceServicer_to_server`` does, but bytes that
+        are not a message of the call's type are the client's mistake: INVALID_ARGUMENT naming
+        it (once the caller is admitted), where grpc would answer UNKNOWN with a traceback in
+        the log.
+        """
+        handlers = {}
+        for method in pb.DESCRIPTOR.services_by_name[SERVICE].methods:
+            request_type = getattr(pb, method.input_type.name)
+            response_type = getattr(pb, method.output_type.name)
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                self._refusing_undecodable(method.name, getattr(servicer, method.name)),
+                request_deserializer=_lenient(request_type),
+                response_serializer=response_type.SerializeToString,
+            )
+        name = f"{pb.DESCRIPTOR.package}.{SERVICE}"
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+        server.add_registered_method_handlers(name, handlers)  # looked up faster per call
+
+    def _refusing_undecodable(
+        self, method: str, behaviour: Callable[[Any, Any], Awaitable[Any]]
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, Undecodable):
+                await self.admit(context, method)
+                await self.fail(
+                    context,
+                    method,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request is not a valid {request.type_name} message ({request.reason}); "
+                    "send one serialized as the service's .proto defines it",
+                )
+            return await behaviour(request, context)
+
+        return call
 
     async def start(self) -> None:
         """Listen; raises :class:`ConfigError` when the address cannot be bound."""

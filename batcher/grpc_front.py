@@ -119,7 +119,7 @@ class GrpcFront(GrpcFace):
         self._server_model = ""  # the label of server-wide calls, as the engine last gave it
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(_Servicer(self), server)
+        self.serve_rpcs(_Servicer(self), server)
 
     def default_model(self) -> str:
         return self._server_model

@@ -258,7 +258,7 @@ class GrpcInferenceServer(GrpcFace):
         self._servicer = _Servicer(self)
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self._servicer, server)
+        self.serve_rpcs(self._servicer, server)
 
     def default_model(self) -> str:
         names = self.models.names

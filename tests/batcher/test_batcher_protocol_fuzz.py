@@ -25,6 +25,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from batcher import grpc_face, oip
 from batcher.open_inference import predict_v2_pb2 as pb
@@ -480,3 +481,36 @@ def test_every_http_route_with_any_name_or_version_is_answered(serve) -> None:
                 assert reply.text.strip(), "a refusal names its reason"
 
         check()
+
+
+def test_bytes_that_are_no_message_are_invalid_argument_on_every_call(serve) -> None:
+    server = serve(EchoModel(), warmup_repeats=0, grpc_listen="127.0.0.1:0")
+    methods = [m.name for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods]
+    with grpc.insecure_channel(f"127.0.0.1:{server.server.grpc.port}") as channel:
+        for method in methods:
+            call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+            with pytest.raises(grpc.RpcError) as refused:
+                call(b"\xff\xff\xff", timeout=10)  # a field tag that runs off the end
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+            assert "is not a valid inference." in refused.value.details()
+
+        @WIRE_SETTINGS
+        @given(method=st.sampled_from(methods), raw=st.binary(max_size=40))
+        def check(method: str, raw: bytes) -> None:
+            call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+            try:
+                call(raw, timeout=10)  # bytes that happen to parse are a (strange) request
+            except grpc.RpcError as exc:
+                code = exc.code()  # type: ignore[attr-defined]
+                assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), code
+
+        check()
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    refusals = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "autoglm_batcher_grpc_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["code"] == "INVALID_ARGUMENT"
+    ]
+    assert sum(refusals) >= len(methods)  # each counted, as any refused call is
