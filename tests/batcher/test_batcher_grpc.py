@@ -329,6 +329,20 @@ def test_tls_client_certificates_and_basic_auth_from_the_web_config(serve, tmp_p
     with pytest.raises(InferenceServerException) as unauthenticated:
         client(allowed).infer("text", [text])
     assert unauthenticated.value.status() == "StatusCode.UNAUTHENTICATED"
+    # bytes that are no message are refused as such only once the caller is admitted
+    with grpc.secure_channel(
+        f"localhost:{server.server.grpc.port}",
+        grpc.ssl_channel_credentials(
+            ca.cert_file.read_bytes(), allowed.key.read_bytes(), allowed.cert.read_bytes()
+        ),
+    ) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as anonymous:
+            call(b"\xff\xff\xff", timeout=10)
+        assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as garbled:
+            call(b"\xff\xff\xff", timeout=10, metadata=tuple(credentials.items()))
+        assert garbled.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(InferenceServerException) as denied:
         client(stranger).infer("text", [text], headers=credentials)
     assert denied.value.status() == "StatusCode.PERMISSION_DENIED"
