@@ -8,8 +8,9 @@ fields of every kind, binary data of any length behind any header length) for mo
 datatype, and each must decode to arrays of the model's datatype and shape or be refused with a
 ProtocolError. What decodes must also encode as an answer, in JSON and in binary.
 
-The same requests then go to a running server over HTTP (with arbitrary content headers) and gRPC:
-whatever they get, it is never a 500 or INTERNAL, and a refusal carries its reason.
+The same requests then go to a running server over HTTP (with arbitrary content headers) and gRPC,
+as do odd model names and versions on every other route and RPC, and bytes that are no message:
+whatever they get, it is never a 500 or INTERNAL (or UNKNOWN), and a refusal carries its reason.
 """
 
 from __future__ import annotations
