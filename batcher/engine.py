@@ -309,7 +309,7 @@ class Batcher:
                 priority, self.priority_levels, self.default_priority, self.best_effort_priority
             )
         except PriorityError as exc:
-            self.metrics.answered("invalid", None, self.slo_seconds)
+            self.metrics.answered("invalid", self.slo_seconds)
             raise InvalidRequest(str(exc)) from None
         if request_class.name == BEST_EFFORT:
             return await self._submit_best_effort(payload, size, timeout)
@@ -321,7 +321,7 @@ class Batcher:
         level = request_class.level
         wait_limit = self.default_timeout if timeout is None else timeout
         if wait_limit <= 0 or not 1 <= size <= self.max_batch_size:
-            self.metrics.answered("invalid", None, self.slo_seconds)
+            self.metrics.answered("invalid", self.slo_seconds)
             raise InvalidRequest(
                 f"timeout must be > 0 and a request must hold 1..{self.max_batch_size} items "
                 f"(got timeout {wait_limit} s, {size} items); send fewer items per request"
@@ -371,7 +371,7 @@ class Batcher:
             return await request.future
         except asyncio.CancelledError:
             if self._unqueue(request):
-                self.metrics.answered("cancelled", None, self.slo_seconds)
+                self.metrics.answered("cancelled", self.slo_seconds)
             raise
 
     async def _submit_best_effort(self, payload: Any, size: int, timeout: float | None) -> Any:
@@ -878,7 +878,7 @@ class Batcher:
         latencies = []
         for request, result in zip(batch, results, strict=True):
             if request.future.done():
-                self._count(request, "cancelled", None)
+                self._count(request, "cancelled")
                 continue
             request.future.set_result(result)
             latencies.append(ended - request.arrival)
@@ -894,19 +894,18 @@ class Batcher:
 
     def _fail(self, request: QueuedRequest, error: BatcherError) -> None:
         if request.future.done():
-            self._count(request, "cancelled", None)
+            self._count(request, "cancelled")
             return
         request.future.set_exception(error)
-        self._count(request, error.outcome, None)
+        self._count(request, error.outcome)
 
-    def _count(self, request: QueuedRequest, outcome: str, ended: float | None) -> None:
-        """Count an answer in its class's series (the slack window got the online results'
-        latencies when their batch ended)."""
+    def _count(self, request: QueuedRequest, outcome: str) -> None:
+        """Count an answer without a result in its class's series (results are counted a batch
+        at a time in :meth:`_answer`)."""
         if request.best_effort:
             self.metrics.answered_best_effort(outcome)
             return
-        latency = None if ended is None else ended - request.arrival
-        self.metrics.answered(outcome, latency, self.slo_seconds)
+        self.metrics.answered(outcome, self.slo_seconds)
 
 
 def from_config(

@@ -322,7 +322,7 @@ class GrpcInferenceServer(GrpcFace):
         try:
             parsed = decode_infer_request(request, model.inputs, model.outputs)
         except oip.ProtocolError as exc:
-            batcher.metrics.answered("invalid", None, batcher.slo_seconds)
+            batcher.metrics.answered("invalid", batcher.slo_seconds)
             await self.fail(context, method, grpc.StatusCode.INVALID_ARGUMENT, str(exc), model.name)
         try:
             result = await batcher.submit(

@@ -133,9 +133,6 @@ class BatchHistogram(Collector):
         self._lock = threading.Lock()  # a scrape may come from another thread
         registry.register(self)
 
-    def observe(self, seconds: float) -> None:
-        self.observe_many((seconds,))
-
     def observe_many(self, values: Collection[float]) -> None:
         """Count each of ``values`` in the first bucket whose bound it does not exceed."""
         bounds, counts = self._bounds, self._counts
@@ -464,7 +461,7 @@ class BatcherMetrics:
     def rejected(self, reason: str, slo_seconds: float) -> None:
         """Count one online request refused at admission for ``reason`` (of REJECTION_REASONS)."""
         self._rejections(reason).inc()
-        self.answered("rejected", None, slo_seconds)
+        self.answered("rejected", slo_seconds)
 
     def refused_best_effort(self, reason: str) -> None:
         """Count one best-effort request refused at once (one of BEST_EFFORT_REFUSAL_REASONS)."""
@@ -501,13 +498,11 @@ class BatcherMetrics:
         if late:
             self.slo_misses.inc(late)
 
-    def answered(self, outcome: str, total_seconds: float | None, slo_seconds: float) -> None:
-        """Count one answered online request; ``total_seconds`` only for those with a result."""
+    def answered(self, outcome: str, slo_seconds: float) -> None:
+        """Count one online request answered without a result (refused, failed, cancelled);
+        those with a result are counted a batch at a time (:meth:`answered_with_results`)."""
         self._requests(outcome).inc()
         self._class_requests("online", outcome).inc()
-        if total_seconds is not None:
-            self.request_latency.observe(total_seconds)
         if outcome in ("invalid", "cancelled"):
             return  # the client's doing, not the service's
-        if total_seconds is None or total_seconds > slo_seconds:
-            self.slo_misses.inc()
+        self.slo_misses.inc()

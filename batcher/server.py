@@ -398,7 +398,7 @@ class BatcherServer:
         try:
             body = await read_body(request, self.max_body_bytes)
         except oip.ProtocolError as exc:
-            serving.batcher.metrics.answered("invalid", None, serving.batcher.slo_seconds)
+            serving.batcher.metrics.answered("invalid", serving.batcher.slo_seconds)
             return closing_if_unreadable(_error(str(exc), 400), exc)
         answer = await self._run_infer(serving, body, request.headers.get(oip.HEADER_LENGTH))
         return answer.response()
@@ -411,7 +411,7 @@ class BatcherServer:
         try:
             parsed = oip.parse_infer_request(body, header_length, model.inputs, model.outputs)
         except oip.ProtocolError as exc:
-            batcher.metrics.answered("invalid", None, batcher.slo_seconds)
+            batcher.metrics.answered("invalid", batcher.slo_seconds)
             return _refused(str(exc), 400)
         try:
             result = await batcher.submit(
@@ -475,7 +475,7 @@ class BatcherServer:
             batcher = self.models.serving(envelope["invalid"], "1").batcher
         except UnknownModel:
             return
-        batcher.metrics.answered("invalid", None, batcher.slo_seconds)
+        batcher.metrics.answered("invalid", batcher.slo_seconds)
 
     def _signature_tag(self, model: ServedModel) -> str:
         """The tag of ``model``'s metadata, as the workers compute it from ``GET`` (kept per

@@ -34,7 +34,7 @@ def test_a_batch_histogram_exposes_what_a_histogram_would(seed: int) -> None:
     for value in values:
         native.labels("m").observe(value)
     ours = BatchHistogram("x_seconds", "Doc.", "m", BUCKETS, batched)
-    ours.observe(values[0])
+    ours.observe_many(values[:1])
     for start in range(1, len(values), 7):  # batches of up to seven
         ours.observe_many(values[start : start + 7])
     got, want = samples(batched), samples(reference)
