@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import math
 import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +71,7 @@ from bench.minimal_batcher import json_row, serve_infer_route  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
 MODES = ("rest-json", "rest-binary", "grpc")
+HTTP_MODES = ("rest-json", "rest-binary")
 RESULTS = ROOT / "bench" / "results" / "serving_bounds.json"
 GOAL_REQUESTS_PER_CPU_SECOND = 2500.0
 GOAL_RATIO = 1.5
@@ -78,10 +81,13 @@ SENSITIVITY_BATCHES = (32, 256, 512)  # the MLP's row at other batches, beside -
 # --- the floor server (a child process: ``--serve PORT_FILE``) ------------------------------------
 
 
-def serve_floor(port_file: Path, hold_seconds: float) -> None:
+def serve_floor(port_file: Path, hold_seconds: float, stack: str) -> None:
     """Serve the floor on free ports, written to ``port_file`` as JSON, until killed. With
     ``hold_seconds`` every request's decoded row is held until a timer releases all those held
-    (a batch), as a batching server must hold it, and only then answered."""
+    (a batch), as a batching server must hold it, and only then answered. On ``aiohttp`` the
+    floor serves REST and gRPC (grpc.aio), as the batcher does; on ``uvicorn`` (httptools' parser
+    under a bare ASGI app, the lightest well-kept asyncio HTTP server) it serves REST alone, to
+    show whether another HTTP stack would lower the bounds."""
     import grpc
     import numpy as np
     import orjson
@@ -108,10 +114,10 @@ def serve_floor(port_file: Path, hold_seconds: float) -> None:
         held.append((future, row))
         return await future
 
-    async def infer(request: web.Request) -> web.Response:
-        body = await request.read()
-        if header_length in request.headers:
-            size = int(request.headers[header_length])
+    async def answer(body: bytes, json_length: str | None) -> tuple[bytes, dict[str, str]]:
+        """A one-row request's answer and its headers, whichever stack carried it."""
+        if json_length is not None:
+            size = int(json_length)
             orjson.loads(body[:size])
             row = np.frombuffer(body, dtype="<f4", offset=size).reshape(1, FEATURES)
             raw = (await hold(row)).tobytes()
@@ -122,18 +128,17 @@ def serve_floor(port_file: Path, hold_seconds: float) -> None:
                 "parameters": {"binary_data_size": len(raw)},
             }
             head = orjson.dumps({"model_name": MODEL_NAME, "outputs": [described]})
-            return web.Response(
-                body=head + raw,
-                headers={header_length: str(len(head))},
-                content_type="application/octet-stream",
-            )
+            headers = {header_length: str(len(head)), "Content-Type": "application/octet-stream"}
+            return head + raw, headers
         row = await hold(json_row(body))
         output = {"name": "output", "datatype": "FP32", "shape": [1, FEATURES], "data": row}
-        answer = {"model_name": MODEL_NAME, "outputs": [output]}
-        return web.Response(
-            body=orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY),
-            content_type="application/json",
-        )
+        answered = {"model_name": MODEL_NAME, "outputs": [output]}
+        body = orjson.dumps(answered, option=orjson.OPT_SERIALIZE_NUMPY)
+        return body, {"Content-Type": "application/json"}
+
+    async def infer(request: web.Request) -> web.Response:
+        body, headers = await answer(await request.read(), request.headers.get(header_length))
+        return web.Response(body=body, headers=headers)
 
     async def model_infer(request: pb.ModelInferRequest, context: object) -> pb.ModelInferResponse:
         row = np.frombuffer(request.raw_input_contents[0], dtype="<f4").reshape(1, FEATURES)
@@ -143,7 +148,7 @@ def serve_floor(port_file: Path, hold_seconds: float) -> None:
         response.raw_output_contents.append(row.tobytes())
         return response
 
-    async def main() -> None:
+    async def serve_aiohttp() -> None:
         http_port = await serve_infer_route(infer)
         server = grpc.aio.server()
         handler = grpc.unary_unary_rpc_method_handler(
@@ -160,16 +165,50 @@ def serve_floor(port_file: Path, hold_seconds: float) -> None:
         port_file.write_text(json.dumps({"http": http_port, "grpc": grpc_port}))
         await server.wait_for_termination()
 
-    asyncio.run(main())
+    async def asgi_infer(scope: dict, receive: Callable, send: Callable) -> None:
+        # Only the bench's client calls it: one route, every body read whole.
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        sent = dict(scope["headers"]).get(header_length.lower().encode())
+        body, headers = await answer(b"".join(chunks), None if sent is None else sent.decode())
+        fields = [(k.encode(), v.encode()) for k, v in headers.items()]
+        fields.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": fields})
+        await send({"type": "http.response.body", "body": body})
+
+    async def serve_uvicorn() -> None:
+        import socket
+
+        import uvicorn
+
+        listening = socket.create_server(("127.0.0.1", 0))
+        config = uvicorn.Config(
+            asgi_infer, http="httptools", lifespan="off", access_log=False, log_level="warning"
+        )
+        server = uvicorn.Server(config)
+        serving = asyncio.ensure_future(server.serve(sockets=[listening]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port_file.write_text(json.dumps({"http": listening.getsockname()[1], "grpc": 0}))
+        await serving
+
+    asyncio.run(serve_uvicorn() if stack == "uvicorn" else serve_aiohttp())
 
 
 class FloorServer(Served):
     """:func:`serve_floor` in a child process."""
 
-    def __init__(self, scratch: Path, name: str, hold_seconds: float) -> None:
+    def __init__(
+        self, scratch: Path, name: str, hold_seconds: float, stack: str = "aiohttp"
+    ) -> None:
         self.name = name
+        self.modes = MODES if stack == "aiohttp" else HTTP_MODES
         port_file = scratch / f"{name}.ports"
-        command = [sys.executable, __file__, "--serve", str(port_file)]
+        command = [sys.executable, __file__, "--serve", str(port_file), "--stack", stack]
         self.proc, written = start_with_port_file(
             [*command, "--hold-seconds", str(hold_seconds)], port_file, f"{name} floor server"
         )
@@ -184,7 +223,8 @@ async def measure(servers: dict[str, Served], args: argparse.Namespace) -> list[
     """Every (server, way, rate) point of every round, interleaved; each a point's record."""
     targets, closers = {}, []
     for name, server in servers.items():
-        found, close = await targets_for(server, None, MODES)  # type: ignore[arg-type]
+        modes = getattr(server, "modes", MODES)
+        found, close = await targets_for(server, None, modes)  # type: ignore[arg-type]
         closers.append(close)
         targets.update({(name, mode): target for mode, target in found.items()})
     points: list[dict] = []
@@ -242,38 +282,59 @@ def bounds(
     cores: int,
     target_rate: float | None,
 ) -> dict:
-    """Each goal's bound from the cheapest floor (answering at once or holding requests for a
-    batch) measured at any rate: the bound most generous to the goal. Pure arithmetic on the
-    medians, so the tests can check it without a server."""
+    """Each goal's bound from the cheapest floors measured at any rate: the bound most generous
+    to the goal. A ratio of two ways is taken within one floor server (one stack, answering at
+    once or holding requests for a batch), where the argument that only the codec differs holds,
+    and the most generous server's ratio is the bound; a cost is the cheapest of any server.
+    Pure arithmetic on the medians, so the tests can check it without a server."""
     cheapest = {
-        mode: min(
-            (c for ways in floors.values() for c in ways[mode].values()),
-            key=lambda c: c["server_us"],
-        )
-        for mode in MODES
+        server: {
+            mode: min(costs.values(), key=lambda c: c["server_us"])
+            for mode, costs in ways.items()
+            if costs
+        }
+        for server, ways in floors.items()
     }
-    f_json, f_binary, f_grpc = (cheapest[m]["server_us"] for m in MODES)
+
+    def floor(mode: str) -> tuple[str, dict]:
+        return min(
+            ((server, ways[mode]) for server, ways in cheapest.items() if mode in ways),
+            key=lambda found: found[1]["server_us"],
+        )
+
+    def ratio(mode: str, model: float) -> float:
+        """JSON's floor over ``mode``'s, within each server that answers both; the largest."""
+        return max(
+            (ways["rest-json"]["server_us"] + model) / (ways[mode]["server_us"] + model)
+            for ways in cheapest.values()
+            if mode in ways and "rest-json" in ways
+        )
+
+    json_floor = floor("rest-json")[1]
+    f_json = json_floor["server_us"]
     out = {
-        "floor_us": {mode: cheapest[mode]["server_us"] for mode in MODES},
+        "floor_us": {mode: floor(mode)[1]["server_us"] for mode in MODES},
+        "floor_server": {mode: floor(mode)[0] for mode in MODES},
         "model_us_per_row": model_us,
         "requests_per_cpu_second": {
             "bound": 1e6 / (f_json + model_us),
+            "model_alone_bound": 1e6 / model_us if model_us > 0 else math.inf,
             "goal": GOAL_REQUESTS_PER_CPU_SECOND,
         },
         "binary_over_json": {
-            "bound_without_model": f_json / f_binary,
-            "bound": (f_json + model_us) / (f_binary + model_us),
+            "bound_without_model": ratio("rest-binary", 0.0),
+            "bound": ratio("rest-binary", model_us),
             "goal": GOAL_RATIO,
         },
         "grpc_over_json": {
-            "bound_without_model": f_json / f_grpc,
-            "bound": (f_json + model_us) / (f_grpc + model_us),
+            "bound_without_model": ratio("grpc", 0.0),
+            "bound": ratio("grpc", model_us),
             "goal": GOAL_RATIO,
         },
         "one_interpreter_rate_bound": 1e6 / f_json,
     }
     if target_rate:
-        client_us = cheapest["rest-json"]["client_us"]
+        client_us = json_floor["client_us"]
         out["target_rate"] = {
             "rate": target_rate,
             "cores_needed_at_least": target_rate * (f_json + model_us + client_us) / 1e6,
@@ -324,13 +385,18 @@ def print_report(measured: dict, found: dict) -> None:
                 )
     f = found["floor_us"]
     print()
+    by = found["floor_server"]
     print(
-        f"floors: JSON {f['rest-json']:.0f} us, binary {f['rest-binary']:.0f} us, "
-        f"gRPC {f['grpc']:.0f} us; MLP alone {found['model_us_per_row']:.0f} us a row at full batch"
+        f"floors: JSON {f['rest-json']:.0f} us ({by['rest-json']}), binary "
+        f"{f['rest-binary']:.0f} us ({by['rest-binary']}), gRPC {f['grpc']:.0f} us ({by['grpc']}); "
+        f"MLP alone {found['model_us_per_row']:.0f} us a row at full batch"
     )
     print(f"{'goal':<34} {'bound':>10} {'goal':>8}  verdict")
     per_cpu = found["requests_per_cpu_second"]
-    rows = [("REST JSON requests per CPU-second", per_cpu["bound"], per_cpu["goal"])]
+    rows = [
+        ("REST JSON requests per CPU-second", per_cpu["bound"], per_cpu["goal"]),
+        ("  the same, a server costing nothing", per_cpu["model_alone_bound"], per_cpu["goal"]),
+    ]
     for key, label in (
         ("binary_over_json", "binary / JSON rate"),
         ("grpc_over_json", "gRPC / JSON rate"),
@@ -377,11 +443,18 @@ def main(argv: list[str] | None = None) -> int:
         default=10.0,
         help="the held floor releases its requests every so many ms (0: no held floor)",
     )
+    parser.add_argument(
+        "--uvicorn",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the REST floor on uvicorn (httptools): does another HTTP stack lower the bounds",
+    )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--stack", choices=("aiohttp", "uvicorn"), help=argparse.SUPPRESS)
     parser.add_argument("--hold-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve_floor(args.serve, args.hold_seconds)
+        serve_floor(args.serve, args.hold_seconds, args.stack)
         return 0
     try:
         args.rates = [float(r) for r in args.rates.split(",") if r]
@@ -393,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rates, --rounds and --seconds must be positive")
     if args.batch < 1:
         parser.error("--batch must be at least 1")
+    if args.uvicorn and not all(map(importlib.util.find_spec, ("uvicorn", "httptools"))):
+        parser.error("the uvicorn floor needs uvicorn and httptools: pip install -e '.[test]'")
     if args.smoke:
         args.rates, args.rounds, args.seconds, model_seconds = [50.0], 1, 0.5, 0.1
     else:
@@ -401,9 +476,11 @@ def main(argv: list[str] | None = None) -> int:
     servers: dict[str, Served] = {}
     with tempfile.TemporaryDirectory(prefix="serving-bounds-") as scratch:
         try:
-            servers["floor"] = FloorServer(Path(scratch), "floor", 0.0)
+            servers["floor"] = FloorServer(Path(scratch), "floor", 0.0, "aiohttp")
             if args.hold_ms > 0:
-                servers["held"] = FloorServer(Path(scratch), "held", args.hold_ms / 1000)
+                servers["held"] = FloorServer(Path(scratch), "held", args.hold_ms / 1000, "aiohttp")
+            if args.uvicorn:
+                servers["uvicorn"] = FloorServer(Path(scratch), "uvicorn", 0.0, "uvicorn")
             if not args.no_batcher:
                 extra = ["--max-batch-size", "128", "--max-queue", "4096"]
                 servers["batcher"] = BatcherServer(extra, model=args.batcher_model)
@@ -422,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     sizes = sorted({args.batch, *SENSITIVITY_BATCHES, *batches})
     model_us = model_row_microseconds(sizes, model_seconds)
-    floors = {n: ways for n, ways in measured.items() if n in ("floor", "held")}
+    floors = {n: ways for n, ways in measured.items() if n != "batcher"}
     cores = os.cpu_count() or 1
     found = bounds(floors, model_us[args.batch], cores, args.target_rate)
     print_report(measured, found)
