@@ -33,7 +33,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +61,13 @@ from predictor.api import Forecast
 from predictor.config import TargetConfig
 from predictor.metrics import PredictorMetrics
 from predictor.service import PredictorService
-from stack import config as ports
 from stack.config import DEMO_MODEL, UpConfig
 from stack.cpu_wait import CpuWaitLedger
 from stack.gpu_link import BEST_EFFORT, CLASS_BUSY_COUNTER, ONLINE, GPULink
 from stack.job import BestEffortJob
 from stack.kernel import largest_batch_within
 from stack.loadgen import LoadGenerator, LoadGenMetrics, RequestLog
+from stack.port_plan import HOST, check_ports
 from stack.profiles import profile_from_config
 from stack.prometheus import WORKERS_JOB, PrometheusServer, grafana_hint
 from stack.report import Sample, ScaleEvent, Summary, summarize
@@ -77,7 +77,6 @@ from stack.window import MetricsWindow, Scraper, WindowMetricsSource
 
 log = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
 EXPORTER = "exporter"
 MODEL_NAME = "demo"
 METRIC = "online_busy"
@@ -188,43 +187,6 @@ def idle_held_back(
 
 class Stopped(Exception):
     """The user asked to stop while the stack was still starting."""
-
-
-def plan_ports(cfg: UpConfig) -> dict[str, int]:
-    """Role -> port; 0 everywhere when ``--port-base 0`` (pick free ports)."""
-    base = cfg.port_base
-    offsets = {
-        "exporter": ports.EXPORTER_OFFSET,
-        "predictor": ports.PREDICTOR_OFFSET,
-        "autoscaler": ports.AUTOSCALER_OFFSET,
-        "loadgen": ports.LOADGEN_OFFSET,
-        "service": ports.SERVICE_OFFSET,
-        "job": ports.JOB_OFFSET,
-        "prometheus": ports.PROMETHEUS_OFFSET,
-    }
-    if base == 0:
-        return dict.fromkeys(offsets, 0)
-    planned = {role: base + offset for role, offset in offsets.items()}
-    for i in range(cfg.max_workers):
-        planned[f"worker {i}"] = base + ports.WORKERS_OFFSET + i
-    return planned
-
-
-def check_ports(planned: dict[str, int], skip: Sequence[str] = ()) -> None:
-    """ConfigError naming the first taken port and how to move every port at once."""
-    for role, port in planned.items():
-        if port == 0 or role in skip:
-            continue
-        with socket.socket() as sock:
-            # As the servers do: a port whose old connections linger in TIME_WAIT is free.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((HOST, port))
-            except OSError:
-                raise ConfigError(
-                    f"port {port} ({role}) on {HOST} is taken; stop what uses it or move every "
-                    f"port with --port-base, e.g. --port-base {planned['exporter'] + 10000}"
-                ) from None
 
 
 def build_spec(cfg: UpConfig) -> GPUAutoscalerSpec:
@@ -397,10 +359,8 @@ class Stack:
 
     def _start(self, stop_requested: threading.Event) -> None:
         cfg = self.cfg
-        planned = plan_ports(cfg)
         prometheus_binary = self._prometheus_binary()
-        unused = () if prometheus_binary else ("prometheus",)
-        check_ports(planned, skip=unused + (() if cfg.job else ("service", "job")))
+        planned = check_ports(cfg, with_prometheus=prometheus_binary is not None)
         profile = profile_from_config(cfg)
 
         self.source, self.simulated, notice = open_gpus(cfg)

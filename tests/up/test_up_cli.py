@@ -382,13 +382,20 @@ def test_a_taken_port_gets_one_line_and_exit_2(tmp_path: Path) -> None:
     if base > 65535 - 200:
         base -= 200
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", base + 2))  # the autoscaler's port
+        # The exporter's, the first port checked: no port another process happens to hold
+        # among the stack's others can be named instead.
+        taken.bind(("127.0.0.1", base))
         taken.listen()
+        # The console script's entry point, saying afterwards whether the stack was imported.
+        entry = (
+            "import sys; from autoglm.cli import main; code = main(sys.argv[1:]); "
+            "print('imported the stack:', 'stack.stack' in sys.modules); sys.exit(code)"
+        )
         run = subprocess.run(
             [
                 sys.executable,
-                "-m",
-                "autoglm.cli",
+                "-c",
+                entry,
                 "up",
                 "--no-tui",
                 "--port-base",
@@ -402,7 +409,9 @@ def test_a_taken_port_gets_one_line_and_exit_2(tmp_path: Path) -> None:
             timeout=180,
         )
     assert run.returncode == 2
-    assert f"port {base + 2} (autoscaler)" in run.stderr and "--port-base" in run.stderr
+    assert f"port {base} (exporter)" in run.stderr and "--port-base" in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("autoglm up: error:")
     assert "worker started" not in run.stderr  # nothing was started
     assert os.listdir(tmp_path) == []
+    # Refused before the stack's imports (torch, the predictor's models: seconds of CPU).
+    assert "imported the stack: False" in run.stdout
