@@ -136,6 +136,7 @@ class Served:
     """A server process of the bench: its ports, its CPU time, and stopping it."""
 
     name = ""
+    modes: tuple[str, ...] = BATCHER_MODES  # the ways bench/serving_bounds.py measures it by
     proc: subprocess.Popen
     http_port = 0
     grpc_port = 0

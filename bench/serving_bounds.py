@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.batcher_process import start_with_port_file  # noqa: E402
 from bench.batcher_serving import (  # noqa: E402
+    BATCHER_MODES,
     FEATURES,
     MODEL_NAME,
     REFERENCE,
@@ -70,7 +71,7 @@ from bench.batcher_serving import (  # noqa: E402
 from bench.minimal_batcher import json_row, serve_infer_route  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
-MODES = ("rest-json", "rest-binary", "grpc")
+MODES = BATCHER_MODES
 HTTP_MODES = ("rest-json", "rest-binary")
 RESULTS = ROOT / "bench" / "results" / "serving_bounds.json"
 GOAL_REQUESTS_PER_CPU_SECOND = 2500.0
@@ -223,8 +224,7 @@ async def measure(servers: dict[str, Served], args: argparse.Namespace) -> list[
     """Every (server, way, rate) point of every round, interleaved; each a point's record."""
     targets, closers = {}, []
     for name, server in servers.items():
-        modes = getattr(server, "modes", MODES)
-        found, close = await targets_for(server, None, modes)  # type: ignore[arg-type]
+        found, close = await targets_for(server, None, server.modes)  # type: ignore[arg-type]
         closers.append(close)
         targets.update({(name, mode): target for mode, target in found.items()})
     points: list[dict] = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +22,7 @@ from autoglm.logs import setup_logging
 from autoglm.signals import stop_on_signals
 from stack.config import UpConfig
 from stack.port_plan import check_ports
+from stack.prometheus import binary_on_path
 from stack.report import check_report_dir, summary_lines, write_report
 from stack.view import LogView, TerminalView, View
 
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report_dir = check_report_dir(cfg.report_dir)
         # Before the stack's imports take seconds; the stack checks again as it starts.
-        check_ports(cfg, with_prometheus=cfg.prometheus and shutil.which("prometheus") is not None)
+        check_ports(cfg, with_prometheus=cfg.prometheus and binary_on_path() is not None)
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -50,8 +50,14 @@ def find_rules() -> Path:
     return RULES_FILE
 
 
+def binary_on_path() -> str | None:
+    """Where ``prometheus`` is on PATH, if anywhere: the one place the stack looks for it (the
+    command line's early port check asks too, to know whether Prometheus's port is wanted)."""
+    return shutil.which("prometheus")
+
+
 def find_binary() -> str:
-    binary = shutil.which("prometheus")
+    binary = binary_on_path()
     if binary is None:
         raise ConfigError(
             "--prometheus: no 'prometheus' binary on PATH; install it (Debian: apt-get install "

@@ -11,6 +11,7 @@ import functools
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -23,6 +24,17 @@ RELEASE = "gpu"
 NAMESPACE = "autoglm"
 # Lowest Kubernetes of Chart.yaml's kubeVersion, and the newest kubernetes-validate knows.
 KUBE_VERSIONS = ("1.27.0", "1.37.0")
+
+
+@functools.cache
+def prometheus_operator() -> ModuleType:
+    """cloudcoil's Prometheus Operator models (``monitoring.coreos.com/v1``), imported on first
+    use: the import builds thousands of pydantic models (seconds of CPU), which only the tests
+    that validate a PodMonitor, ServiceMonitor or PrometheusRule need, not the collection every
+    pytest worker makes."""
+    from cloudcoil.models.prometheus_operator import v1
+
+    return v1
 
 
 def ci_values_files() -> list[Path]:

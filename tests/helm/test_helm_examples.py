@@ -11,12 +11,11 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
-from cloudcoil.models.prometheus_operator import v1 as promop
 
 from autoglm.config import add_config_arguments, config_from_args
 from batcher.config import BatcherConfig
 from predictor.metrics import ForecastCollector
-from tests.helm.chart import CHART, KUBE_VERSIONS
+from tests.helm.chart import CHART, KUBE_VERSIONS, prometheus_operator
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(60)]
 
@@ -53,7 +52,7 @@ def test_batcher_sidecar_example_is_a_valid_deployment_with_a_pod_monitor():
     deployment, pod_monitor = _docs("batcher-sidecar.yaml")
     for version in KUBE_VERSIONS:
         kubernetes_validate.validate(deployment, version, strict=True)
-    promop.PodMonitor.model_validate(pod_monitor)
+    prometheus_operator().PodMonitor.model_validate(pod_monitor)
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     batcher = containers["batcher"]
     assert batcher["command"] == ["autoglm-batcher"]

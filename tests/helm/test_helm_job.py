@@ -6,7 +6,6 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from cloudcoil.models.prometheus_operator import v1 as promop
 
 from autoglm.config import load_config
 from jobs.config import JobConfig
@@ -17,6 +16,7 @@ from tests.helm.chart import (
     helm,
     of_kind,
     one,
+    prometheus_operator,
     render,
     render_failure,
 )
@@ -117,7 +117,7 @@ def test_an_explicit_endpoint_needs_no_batcher_in_the_release() -> None:
 def test_a_pod_monitor_scrapes_the_pods_when_prometheus_operator_is_there() -> None:
     assert not of_kind(job_objects(), "PodMonitor")
     monitor = one(job_objects(monitoring_api=True), "PodMonitor")
-    model = promop.PodMonitor.model_validate(monitor)
+    model = prometheus_operator().PodMonitor.model_validate(monitor)
     dumped = model.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
     assert dumped == monitor, "the PodMonitor has fields the operator does not know"
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
