@@ -12,8 +12,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from statsmodels.tools.sm_exceptions import ConvergenceWarning
-from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
 from predictor.models.base import ForecastModel
 
@@ -60,6 +58,11 @@ class ETSModel(ForecastModel):
         return 1
 
     def _fit(self, y: np.ndarray, state_at: int) -> None:
+        # statsmodels costs seconds of CPU to import: paid by a process that fits, not by one
+        # that only names the models (a simulator's configuration check, the CLI's --help).
+        from statsmodels.tools.sm_exceptions import ConvergenceWarning
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
         self._use_log = self.log and bool(np.all(y >= 0))
         z = np.log1p(y) if self._use_log else y
         # Four parameters hardly overfit: estimate on all of y, start from y[:state_at].

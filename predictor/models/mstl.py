@@ -19,7 +19,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from statsmodels.tsa.seasonal import MSTL
 
 from predictor.models.base import ForecastModel
 from predictor.models.ets import ETSModel
@@ -54,6 +53,8 @@ class MSTLModel(ForecastModel):
         return np.sqrt(np.maximum(y, 0.0)) if self._root else y
 
     def _fit(self, y: np.ndarray, state_at: int) -> None:
+        from statsmodels.tsa.seasonal import MSTL  # seconds to import: see ETSModel._fit
+
         self._root = bool(np.all(y >= 0))
         z = np.asarray(self._transform(y[:state_at]), dtype=float)
         self.periods = tuple(p for p in self.all_periods if len(z) >= 2 * p)

@@ -22,50 +22,17 @@ costs several times the arithmetic; a replay runs every origin's window through 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-from torch import nn
 
 from predictor.models.base import ForecastModel
 
+if TYPE_CHECKING:
+    from predictor.models.gru_network import GRUNetwork
+
 MIN_SAMPLES = 32
 MIN_HOLDOUT = 8
-
-
-class _Net(nn.Module):
-    gru: nn.GRU
-    head: nn.Linear
-
-    def __init__(self, hidden: int, extra: int, horizons: int) -> None:
-        super().__init__()
-        self.gru = nn.GRU(input_size=1, hidden_size=hidden, batch_first=True)
-        self.head = nn.Linear(hidden + extra, horizons)
-
-    def forward(self, window: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-        _, h = self.gru(window.unsqueeze(-1))
-        return self.head(torch.cat([h[-1], extra], dim=1))
-
-
-def _inference_weights(net: _Net) -> tuple[np.ndarray, ...]:
-    """The GRU's and head's weights as float64 arrays (gates in torch's order: reset, update,
-    candidate). One forecast per update runs them in numpy: a torch call per step costs
-    several times the arithmetic of so small a net."""
-    gru = net.gru
-    return tuple(
-        t.detach().numpy().astype(float)
-        for t in (
-            gru.get_parameter("weight_ih_l0")[:, 0],
-            gru.get_parameter("weight_hh_l0"),
-            gru.get_parameter("bias_ih_l0"),
-            gru.get_parameter("bias_hh_l0"),
-            net.head.weight,
-            net.head.bias,
-        )
-    )
-
-
-def _copy(net: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in net.state_dict().items()}
 
 
 class SequenceModel(ForecastModel):
@@ -101,7 +68,7 @@ class SequenceModel(ForecastModel):
         self.learning_rate = learning_rate
         self.seed = seed
         self.scale = 1.0
-        self.net: _Net | None = None
+        self.net: GRUNetwork | None = None
         self._weights: tuple[np.ndarray, ...] | None = None
         super().__init__(max_horizon, **kwargs)
 
@@ -125,6 +92,16 @@ class SequenceModel(ForecastModel):
     def _fit(self, y: np.ndarray, state_at: int) -> None:
         # Thousands of weights would memorise the replayed tail: train on the head only.
         y = y[:state_at]
+        # torch costs seconds of CPU to import: paid only by a process that trains a GRU.
+        import torch
+
+        from predictor.models.gru_network import (
+            GRUNetwork,
+            inference_weights,
+            same_shape,
+            weights_copy,
+        )
+
         torch.manual_seed(self.seed)
         self.scale = float(np.mean(np.abs(y))) or 1.0
         z = y / self.scale
@@ -137,7 +114,7 @@ class SequenceModel(ForecastModel):
         origins = np.arange(first, len(z) - self.max_horizon + 1)
         windows, extra = self._features(z, origins)
         targets = z[origins[:, None] + np.arange(self.max_horizon)]
-        net = _Net(self.hidden, extra.shape[1], self.max_horizon)
+        net = GRUNetwork(self.hidden, extra.shape[1], self.max_horizon)
         with torch.no_grad():
             net.head.weight.zero_()
             net.head.bias.zero_()
@@ -146,13 +123,13 @@ class SequenceModel(ForecastModel):
             for h in range(self.max_horizon):
                 column = anchor + h if self.periods else 0
                 net.head.weight[h, self.hidden + column] = 1.0
-        starts = [(False, _copy(net))]
+        starts = [(False, weights_copy(net))]
         # A refit of the same model may start from its previous weights instead (when the
         # features still match): a few steps then adapt them to the new points.
         last_net = self.net
-        warm = last_net is not None and self._same_shape(last_net, net)
+        warm = last_net is not None and same_shape(last_net, net)
         if warm and last_net is not None:
-            starts.append((True, _copy(last_net)))
+            starts.append((True, weights_copy(last_net)))
         x_w = torch.tensor(windows, dtype=torch.float32)
         x_e = torch.tensor(extra, dtype=torch.float32)
         t = torch.tensor(targets, dtype=torch.float32)
@@ -195,16 +172,11 @@ class SequenceModel(ForecastModel):
             loss = holdout_loss()
             if loss < best_loss:
                 best_loss, self.trained, improved_at = loss, True, steps
-                best_state = _copy(net)
+                best_state = weights_copy(net)
         net.load_state_dict(best_state)
         net.eval()
         self.net = net
-        self._weights = _inference_weights(net)
-
-    @staticmethod
-    def _same_shape(old: _Net, new: _Net) -> bool:
-        old_state, new_state = old.state_dict(), new.state_dict()
-        return all(old_state[k].shape == v.shape for k, v in new_state.items())
+        self._weights = inference_weights(net)
 
     def _forecast_path(self) -> np.ndarray:
         kept = self.history.values()

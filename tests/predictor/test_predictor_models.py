@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from functools import partial
 
 import numpy as np
@@ -480,3 +482,26 @@ def test_bad_input_and_misuse_get_clear_errors():
         model.predict(3)
     with pytest.raises(ValueError, match="finite"):
         model.update(float("inf"))
+
+
+def test_the_catalog_imports_no_model_library_until_a_model_fits() -> None:
+    """Processes that only name the models (the simulator's configuration check, the stack's
+    start, the predictor before its first fit) must not pay torch's, statsmodels' or LightGBM's
+    import; each is loaded by the first fit of a model that uses it."""
+    libraries = ("torch", "statsmodels", "lightgbm")
+    script = (
+        "import sys\n"
+        "from predictor.api import model_names\n"
+        "from predictor.models import ETSModel, candidate_factories\n"
+        "import predictor.service, stack.stack\n"
+        "model_names([86400.0]); candidate_factories(60.0, [86400.0], 4, 400)\n"
+        f"print([name for name in {libraries!r} if name in sys.modules])\n"
+        "ETSModel(2).fit(__import__('numpy').arange(40.0))\n"
+        f"print([name for name in {libraries!r} if name in sys.modules])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    before_fit, after_fit = result.stdout.splitlines()
+    assert before_fit == "[]", result.stdout
+    assert after_fit == "['statsmodels']", result.stdout
