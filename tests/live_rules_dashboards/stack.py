@@ -57,7 +57,7 @@ PODS_A = {
 BACKGROUND_FAULTS_A = ("xid:gpu=0:code=13", "field-error:gpu=3:field=DCGM_FI_DEV_ENC_UTIL")
 
 
-# The batcher workers: tiny queue and batches so a handful of closed-loop clients overloads them.
+# The batcher workers: tiny queue and batches so a burst of a few requests overloads them.
 BATCHER_ARGS = (
     "--model", "batcher.models.demo:factory", "--max-batch-size", "4", "--max-queue", "4",
     "--slo-seconds", "0.25", "--torch-threads", "1", "--log-level", "warning",
