@@ -78,6 +78,14 @@ class JobConfig:
     )
     min_concurrency: AtLeastOne = field(default=1, metadata={"help": "fewest requests in flight"})
     max_concurrency: AtLeastOne = field(default=64, metadata={"help": "most requests in flight"})
+    max_rate: Annotated[float, Field(ge=0)] = field(
+        default=0.0,
+        metadata={
+            "help": "most requests a second sent to the endpoint, retries included, evenly "
+            "spaced: for an endpoint shared with others or billed by request; the batcher "
+            "keeps best-effort work off online latency without it (0: no cap)"
+        },
+    )
     probe_interval_seconds: Annotated[float, Field(ge=0)] = field(
         default=1.0,
         metadata={

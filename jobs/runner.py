@@ -33,6 +33,7 @@ from jobs.config import JobConfig
 from jobs.endpoint import Attempt, Endpoint
 from jobs.input import MalformedLine, WorkItem, parse_line, shard_lines
 from jobs.metrics import JobMetrics
+from jobs.pacing import RatePacer
 from jobs.plan import JobPlan, prepare
 from jobs.progress import ProgressDisplay, RateWindow, Snapshot
 from jobs.results import Completion
@@ -96,6 +97,7 @@ class JobRunner:
             maximum=config.max_concurrency,
             initial=config.initial_concurrency,
         )
+        self.pacer = RatePacer(config.max_rate)
         self.window = max(4 * config.max_concurrency, 2 * config.commit_every)
         self.in_flight = 0
         self.parked = 0  # of those in flight, waiting out a refusal's Retry-After
@@ -131,6 +133,7 @@ class JobRunner:
                         "shard": f"{config.shard_index}/{config.shard_count}",
                         "lines": self.plan.total,
                         "done_before": self._done_before,
+                        "max_rate": config.max_rate or None,
                         "output": str(config.sharded_output),
                     },
                 )
@@ -254,6 +257,8 @@ class JobRunner:
         try:
             while not self._stop.is_set():
                 attempt += 1
+                if wait := self.pacer.reserve(self.clock()):
+                    await asyncio.sleep(wait)
                 epoch = self.limit.epoch
                 result = await endpoint.infer(item)
                 if result.kind == "ok":

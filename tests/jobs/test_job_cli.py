@@ -42,6 +42,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], code: int) -> str:
         ({"shard_index": "3", "shard_count": "3"}, "--shard-index 3 must lie within 0..2"),
         ({"min_concurrency": "8", "max_concurrency": "4"}, "--min-concurrency"),
         ({"initial_concurrency": "0"}, "--initial-concurrency must be >= 1"),
+        ({"max_rate": "-5"}, "--max-rate must be >= 0"),
         ({"ca_file": "/etc/hosts"}, "need an https:// --endpoint"),
         ({"username": "job"}, "needs both --username and --password-file"),
         ({"metrics_listen": "nine"}, "HOST:PORT"),

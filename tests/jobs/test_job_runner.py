@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from autoglm.config import ConfigError
 from autoglm.webconfig import WebConfig
 from jobs import JobConfig, run_job
+from jobs.pacing import RatePacer
 from tests.jobs.conftest import (
     MALFORMED,
     assert_answers_match,
@@ -70,6 +71,31 @@ def test_every_line_is_answered_once_in_input_order_as_best_effort(tmp_path, bat
     assert sample(registry, "autoglm_job_lines_total", outcome="invalid") == 2
     assert sample(registry, "autoglm_job_lines_remaining") == 0
     assert sample(registry, "autoglm_job_lines_in_shard") == 120
+
+
+def test_a_rate_capped_job_paces_every_send_and_still_answers_every_line_once(
+    tmp_path, batcher, monkeypatch
+) -> None:
+    """The cap only delays sends: nothing is skipped, sent twice or reordered."""
+    waits: list[float] = []
+    reserve = RatePacer.reserve
+
+    def recorded(pacer: RatePacer, now: float) -> float:
+        waits.append(reserve(pacer, now))
+        return waits[-1]
+
+    monkeypatch.setattr(RatePacer, "reserve", recorded)
+    source = write_requests(tmp_path / "in.jsonl", 20, malformed={})
+    server = batcher()
+    config = job(tmp_path, server.url, max_rate=50.0, initial_concurrency=8, max_concurrency=8)
+    summary = run_job(config)
+    out = records(tmp_path / "out.jsonl")
+    assert [r["line"] for r in out] == list(range(1, 21))
+    assert_answers_match(out, expected_logits(source))
+    assert (summary.ok, summary.remaining) == (20, 0)
+    # One reservation a send (none was refused, so one a line); of the eight lines sent at
+    # the start, all but the first are held back.
+    assert len(waits) == 20 and any(w > 0 for w in waits)
 
 
 def test_completion_order_keys_each_answer_by_line_and_id(tmp_path, batcher) -> None:
