@@ -50,6 +50,7 @@ FLAGS = [
     ("batcher", "modelProcess", BatcherConfig, "model_process"),
     ("job", "order", JobConfig, "order"),
     ("job", "maxConcurrency", JobConfig, "max_concurrency"),
+    ("job", "maxRate", JobConfig, "max_rate"),
 ]
 
 
