@@ -63,6 +63,10 @@ class Load:
 
     def _client(self) -> None:
         session = requests.Session()
+        # No proxy settings from the environment: reading them iterates os.environ, which
+        # pytest changes from the main thread (PYTEST_CURRENT_TEST) and which then raised
+        # KeyError here, ending the steady load for the rest of the module.
+        session.trust_env = False
         headers = {"Content-Type": "application/json"}
         next_at = time.monotonic()
         try:
