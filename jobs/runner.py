@@ -256,9 +256,11 @@ class JobRunner:
         self.metrics.in_flight.set(self.in_flight)
         try:
             while not self._stop.is_set():
-                attempt += 1
                 if wait := self.pacer.reserve(self.clock()):
-                    await asyncio.sleep(wait)
+                    await self._sleep(wait)
+                    if self._stop.is_set():  # a stop while held back sends nothing more
+                        break
+                attempt += 1
                 epoch = self.limit.epoch
                 result = await endpoint.infer(item)
                 if result.kind == "ok":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import bcrypt
@@ -23,6 +24,7 @@ from tests.jobs.conftest import (
     write_requests,
 )
 from tests.selfsigned import ScratchCA
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -96,6 +98,38 @@ def test_a_rate_capped_job_paces_every_send_and_still_answers_every_line_once(
     # One reservation a send (none was refused, so one a line); of the eight lines sent at
     # the start, all but the first are held back.
     assert len(waits) == 20 and any(w > 0 for w in waits)
+
+
+def test_a_stop_while_sends_are_held_back_sends_nothing_more(tmp_path, batcher) -> None:
+    """At one request every 30 s, four lines go out at 0, 30, 60 and 90 s. A stop after the
+    first answer must end the job at once, with the three held back never sent, however long
+    the drain would wait for requests in flight."""
+    write_requests(tmp_path / "in.jsonl", 4, malformed={})
+    server = batcher()
+    registry = CollectorRegistry()
+    stop = threading.Event()
+    config = job(tmp_path, server.url, max_rate=1 / 30, initial_concurrency=4, drain_seconds=300.0)
+    result: list[object] = []
+    runner = threading.Thread(
+        target=lambda: result.append(run_job(config, stop=stop, registry=registry))
+    )
+    runner.start()
+    try:
+        wait_until(
+            lambda: registry.get_sample_value(
+                "autoglm_job_lines_total", {"job_name": "in", "outcome": "ok"}
+            ),
+            timeout=60,
+            what="the job's first answer",
+        )
+    finally:
+        stop.set()
+        runner.join(timeout=120)
+    assert not runner.is_alive(), "the job kept waiting after the stop"
+    (summary,) = result
+    assert (summary.ok, summary.remaining, summary.exit_code) == (1, 3, 3)
+    sent = 'autoglm_batcher_class_requests_total{class="best_effort",model="demo",outcome="ok"}'
+    assert batcher_metric(server.url, sent) == 1
 
 
 def test_completion_order_keys_each_answer_by_line_and_id(tmp_path, batcher) -> None:
