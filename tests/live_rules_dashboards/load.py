@@ -1,19 +1,18 @@
 """Bounded request load on a batcher over KServe v2 HTTP, from threads of the test process.
 
-``Load.steady(rate)`` paces one client at about ``rate`` requests per second. ``Bursts`` sends
+``SteadyLoad`` paces one client at about ``rate`` requests per second. ``Bursts`` sends
 ``size`` requests at the same instant, every ``interval``: more than a tiny queue holds arrive
 before the first batch is done, so most of each burst is refused, at a cost of a few percent of
 a core on each side. (Closed-loop clients overloaded the queue too, but only by keeping the
 server and two client processes busy at about two cores for as long as the alert took: CPU the
 rest of a parallel slow tier waited for; docs/testing.md.) Every load stops by itself at its
-deadline, so a failing test never leaves a client running; ``stop`` ends it earlier. ``Load``
-counts its answers by HTTP status.
+deadline, so a failing test never leaves a client running; ``stop`` ends it earlier. Neither
+reads its answers: the batcher's own metrics, which the tests query, count them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import threading
@@ -29,37 +28,22 @@ def body(rows: int = 1) -> str:
     return json.dumps({"inputs": [tensor]})
 
 
-class Load:
-    """One load pattern against ``url`` (``.../v2/models/NAME/infer``) until ``stop``."""
+class SteadyLoad:
+    """One client sending to ``url`` (``.../v2/models/NAME/infer``) about ``rate`` requests a
+    second, until ``stop`` or ``max_seconds``."""
 
-    def __init__(
-        self, url: str, clients: int, interval: float, max_seconds: float, rows: int = 1
-    ) -> None:
+    def __init__(self, url: str, rate: float, max_seconds: float) -> None:
         self.url = url
-        self.body = body(rows)
-        self.interval = interval
+        self.body = body()
+        self.interval = 1.0 / rate
         self.deadline = time.monotonic() + max_seconds
-        self.statuses: collections.Counter[int] = collections.Counter()
-        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._client, name=f"load-{i}", daemon=True)
-            for i in range(clients)
-        ]
-
-    @classmethod
-    def steady(cls, url: str, rate: float, max_seconds: float) -> Load:
-        return cls(url, clients=1, interval=1.0 / rate, max_seconds=max_seconds).start()
-
-    def start(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
+        self._thread = threading.Thread(target=self._client, name="steady-load", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
+        self._thread.join(timeout=10)
 
     def _client(self) -> None:
         session = requests.Session()
@@ -71,17 +55,11 @@ class Load:
         next_at = time.monotonic()
         try:
             while not self._stop.is_set() and time.monotonic() < self.deadline:
-                try:
-                    status = session.post(
-                        self.url, data=self.body, headers=headers, timeout=5
-                    ).status_code
-                except requests.RequestException:
-                    status = 0  # the replica is not up (yet): count it and keep pacing
-                with self._lock:
-                    self.statuses[status] += 1
-                if self.interval:
-                    next_at += self.interval
-                    self._stop.wait(max(0.0, next_at - time.monotonic()))
+                # Answered or not (a replica not up yet), the pace is kept.
+                with contextlib.suppress(requests.RequestException):
+                    session.post(self.url, data=self.body, headers=headers, timeout=5)
+                next_at += self.interval
+                self._stop.wait(max(0.0, next_at - time.monotonic()))
         finally:
             session.close()
 

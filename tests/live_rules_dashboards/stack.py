@@ -38,7 +38,7 @@ from tests.exporter.fake_kubelet import FakeKubelet, KubeletServer, container, p
 from tests.exporter.processes import ExporterProcess
 from tests.live import LiveProcess, Prometheus, free_port, scrape_job
 from tests.live_alertmanager import Alertmanager, WebhookReceiver
-from tests.live_rules_dashboards.load import Load
+from tests.live_rules_dashboards.load import SteadyLoad
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -354,7 +354,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
         )  # fmt: skip
         job.start(ready_timeout=READY_S)
         started.append(job)
-        steady = Load.steady(stack.infer_url, STEADY_RATE, SESSION_S)
+        steady = SteadyLoad(stack.infer_url, STEADY_RATE, SESSION_S)
         started.append(steady)
         prometheus.wait_for(
             "count(namespace_workload_pod:DCGM_FI_DEV_GPU_UTIL:relabel) and count(up == 1) >= 5",
