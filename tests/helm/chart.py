@@ -82,9 +82,10 @@ def render(
     extra: Iterable[str] = (),
     release: str = RELEASE,
 ) -> list[dict[str, Any]]:
-    """Every object helm renders, as parsed YAML (empty documents dropped)."""
+    """Every object helm renders, as parsed YAML (empty documents dropped). libyaml's loader:
+    PyYAML's pure-Python one spent most of the chart tests' CPU on the rendered CRDs."""
     text = render_text(values, sets, monitoring_api, extra, release)
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    return [doc for doc in yaml.load_all(text, Loader=yaml.CSafeLoader) if doc]
 
 
 def render_failure(*args: str) -> str:
