@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if config.model_repository:
         configure_torch(config)
-        return asyncio.run(serve_repository(config, device, web_config, parent))
+        return asyncio.run(serve_repository(config, settled(device), web_config, parent))
     model = start_model(config, device)
     if model is None:
         return EXIT_USAGE
@@ -89,13 +89,15 @@ def check_repository(config: BatcherConfig) -> None:
 
 
 def configure_torch(config: BatcherConfig) -> str:
-    """Process-wide torch settings, before any model is built; returns the allocator's line."""
-    import torch
-
+    """Process-wide torch settings, before any model is built; returns the allocator's line.
+    The allocator's setting is an environment variable, so torch is imported here only for
+    ``--torch-threads``: a model that is not a torch module never loads it."""
     from batcher.memory import configure_allocator
 
     allocator = configure_allocator(config.expandable_segments, os.environ)
     if config.torch_threads:
+        import torch
+
         torch.set_num_threads(config.torch_threads)
     return allocator
 
@@ -118,11 +120,11 @@ def check_checkpoint_file(path: str) -> None:
 
 
 def usable_device(setting: str) -> str:
-    """The device to serve on; :class:`ConfigError` for ``cuda`` where torch sees no CUDA device."""
-    from batcher.memory import resolve_device
-
-    device = resolve_device(setting)
-    if device == "cuda":
+    """The device to serve on; :class:`ConfigError` for ``cuda`` where torch sees no CUDA device.
+    ``auto`` is returned as it is: asking torch would import it, and whether that is worth it
+    depends on the model (:func:`batcher.model.wrap_model` settles it, in this process or in the
+    model's child; :func:`settled` for a model repository)."""
+    if setting == "cuda":
         import torch
 
         if not torch.cuda.is_available():
@@ -131,7 +133,15 @@ def usable_device(setting: str) -> str:
                 f"--device cuda: torch sees no CUDA device ({build}); use --device cpu, or "
                 "--device auto to take a GPU when there is one"
             )
-    return device
+    return setting
+
+
+def settled(device: str) -> str:
+    """``auto`` decided now, by asking torch: for a model repository, which loads its models
+    later on this device."""
+    from batcher.memory import resolve_device
+
+    return resolve_device(device)
 
 
 def start_model(config: BatcherConfig, device: str) -> ServedModel | None:
@@ -143,13 +153,13 @@ def start_model(config: BatcherConfig, device: str) -> ServedModel | None:
     from batcher.model_process import ModelProcess, ModelProcessFailed
 
     configure_torch(config)  # the allocator's environment is the child's too
-    process = ModelProcess(config, device)
+    process = ModelProcess(config, device)  # the child settles ``auto`` as it loads the model
     try:
         process.start()
     except ModelProcessFailed as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return None
-    return ServedModel.from_process(process, device)
+    return ServedModel.from_process(process)
 
 
 def load_or_explain(config: BatcherConfig, device: str) -> ServedModel | None:
@@ -186,7 +196,9 @@ def load_served_model(config: BatcherConfig, device: str) -> ServedModel:
                 f"({type(exc).__name__}: {reason})"
             )
         raise ConfigError(f"{problem}; --log-level debug shows the traceback") from None
-    log.info("model loaded", extra={"model": model.name, "device": device, "allocator": allocator})
+    log.info(
+        "model loaded", extra={"model": model.name, "device": model.device, "allocator": allocator}
+    )
     return model
 
 

@@ -17,9 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import torch
-
 from batcher.memory import MemoryMonitor, is_out_of_memory
+from batcher.torch_loaded import loaded_torch
 
 BatchFn = Callable[[list[Any]], Sequence[Any]]
 
@@ -119,7 +118,8 @@ class ThreadExecutor:
     torch's intra-op thread count is per OS thread under OpenMP: a new thread starts with the
     machine's default, not what ``torch.set_num_threads`` set in the main thread. The worker is
     given the creator's count; without that a one-thread CPU model ran several times slower
-    here, its OpenMP threads spinning against the HTTP server for the same cores.
+    here, its OpenMP threads spinning against the HTTP server for the same cores. A model that
+    is not a torch module leaves torch unloaded, and there is no count to pass on.
     """
 
     up = True  # a thread in this process: there is nothing to replace
@@ -135,8 +135,10 @@ class ThreadExecutor:
         self._size_for = batch_size_for or (lambda items: items)
         self._memory = memory
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        torch = loaded_torch()
+        torch_threads = torch.get_num_threads() if torch is not None else None
         self._thread = threading.Thread(
-            target=self._work, args=(torch.get_num_threads(),), name="autoglm-batch", daemon=True
+            target=self._work, args=(torch_threads,), name="autoglm-batch", daemon=True
         )
         self._thread.start()
 
@@ -156,8 +158,10 @@ class ThreadExecutor:
         self._jobs.put(None)
         self._thread.join()
 
-    def _work(self, torch_threads: int) -> None:
-        torch.set_num_threads(torch_threads)
+    def _work(self, torch_threads: int | None) -> None:
+        torch = loaded_torch()
+        if torch is not None and torch_threads is not None:
+            torch.set_num_threads(torch_threads)
         while (job := self._jobs.get()) is not None:
             try:
                 outcome = run_guarded(self._fn, job.payloads, self._memory)

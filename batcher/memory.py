@@ -20,7 +20,7 @@ import logging
 from bisect import bisect_left
 from collections.abc import MutableMapping, Sequence
 
-import torch
+from batcher.torch_loaded import initialised_cuda, loaded_torch
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def configure_allocator(expandable_segments: bool, environ: MutableMapping[str, 
             return f"kept {var}={environ[var]} (set by the operator)"
     if not expandable_segments:
         return "expandable segments off (--no-expandable-segments)"
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if initialised_cuda() is not None:
         log.warning("CUDA already initialised; expandable segments cannot take effect")
     var = next((v for v in ALLOC_CONF_VARS if environ.get(v)), "PYTORCH_CUDA_ALLOC_CONF")
     current = environ.get(var, "")
@@ -60,15 +60,18 @@ def configure_allocator(expandable_segments: bool, environ: MutableMapping[str, 
 
 
 def resolve_device(setting: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``."""
+    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu`` (importing torch to ask)."""
     if setting == "auto":
+        import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
     return setting
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether a model error means the device ran out of memory."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
+    torch = loaded_torch()  # not loaded: no CUDA allocation could have failed
+    if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
@@ -94,9 +97,10 @@ class MemoryMonitor:
 
     def stats(self) -> dict[str, float]:
         """Allocator statistics in bytes and counts; empty on CPU (nothing applies)."""
-        if not self.is_cuda or not torch.cuda.is_initialized():
+        cuda = initialised_cuda()
+        if not self.is_cuda or cuda is None:
             return {}
-        raw = torch.cuda.memory_stats(self.device)
+        raw = cuda.memory_stats(self.device)
         stats = {name: float(raw.get(key, 0)) for key, name in _CUDA_STATS.items()}
         stats["reserved_unallocated_bytes"] = stats["reserved_bytes"] - stats["allocated_bytes"]
         return stats
@@ -112,40 +116,45 @@ class MemoryMonitor:
     def release(self, last_activity: float) -> bool:
         """Return cached blocks to the driver; True when something could be released."""
         self._released_after = last_activity
-        if not self.is_cuda or not torch.cuda.is_initialized():
+        cuda = initialised_cuda()
+        if not self.is_cuda or cuda is None:
             return False
-        torch.cuda.empty_cache()
+        cuda.empty_cache()
         self.releases += 1
         log.info("released cached device memory after idle period", extra=self.stats())
         return True
 
     def begin_batch(self) -> float | None:
         """Start measuring a batch's peak: the bytes allocated now (None off CUDA)."""
-        if not self.is_cuda or not torch.cuda.is_initialized():
+        cuda = initialised_cuda()
+        if not self.is_cuda or cuda is None:
             return None
-        torch.cuda.reset_peak_memory_stats(self.device)
-        return float(torch.cuda.memory_allocated(self.device))
+        cuda.reset_peak_memory_stats(self.device)
+        return float(cuda.memory_allocated(self.device))
 
     def batch_peak_bytes(self, allocated_before: float | None) -> float | None:
         """The batch's peak allocation above ``allocated_before`` (from :meth:`begin_batch`)."""
-        if allocated_before is None:
+        cuda = initialised_cuda()
+        if allocated_before is None or cuda is None:
             return None
-        return float(torch.cuda.max_memory_allocated(self.device)) - allocated_before
+        return float(cuda.max_memory_allocated(self.device)) - allocated_before
 
     def headroom_bytes(self) -> float | None:
         """What the device can still give this process: free memory plus the allocator's
         reserved but unused blocks, less :data:`MEMORY_MARGIN_FRACTION` of the device (None
         off CUDA)."""
-        if not self.is_cuda or not torch.cuda.is_initialized():
+        cuda = initialised_cuda()
+        if not self.is_cuda or cuda is None:
             return None
-        free, total = torch.cuda.mem_get_info(self.device)
-        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        free, total = cuda.mem_get_info(self.device)
+        cached = cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device)
         return float(free + cached) - MEMORY_MARGIN_FRACTION * total
 
     def after_out_of_memory(self) -> None:
         """Give the failed batch's freed blocks back so the halves start from a clean pool."""
-        if self.is_cuda and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        cuda = initialised_cuda()
+        if self.is_cuda and cuda is not None:
+            cuda.empty_cache()
 
 
 # --- the memory-aware batch cap -------------------------------------------------------------

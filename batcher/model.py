@@ -28,18 +28,21 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
-import torch
 from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
 from batcher.execution import BatchExecutor, ThreadExecutor
-from batcher.memory import MemoryMonitor, bucket_size
+from batcher.memory import MemoryMonitor, bucket_size, resolve_device
 from batcher.model_process import ModelProcess, ModelProcessCollector
 from batcher.tensor_spec import TensorSpec
+from batcher.torch_loaded import loaded_torch
+
+if TYPE_CHECKING:
+    import torch
 
 Payload = dict[str, np.ndarray]
 
@@ -64,7 +67,8 @@ def to_numpy(value: Any) -> np.ndarray:
     lists of ``str``/``bytes`` become object arrays (the fixed-width ``S``/``U`` dtypes numpy
     would pick drop trailing NUL characters).
     """
-    if isinstance(value, torch.Tensor):
+    torch = loaded_torch()  # not loaded: nothing the model returned is a tensor
+    if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().to("cpu")
         if value.dtype == torch.bfloat16:
             return value.view(torch.int16).numpy().view(BFLOAT16)
@@ -77,6 +81,8 @@ def to_numpy(value: Any) -> np.ndarray:
 
 def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor | np.ndarray:
     """A batch input as the module takes it: a tensor on ``device``; BYTES stay object arrays."""
+    import torch
+
     if array.dtype == np.dtype(np.object_):
         return array
     if array.dtype == BFLOAT16:
@@ -131,10 +137,15 @@ class ServedModel:
         return ThreadExecutor(self.run, self.batch_size_for, memory)
 
     @classmethod
-    def from_process(cls, process: ModelProcess, device: str) -> ServedModel:
+    def from_process(cls, process: ModelProcess) -> ServedModel:
         """The model a started :class:`ModelProcess` serves, as the engine and server see it."""
         return cls(
-            process.name, process.inputs, process.outputs, process, process.batch_size_for, device
+            process.name,
+            process.inputs,
+            process.outputs,
+            process,
+            process.batch_size_for,
+            process.device,
         )
 
 
@@ -149,6 +160,8 @@ class ModuleRunner:
         device: str,
         buckets: Sequence[int] | None,
     ) -> None:
+        import torch  # loaded already: the module is one of its classes
+
         self.module = module
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
@@ -184,6 +197,8 @@ class ModuleRunner:
                 filler = zeros((target - rows, *stacked.shape[1:]), stacked.dtype)
                 stacked = np.concatenate([stacked, filler], axis=0)
             tensors.append(to_torch(stacked, self.device))
+        import torch
+
         with torch.inference_mode():
             produced = self.module(*tensors)
         named = _name_outputs(produced, self.outputs)
@@ -309,11 +324,16 @@ def wrap_model(
         getattr(served, "output_specs", None), DEFAULT_OUTPUTS, f"{source} output_specs"
     )
     model_name = name or getattr(served, "model_name", "") or default_name
-    if isinstance(served, torch.nn.Module):
+    torch = loaded_torch()  # a torch module's factory imported it; anything else need not
+    if torch is not None and isinstance(served, torch.nn.Module):
+        device = resolve_device(device)
         served.to(device).eval()
         runner = ModuleRunner(served, inputs, outputs, device, buckets)
         return ServedModel(model_name, inputs, outputs, runner, runner.padded, device)
     if callable(served):
+        # The batcher places nothing of a batch callable's, so ``auto`` asks torch only when the
+        # model loaded it: without torch there is no CUDA context whose memory could be read.
+        device = "cpu" if device == "auto" and torch is None else resolve_device(device)
         return ServedModel(
             model_name, inputs, outputs, CallableRunner(served, outputs), lambda n: n, device
         )

@@ -124,6 +124,7 @@ class ModelProcess:
     def __init__(self, config: BatcherConfig, device: str) -> None:
         # what the child is sent first: the model's settings and its device, as JSON
         self.settings = {"config": dataclasses.asdict(config), "device": device}
+        self.device = device  # as the child settled it (``auto`` decided), once it is up
         self.name = ""
         self.inputs: tuple[TensorSpec, ...] = ()
         self.outputs: tuple[TensorSpec, ...] = ()
@@ -177,6 +178,7 @@ class ModelProcess:
             self._proc.wait(timeout=30)
             raise ModelProcessFailed(envelope["error"])
         self.name = envelope["name"]
+        self.device = envelope["device"]
         self.inputs = tuple(TensorSpec(n, d, tuple(s)) for n, d, s in envelope["inputs"])
         self.outputs = tuple(TensorSpec(n, d, tuple(s)) for n, d, s in envelope["outputs"])
         self.pads = envelope["pads"]
@@ -184,7 +186,10 @@ class ModelProcess:
         self.memory = envelope["memory"]
         self._sock = ours
         self.up = True
-        log.info("model process ready", extra={"pid": self._proc.pid, "model": self.name})
+        log.info(
+            "model process ready",
+            extra={"pid": self._proc.pid, "model": self.name, "device": self.device},
+        )
 
     @property
     def pid(self) -> int | None:

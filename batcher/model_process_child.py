@@ -120,6 +120,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     memory = MemoryMonitor(model.device, config.idle_release_seconds)
     signature = {
         "name": model.name,
+        "device": model.device,
         "inputs": [[s.name, s.datatype, list(s.shape)] for s in model.inputs],
         "outputs": [[s.name, s.datatype, list(s.shape)] for s in model.outputs],
         "pads": model.pads,

@@ -86,7 +86,7 @@ class FolderSource:
         except BaseException:
             process.close()
             raise
-        return ServedModel.from_process(process, self.device), process.parameter_bytes
+        return ServedModel.from_process(process), process.parameter_bytes
 
     def _build(self, config: BatcherConfig, check: MemoryCheck) -> tuple[ServedModel, float]:
         """On a worker thread: build on the CPU, check the size, then move to the device."""

@@ -148,6 +148,38 @@ def test_a_good_checkpoint_still_loads(tmp_path) -> None:
         proc.wait(timeout=60)
 
 
+@pytest.mark.parametrize("model_process", [False, True], ids=["in-process", "model-process"])
+def test_a_model_that_is_not_a_torch_module_is_served_without_torch(model_process: bool) -> None:
+    """A numpy batch callable under the default ``--device auto``: torch's libraries are never
+    mapped, in the server or in the model's child, and the device reported is the CPU."""
+    extra = ("--model-process",) if model_process else ()
+    proc = batcher_process(
+        *("--model", "tests.batcher.batcher_test_models:echo", "--listen", "127.0.0.1:0"), *extra
+    )
+    try:
+        logs = LogReader(proc)
+        loaded = logs.wait_for("model process ready" if model_process else "model loaded")
+        port = logs.wait_for("serving")["port"]
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
+                {"name": "k", "shape": [1, 1], "datatype": "INT32", "data": [7]},
+            ]
+        }
+        url = f"http://127.0.0.1:{port}/v2/models/echo/infer"
+        reply = requests.post(url, json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["outputs"][0]["data"] == [2, 4, 6]
+        pids = [proc.pid, *([loaded["pid"]] if model_process else [])]
+        for pid in pids:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            assert "libtorch" not in maps, f"process {pid} loaded torch"
+        assert loaded["device"] == "cpu"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the flag is valid")
 def test_cuda_on_a_machine_without_cuda_is_refused_at_once() -> None:
     line = start_up_error("--device", "cuda", "--listen", "127.0.0.1:0")

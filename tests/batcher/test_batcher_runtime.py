@@ -63,6 +63,34 @@ def test_out_of_memory_is_recognised_from_type_or_message() -> None:
     assert not is_out_of_memory(ValueError("out of memory"))
 
 
+def test_without_torch_loaded_a_batch_callable_is_served_on_the_cpu(monkeypatch) -> None:
+    """What a process whose model is not a torch module sees (``batcher.torch_loaded``): ``auto``
+    settles on the CPU without asking torch, an explicit device is kept, memory reads nothing,
+    and an out-of-memory error is still told by its message."""
+    import batcher.execution
+    import batcher.memory
+    import batcher.model
+
+    for module in (batcher.model, batcher.memory, batcher.execution):
+        monkeypatch.setattr(module, "loaded_torch", lambda: None)
+    monkeypatch.setattr(batcher.memory, "initialised_cuda", lambda: None)
+    # torch, were it asked, would say there is a GPU: the answer must not come from it
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def echo(payloads: list[dict]) -> list[dict]:
+        return [{"output__0": p["input__0"]} for p in payloads]
+
+    assert wrap_model(echo, device="auto").device == "cpu"
+    assert wrap_model(echo, device="cuda").device == "cuda"
+    served = wrap_model(echo)
+    assert served.run([{"input__0": np.ones((1, 2), np.float32)}])[0]["output__0"].shape == (1, 2)
+    memory = MemoryMonitor("cuda", idle_release_seconds=1.0)
+    assert memory.stats() == {} and memory.headroom_bytes() is None
+    assert memory.begin_batch() is None and not memory.release(0.0)
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
 async def test_thread_executor_splits_on_a_real_torch_oom() -> None:
     def model(batch: list[int]) -> list[int]:
         if len(batch) > 2:

@@ -1,0 +1,27 @@
+"""torch, only where this process has imported it already.
+
+Why: the batcher serves any batch callable, not only torch modules, and importing torch costs
+seconds of CPU and a few hundred MB at start (docs/batcher.md, "Models that are not torch
+modules"). A model that is a torch module has imported torch before the batcher looks at it, so
+"is this a tensor", "did CUDA run out of memory" and "what does the caching allocator hold" can be
+answered without importing it: where torch is not loaded, nothing of the model's is a tensor and
+no CUDA context exists.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+
+def loaded_torch() -> ModuleType | None:
+    """The torch module if something in this process imported it, else None."""
+    return sys.modules.get("torch")
+
+
+def initialised_cuda() -> ModuleType | None:
+    """``torch.cuda`` once this process has initialised CUDA, else None."""
+    torch = loaded_torch()
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda
