@@ -81,12 +81,14 @@ SLOW_FIXTURES = frozenset({"start_exporter", "live_stack"})
 # machine, instead of one worker holding all of them for ~350 s in series on a quiet machine.
 # ``AUTOGLM_TEST_BENCH_LANES=1`` puts them all in one lane again (what to compare against: on a
 # machine other sessions keep busy the smokes slow each other down more than they gain, see
-# docs/testing.md, Measured). The lanes are about equal on a quiet machine; the first holds the
-# batcher bench, the longest. A test id goes to the first lane with a prefix of it; the second
-# lane's ``bench/`` takes any new smoke under tests/bench/.
+# docs/testing.md, Measured). The lanes are about equal in a whole slow tier (about 430 and 380 s
+# of wall time on 4 Dec 2026); the first holds the batcher and GPU benches, the two longest. A
+# test id goes to the first lane with a prefix of it; the second lane's ``bench/`` takes any new
+# smoke under tests/bench/.
 BENCH_LANES = (
     (
         "bench/test_bench_smokes.py::test_batcher_bench_smoke",
+        "batcher/test_batcher_gpu_bench.py",
         "bench/test_serving_cost_smokes.py::test_path_parts_smoke",
         "batcher/test_batcher_models_bench.py",
         "batcher/test_batcher_backfill_bench.py",
@@ -95,7 +97,6 @@ BENCH_LANES = (
     ),
     (
         "bench/test_batcher_serving_smoke.py",
-        "batcher/test_batcher_gpu_bench.py",
         "bench/test_serving_cost_smokes.py::test_cost_ab_smoke",
         "bench/test_bench_smokes.py::test_exporter_bench_smoke",
         "predictor/test_predictor_bench.py",
