@@ -103,6 +103,13 @@ def test_demo_workers_take_the_largest_batch_inside_the_slo() -> None:
     assert "--max-batch-size" not in other._worker_command()
 
 
+def test_only_a_torch_worker_model_is_given_torch_threads() -> None:
+    """The demo model is numpy: ``--torch-threads`` would make its workers import torch."""
+    assert "--torch-threads" not in Stack(UpConfig(), no_view)._worker_command()
+    other = Stack(UpConfig(worker_model="batcher.models.demo:factory"), no_view)._worker_command()
+    assert other[other.index("--torch-threads") + 1] == "1"
+
+
 def no_view(_: list[str]) -> None:
     return None
 
