@@ -33,15 +33,15 @@ def read_document(header: bytes) -> Any:
     """The request's JSON document, each input's ``data`` array left lazy.
 
     Raises ValueError when simdjson refuses the document (not JSON, or JSON it does not read such
-    as NaN or integers past 64 bits) and RuntimeError when it is nested past simdjson's depth
-    limit: the caller reads it the general way then.
+    as NaN or integers past 64 bits) or holds a key it cannot look up, and RuntimeError when it
+    is nested past simdjson's depth limit: the caller reads it the general way then.
     """
     document = simdjson.Parser().parse(header)
     if not isinstance(document, simdjson.Object):
         return as_python(document)
     plain = {}
     for key in document:
-        value = document[key]
+        value = _member(document, key)
         if key == "inputs" and isinstance(value, simdjson.Array):
             plain[key] = [_tensor(item) for item in value]
         else:
@@ -86,8 +86,16 @@ def _tensor(item: object) -> Any:
         return as_python(item)
     tensor = {}
     for key in item:
-        value = item[key]
+        value = _member(item, key)
         tensor[key] = (
             value if key == "data" and isinstance(value, simdjson.Array) else as_python(value)
         )
     return tensor
+
+
+def _member(obj: simdjson.Object, key: str) -> Any:
+    """``obj[key]``; ValueError for a key holding a NUL character (JSON allows ``\\u0000``),
+    which simdjson's lookup by name cuts short and then cannot find."""
+    if "\x00" in key:
+        raise ValueError("a key holds a NUL character")
+    return obj[key]

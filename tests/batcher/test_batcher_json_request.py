@@ -136,6 +136,10 @@ def test_anything_else_is_accepted_or_refused_exactly_as_the_general_path_does(
         b'{"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}], '
         b'"outputs": [{"name": "y", "parameters": {"binary_data": true}}], '
         b'"parameters": {"priority": 2, "timeout": 5000}}',
+        # keys simdjson's lookup by name cuts short at the NUL (a 500 once, found by the fuzz)
+        b'{"inputs": [{"\\u0000": null}]}',
+        b'{"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2], '
+        b'"da\\u0000ta": 1}], "\\u0000": 2}',
     ],
     ids=[
         "nan-literal",
@@ -144,6 +148,8 @@ def test_anything_else_is_accepted_or_refused_exactly_as_the_general_path_does(
         "inputs-not-a-list",
         "tensor-not-an-object",
         "outputs-and-parameters",
+        "nul-key-alone",
+        "nul-keys-beside-a-tensor",
     ],
 )
 def test_documents_read_the_same_either_way(raw, monkeypatch) -> None:
