@@ -56,14 +56,22 @@ def checkpoint_layers(path: str) -> list[Layer]:
     import torch
 
     state = torch.load(path, map_location="cpu", weights_only=True)
-    names = sorted(
-        {key.rsplit(".", 1)[0] for key in state if key.endswith(".weight")},
-        key=lambda name: int(name.rsplit(".", 1)[-1]),
-    )
-    layers = [(state[f"{n}.weight"].numpy(), state[f"{n}.bias"].numpy()) for n in names]
-    widths = [weight.shape for weight, _ in layers]
-    chained = all(a[0] == b[1] for a, b in itertools.pairwise(widths))
-    if not layers or widths[0][1] != FEATURES or widths[-1][0] != CLASSES or not chained:
+    # a state dict keeps the order the layers were registered in: the order they run in
+    names = [key.removesuffix(".weight") for key in state if key.endswith(".weight")]
+    layers = [
+        (state[f"{n}.weight"].numpy(), state[f"{n}.bias"].numpy())
+        for n in names
+        if f"{n}.bias" in state
+    ]
+    widths = [tuple(weight.shape) for weight, _ in layers]
+    if not (
+        layers
+        and len(layers) == len(names)  # every weight has its bias
+        and all(len(w) == 2 for w in widths)
+        and widths[0][1] == FEATURES
+        and widths[-1][0] == CLASSES
+        and all(a[0] == b[1] for a, b in itertools.pairwise(widths))  # each feeds the next
+    ):
         raise ValueError(
             f"not a demo model checkpoint ({FEATURES} features -> {CLASSES} logits); "
             f"its linear layers are {widths}"
