@@ -85,7 +85,8 @@ def render(
     """Every object helm renders, as parsed YAML (empty documents dropped). libyaml's loader:
     PyYAML's pure-Python one spent most of the chart tests' CPU on the rendered CRDs."""
     text = render_text(values, sets, monitoring_api, extra, release)
-    return [doc for doc in yaml.load_all(text, Loader=yaml.CSafeLoader) if doc]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # a PyYAML built without libyaml
+    return [doc for doc in yaml.load_all(text, Loader=loader) if doc]
 
 
 def render_failure(*args: str) -> str:
