@@ -10,7 +10,8 @@ time, start-up included), so it is one command that needs nothing else:
 Part 1, sweep: ``bench/batcher.py``'s HTTP section (no batching, fixed delay, greedy, this
 runtime; grid sweep, then top-rate rounds with the policies interleaved) against
 ``batcher.models.gpu_bench`` (12.9 GB of bf16 weights by default), each server with the runtime's
-default memory settings.
+default memory settings. The smoke sweeps two of the policies (``SMOKE_POLICIES``): the five go
+through the same code in ``bench/batcher.py``'s own smoke.
 
 Part 2, memory: the adaptive runtime twice, with compaction (expandable segments, batches padded
 to the warm-up's buckets, cached memory released after ``--idle-release-seconds`` idle) and
@@ -44,6 +45,7 @@ QUICK_GRID = (0.3, 0.7, 1.0)
 SMOKE_GRID = (0.5, 1.0, 2.0)  # 2x the peak fails even a short run: a tight bracket
 LOAD_STEPS = (0.2, 0.5, 0.8, 0.95, 1.1, 0.6, 0.3)  # of the peak: every batch size, and a backlog
 SMOKE_LOAD_STEPS = (0.5, 1.1, 0.3)
+SMOKE_POLICIES = ("fixed-delay", "adaptive")  # a baseline and the runtime: one ratio
 QUICK_SHAPE = "256,8,16"  # a few hundred requests/s on one CPU thread
 MEMORY_STATS = (
     "allocated_bytes",
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"load_average_at_start": bench.loadavg(), "device": args.device}
     print(f"load average at start: {report['load_average_at_start']}; device {args.device}")
     grid = SMOKE_GRID if args.smoke else QUICK_GRID if args.quick else GRID
-    sweep = bench.http_section(args, MODEL, args.device, grid)
+    policies = SMOKE_POLICIES if args.smoke else bench.POLICIES
+    sweep = bench.http_section(args, MODEL, args.device, grid, policies)
     report["sweep"] = sweep
     print("== memory: the adaptive runtime with and without compaction, same stepped load")
     common = bench.server_settings(args)
