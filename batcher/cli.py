@@ -60,8 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if config.model_repository:
+        from batcher.memory import resolve_device
+
         configure_torch(config)
-        return asyncio.run(serve_repository(config, settled(device), web_config, parent))
+        # ``auto`` decided now, asking torch: the repository loads its models later, on one device
+        device = resolve_device(device)
+        return asyncio.run(serve_repository(config, device, web_config, parent))
     model = start_model(config, device)
     if model is None:
         return EXIT_USAGE
@@ -123,7 +127,7 @@ def usable_device(setting: str) -> str:
     """The device to serve on; :class:`ConfigError` for ``cuda`` where torch sees no CUDA device.
     ``auto`` is returned as it is: asking torch would import it, and whether that is worth it
     depends on the model (:func:`batcher.model.wrap_model` settles it, in this process or in the
-    model's child; :func:`settled` for a model repository)."""
+    model's child; :func:`main` for a model repository)."""
     if setting == "cuda":
         import torch
 
@@ -134,14 +138,6 @@ def usable_device(setting: str) -> str:
                 "--device auto to take a GPU when there is one"
             )
     return setting
-
-
-def settled(device: str) -> str:
-    """``auto`` decided now, by asking torch: for a model repository, which loads its models
-    later on this device."""
-    from batcher.memory import resolve_device
-
-    return resolve_device(device)
 
 
 def start_model(config: BatcherConfig, device: str) -> ServedModel | None:

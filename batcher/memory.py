@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left
 from collections.abc import MutableMapping, Sequence
+from types import ModuleType
 
 from batcher.torch_loaded import initialised_cuda, loaded_torch
 
@@ -95,10 +96,15 @@ class MemoryMonitor:
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
 
+    def _cuda(self) -> ModuleType | None:
+        """``torch.cuda`` where this monitor's device is a GPU that this process has initialised;
+        None otherwise, when there is nothing to read or release."""
+        return initialised_cuda() if self.is_cuda else None
+
     def stats(self) -> dict[str, float]:
         """Allocator statistics in bytes and counts; empty on CPU (nothing applies)."""
-        cuda = initialised_cuda()
-        if not self.is_cuda or cuda is None:
+        cuda = self._cuda()
+        if cuda is None:
             return {}
         raw = cuda.memory_stats(self.device)
         stats = {name: float(raw.get(key, 0)) for key, name in _CUDA_STATS.items()}
@@ -116,8 +122,8 @@ class MemoryMonitor:
     def release(self, last_activity: float) -> bool:
         """Return cached blocks to the driver; True when something could be released."""
         self._released_after = last_activity
-        cuda = initialised_cuda()
-        if not self.is_cuda or cuda is None:
+        cuda = self._cuda()
+        if cuda is None:
             return False
         cuda.empty_cache()
         self.releases += 1
@@ -126,15 +132,15 @@ class MemoryMonitor:
 
     def begin_batch(self) -> float | None:
         """Start measuring a batch's peak: the bytes allocated now (None off CUDA)."""
-        cuda = initialised_cuda()
-        if not self.is_cuda or cuda is None:
+        cuda = self._cuda()
+        if cuda is None:
             return None
         cuda.reset_peak_memory_stats(self.device)
         return float(cuda.memory_allocated(self.device))
 
     def batch_peak_bytes(self, allocated_before: float | None) -> float | None:
         """The batch's peak allocation above ``allocated_before`` (from :meth:`begin_batch`)."""
-        cuda = initialised_cuda()
+        cuda = self._cuda()
         if allocated_before is None or cuda is None:
             return None
         return float(cuda.max_memory_allocated(self.device)) - allocated_before
@@ -143,8 +149,8 @@ class MemoryMonitor:
         """What the device can still give this process: free memory plus the allocator's
         reserved but unused blocks, less :data:`MEMORY_MARGIN_FRACTION` of the device (None
         off CUDA)."""
-        cuda = initialised_cuda()
-        if not self.is_cuda or cuda is None:
+        cuda = self._cuda()
+        if cuda is None:
             return None
         free, total = cuda.mem_get_info(self.device)
         cached = cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device)
@@ -152,8 +158,8 @@ class MemoryMonitor:
 
     def after_out_of_memory(self) -> None:
         """Give the failed batch's freed blocks back so the halves start from a clean pool."""
-        cuda = initialised_cuda()
-        if self.is_cuda and cuda is not None:
+        cuda = self._cuda()
+        if cuda is not None:
             cuda.empty_cache()
 
 

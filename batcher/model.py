@@ -166,6 +166,7 @@ class ModuleRunner:
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.device = torch.device(device)
+        self._inference_mode = torch.inference_mode
         self.buckets = tuple(buckets) if buckets else None
 
     def padded(self, items: int) -> int:
@@ -197,9 +198,7 @@ class ModuleRunner:
                 filler = zeros((target - rows, *stacked.shape[1:]), stacked.dtype)
                 stacked = np.concatenate([stacked, filler], axis=0)
             tensors.append(to_torch(stacked, self.device))
-        import torch
-
-        with torch.inference_mode():
+        with self._inference_mode():
             produced = self.module(*tensors)
         named = _name_outputs(produced, self.outputs)
         arrays = {name: to_numpy(value)[:rows] for name, value in named.items()}
