@@ -3,9 +3,9 @@
 Tiers: ``python -m pytest -m "not slow"`` is the fast tier (pure cores, in-process servers,
 anything quick); ``-m slow`` holds what starts real processes (Prometheus, promtool, helm, the
 components' own CLIs, the whole local stack), runs a bench smoke, or takes more than a few
-seconds. ``scripts/test`` runs both. Rather than decorating every such test, the tier is given
-here by folder, module, fixture or marker, from ``--durations=0`` runs (docs/testing.md says how
-to re-measure); a test module may still mark a test ``slow`` itself.
+seconds. ``scripts/test`` runs both, in one session. Rather than decorating every such test, the
+tier is given here by folder, module, fixture or marker, from ``--durations=0`` runs
+(docs/testing.md says how to re-measure); a test module may still mark a test ``slow`` itself.
 
 Parallel runs (pytest-xdist, ``-n N --dist loadgroup``, as ``scripts/test`` runs them): tests
 that share a module- or session-scoped fixture of this suite (a real Prometheus, the live stack)
@@ -108,7 +108,8 @@ BENCH_LANES_VARIABLE = "AUTOGLM_TEST_BENCH_LANES"
 
 # The slow tier's longest tests (a whole stack, or a bench, for a minute or more of wall clock),
 # moved to the front of the run in this order: in a parallel run they then overlap the many
-# short tests instead of starting last and trailing them (docs/testing.md).
+# short tests (the fast tier's among them) instead of starting last and trailing them
+# (docs/testing.md).
 RUN_FIRST = (
     "up/test_up_cli.py",
     "live_rules_dashboards/",
