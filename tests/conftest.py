@@ -147,7 +147,7 @@ def shared_fixture_home(item: pytest.Item) -> str | None:
         (SHARED_SCOPES.index(fixture.scope), fixture.baseid)
         for name in info.names_closure
         for fixture in info.name2fixturedefs.get(name, ())[-1:]
-        if fixture.has_location and fixture.baseid and fixture.scope in SHARED_SCOPES
+        if fixture.baseid and fixture.scope in SHARED_SCOPES
     ]
     return min(homes)[1] if homes else None
 
