@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from batcher.memory import resolve_device
 
         configure_torch(config)
+        set_torch_threads(config.torch_threads, load=True)
         # ``auto`` decided now, asking torch: the repository loads its models later, on one device
         device = resolve_device(device)
         return asyncio.run(serve_repository(config, device, web_config, parent))
@@ -93,17 +94,28 @@ def check_repository(config: BatcherConfig) -> None:
 
 
 def configure_torch(config: BatcherConfig) -> str:
-    """Process-wide torch settings, before any model is built; returns the allocator's line.
-    The allocator's setting is an environment variable, so torch is imported here only for
-    ``--torch-threads``: a model that is not a torch module never loads it."""
+    """The CUDA allocator's setting, before any model is built; returns the allocator's line.
+    It is an environment variable (the model process's child inherits it), so torch is not
+    imported for it: a model that is not a torch module never loads torch."""
     from batcher.memory import configure_allocator
 
-    allocator = configure_allocator(config.expandable_segments, os.environ)
-    if config.torch_threads:
-        import torch
+    return configure_allocator(config.expandable_segments, os.environ)
 
-        torch.set_num_threads(config.torch_threads)
-    return allocator
+
+def set_torch_threads(threads: int, load: bool = False) -> None:
+    """``--torch-threads`` (0: torch's default), once the model is loaded: where the model is
+    not a torch module torch stays unloaded and there is nothing to set, and a batcher whose
+    model runs in a child process (``--model-process``) leaves it to the child. ``load``
+    imports torch first: a model repository's models are loaded later, each on its own."""
+    if not threads:
+        return
+    from batcher.torch_loaded import loaded_torch
+
+    torch = loaded_torch()
+    if torch is None and load:
+        import torch
+    if torch is not None:
+        torch.set_num_threads(threads)
 
 
 def check_checkpoint_file(path: str) -> None:
@@ -192,6 +204,7 @@ def load_served_model(config: BatcherConfig, device: str) -> ServedModel:
                 f"({type(exc).__name__}: {reason})"
             )
         raise ConfigError(f"{problem}; --log-level debug shows the traceback") from None
+    set_torch_threads(config.torch_threads)
     log.info(
         "model loaded", extra={"model": model.name, "device": model.device, "allocator": allocator}
     )

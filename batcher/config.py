@@ -173,7 +173,8 @@ class BatcherConfig:
         default="auto", metadata={"help": "where a torch module runs (auto: cuda if present)"}
     )
     torch_threads: AtLeastZero = field(
-        default=0, metadata={"help": "torch.set_num_threads for CPU models (0: torch's default)"}
+        default=0,
+        metadata={"help": "torch.set_num_threads for a torch module on CPU (0: torch's default)"},
     )
     expandable_segments: bool = field(
         default=True,

@@ -95,7 +95,7 @@ from bench.batcher_process import BatcherProcess, histogram_totals  # noqa: E402
 from bench.report_json import write_report  # noqa: E402
 
 MODEL = "batcher.models.demo:bench_factory"
-SMOKE_MODEL = "bench.smoke_model:smoke_factory"  # MODEL's signature, a quarter of its layers
+SMOKE_MODEL = "bench.smoke_model:smoke_factory"  # MODEL's signature, a sleep for its time
 CONNECTIONS = 256  # client pool; beyond it requests wait in the client, and that wait counts
 RATE_FRACTIONS = (0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 # No rate above twice the offline peak is searched: no policy sustains it in a real run.

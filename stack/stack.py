@@ -562,7 +562,10 @@ class Stack:
             str(BEST_EFFORT_QUEUE_ITEMS),
             "--best-effort-window-seconds",
             f"{BEST_EFFORT_WINDOW_SECONDS:g}",
-            *self._torch_threads(),
+            # One torch thread a worker, where the model is a torch module: the demo model is
+            # numpy (one BLAS thread through OMP_NUM_THREADS) and never loads torch.
+            "--torch-threads",
+            "1",
             "--drain-timeout-seconds",
             "10",
             "--exit-with-parent",
@@ -571,11 +574,6 @@ class Stack:
             "--log-format",
             cfg.log_format,
         ]
-
-    def _torch_threads(self) -> list[str]:
-        """One torch thread a worker, for another model: the demo model is numpy (one BLAS
-        thread through ``OMP_NUM_THREADS``), and asking for torch threads would import torch."""
-        return [] if self.cfg.worker_model == DEMO_MODEL else ["--torch-threads", "1"]
 
     def _batch_limit(self) -> list[str]:
         """The demo model's largest batch: the largest whose kernel fits inside the SLO (a

@@ -86,3 +86,25 @@ def every_type_echo_unless_blocked() -> EveryTypeEcho:
     if blocker and Path(blocker).exists():
         raise RuntimeError("the model's files are not there")
     return EveryTypeEcho()
+
+
+class TorchThreadsModel:
+    """Batch callable that answers each request with the torch intra-op thread count of the
+    thread it runs on: what ``--torch-threads`` set, where the model is a torch user."""
+
+    input_specs = (TensorSpec("x", "FP32", (1,)),)
+    output_specs = (TensorSpec("threads", "INT32", (1,)),)
+    model_name = "threads"
+
+    def __call__(self, batch: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        import torch  # loaded already: the factory imported it
+
+        threads = np.array([torch.get_num_threads()], dtype=np.int32)
+        return [{"threads": threads} for _ in batch]
+
+
+def torch_threads() -> TorchThreadsModel:
+    """A model whose module loads torch, as a torch model's does."""
+    import torch  # noqa: F401
+
+    return TorchThreadsModel()

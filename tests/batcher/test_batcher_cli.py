@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -148,18 +150,33 @@ def test_a_good_checkpoint_still_loads(tmp_path) -> None:
         proc.wait(timeout=60)
 
 
-@pytest.mark.parametrize("model_process", [False, True], ids=["in-process", "model-process"])
-def test_a_model_that_is_not_a_torch_module_is_served_without_torch(model_process: bool) -> None:
-    """A numpy batch callable under the default ``--device auto``: torch's libraries are never
-    mapped, in the server or in the model's child, and the device reported is the CPU."""
+@contextmanager
+def serving(model_process: bool, *args: str) -> Iterator[tuple[subprocess.Popen, dict, int]]:
+    """A batcher started with ``args`` (and ``--model-process``), once it serves: its process,
+    the log line that says its model is loaded, and its port."""
     extra = ("--model-process",) if model_process else ()
-    proc = batcher_process(
-        *("--model", "tests.batcher.batcher_test_models:echo", "--listen", "127.0.0.1:0"), *extra
-    )
+    proc = batcher_process(*args, "--listen", "127.0.0.1:0", *extra)
     try:
         logs = LogReader(proc)
         loaded = logs.wait_for("model process ready" if model_process else "model loaded")
-        port = logs.wait_for("serving")["port"]
+        yield proc, loaded, logs.wait_for("serving")["port"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def mapped_torch(pid: int) -> bool:
+    """Whether process ``pid`` has loaded torch's libraries."""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.parametrize("model_process", [False, True], ids=["in-process", "model-process"])
+def test_a_model_that_is_not_a_torch_module_is_served_without_torch(model_process: bool) -> None:
+    """A numpy batch callable under the default ``--device auto``: torch's libraries are never
+    mapped, in the server or in the model's child, and the device reported is the CPU.
+    ``--torch-threads`` has nothing to set then, and does not load torch either."""
+    model = ("--model", "tests.batcher.batcher_test_models:echo", "--torch-threads", "2")
+    with serving(model_process, *model) as (proc, loaded, port):
         body = {
             "inputs": [
                 {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
@@ -170,14 +187,26 @@ def test_a_model_that_is_not_a_torch_module_is_served_without_torch(model_proces
         reply = requests.post(url, json=body, timeout=60)
         assert reply.status_code == 200, reply.text
         assert reply.json()["outputs"][0]["data"] == [2, 4, 6]
-        pids = [proc.pid, *([loaded["pid"]] if model_process else [])]
-        for pid in pids:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-            assert "libtorch" not in maps, f"process {pid} loaded torch"
+        for pid in [proc.pid, *([loaded["pid"]] if model_process else [])]:
+            assert not mapped_torch(pid), f"process {pid} loaded torch"
         assert loaded["device"] == "cpu"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("model_process", [False, True], ids=["in-process", "model-process"])
+def test_torch_threads_reach_the_thread_that_runs_a_torch_model(model_process: bool) -> None:
+    """``--torch-threads 3`` (not this machine's default) is the count the model's batches run
+    with, in the server or in its child; with ``--model-process`` the server itself, which only
+    forwards batches, never loads torch."""
+    model = ("--model", "tests.batcher.batcher_test_models:torch_threads", "--device", "cpu")
+    with serving(model_process, *model, "--torch-threads", "3") as (proc, loaded, port):
+        body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [0]}]}
+        url = f"http://127.0.0.1:{port}/v2/models/threads/infer"
+        reply = requests.post(url, json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["outputs"][0]["data"] == [3]
+        assert mapped_torch(loaded["pid"] if model_process else proc.pid)
+        if model_process:
+            assert not mapped_torch(proc.pid), "a --model-process server loaded torch"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the flag is valid")

@@ -103,11 +103,12 @@ def test_demo_workers_take_the_largest_batch_inside_the_slo() -> None:
     assert "--max-batch-size" not in other._worker_command()
 
 
-def test_only_a_torch_worker_model_is_given_torch_threads() -> None:
-    """The demo model is numpy: ``--torch-threads`` would make its workers import torch."""
-    assert "--torch-threads" not in Stack(UpConfig(), no_view)._worker_command()
-    other = Stack(UpConfig(worker_model="batcher.models.demo:factory"), no_view)._worker_command()
-    assert other[other.index("--torch-threads") + 1] == "1"
+def test_every_worker_is_given_one_torch_thread() -> None:
+    """A torch worker model runs on one thread; the numpy demo model is given the flag too,
+    and never loads torch for it (tests/batcher/test_batcher_cli.py)."""
+    for model in (UpConfig().worker_model, "batcher.models.demo:factory"):
+        command = Stack(UpConfig(worker_model=model), no_view)._worker_command()
+        assert command[command.index("--torch-threads") + 1] == "1"
 
 
 def no_view(_: list[str]) -> None:
