@@ -33,6 +33,10 @@ from predictor.target_state import TargetState
 log = logging.getLogger(__name__)
 
 
+class TooFewPoints(ValueError):
+    """A pull-mode target's query has fewer points in its lookback than a refit needs."""
+
+
 class PredictorService:
     """Forecasts for configured targets; implements :class:`predictor.api.ForecastProvider`."""
 
@@ -203,6 +207,7 @@ class PredictorService:
                 state.models = {h: fitted[name] for h, name in selection.per_horizon.items()}
                 state.selection = selection
                 state.issued_at = self.clock()
+                state.waiting_since, state.waiting_warned = None, False
             duration = time.perf_counter() - started
             self.metrics.refits.labels(target, "success").inc()
             self.metrics.refit_duration.labels(target).observe(duration)
@@ -221,6 +226,10 @@ class PredictorService:
             self._query_failed(target, exc)
             self.metrics.refits.labels(target, "error").inc()
             return False
+        except TooFewPoints as exc:
+            self.metrics.refits.labels(target, "error").inc()
+            self._waiting(state, str(exc))
+            return False
         except ValueError as exc:
             self.metrics.refits.labels(target, "error").inc()
             log.warning("refit failed", extra={"target": target, "error": str(exc)})
@@ -228,6 +237,26 @@ class PredictorService:
         finally:
             with state.lock:
                 state.refit_running = False
+
+    def _waiting(self, state: TargetState, reason: str) -> None:
+        """A pull-mode target whose query has too few points yet. Right after start (this
+        predictor's, or its Prometheus') that is the normal wait for history, and a poll every
+        update interval finds it again: one info line when the wait starts, and one warning if
+        it outlasts the lookback, by when the history should be there (a query that matches
+        too little, or a sparse series), instead of a warning a poll."""
+        now = self.clock()
+        with state.lock:
+            started, warned = state.waiting_since, state.waiting_warned
+            if started is None:
+                state.waiting_since = now
+            elif not warned and now - started >= state.config.lookback:
+                state.waiting_warned = True
+        extra: dict[str, object] = {"target": state.config.name, "error": reason}
+        if started is None:
+            log.info("waiting for points", extra=extra)
+        elif not warned and now - started >= state.config.lookback:
+            extra["waited_seconds"] = round(now - started)
+            log.warning("still too few points", extra=extra)
 
     def _history_for_refit(self, state: TargetState) -> tuple[np.ndarray | None, float | None]:
         """The series to fit on, and (pull mode) the time of its last point."""
@@ -239,7 +268,7 @@ class PredictorService:
                 values = values[1:]
             finite = np.flatnonzero(np.isfinite(values))
             if len(finite) < state.min_points:
-                raise ValueError(
+                raise TooFewPoints(
                     f"only {len(finite)} points in the lookback; need {state.min_points} "
                     "(check the query, or wait for history)"
                 )

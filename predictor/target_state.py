@@ -33,6 +33,8 @@ class TargetState:
     issued_at: float | None = None
     appended: int = 0  # points ever appended, to find those that arrived during a refit
     refit_running: bool = False
+    waiting_since: float | None = None  # pull mode: first refit that found too few points
+    waiting_warned: bool = False  # ... and whether the wait has outlasted the lookback
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property

@@ -147,3 +147,36 @@ def test_service_forecasts_from_prometheus_and_keeps_them_when_it_goes_down(back
             "autoglm_forecast_age_seconds", {"target": "requests"}
         )
         assert age == pytest.approx(600)
+
+
+@pytest.mark.timeout(120)
+def test_too_few_points_is_one_wait_line_and_a_warning_only_once_it_outlasts_the_lookback(
+    backfilled, caplog
+):
+    """Right after start a query has too few points, and every poll's refit finds that again:
+    one info line for the wait, not a warning a poll; one warning once the wait outlasts the
+    lookback, by when the history should be there."""
+    server, ts = backfilled
+    cut = float(ts[0] + 5 * STEP)  # the query's series ends after its first points
+    query = f"autoglm_test_requests and on() (vector(time()) < {cut})"
+    now = [float(ts[-1])]
+    with PrometheusClient(server.url) as client:
+        service = PredictorService([_target(query)], source=client, clock=lambda: now[0])
+        with caplog.at_level("INFO", logger="predictor.service"):
+            for _ in range(3):
+                assert not service.refit("requests")
+            messages = [r.getMessage() for r in caplog.records]
+            assert messages.count("waiting for points") == 1
+            assert "only 5 points in the lookback" in caplog.records[0].error
+            assert "still too few points" not in messages
+            now[0] += 2 * 86400  # the target's lookback
+            for _ in range(2):
+                assert not service.refit("requests")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("waiting for points") == 1
+    assert messages.count("still too few points") == 1
+    assert "refit failed" not in messages
+    failed = service.metrics.registry.get_sample_value(
+        "autoglm_predictor_refits_total", {"target": "requests", "result": "error"}
+    )
+    assert failed == 5
