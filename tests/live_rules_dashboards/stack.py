@@ -10,7 +10,7 @@ second; and an Alertmanager that routes every alert to a webhook receiver in thi
 At start node A gets an application Xid (13, not critical) and one failing field, as a real node
 has now and then, so the Xid and error panels have data; a steady trickle of requests feeds the
 batcher, predictor and autoscaler panels; the tests inject the serious faults and the overload.
-A batch job (``autoglm-job run``, capped at 50 requests a second) sends best-effort requests to
+A batch job (``autoglm-job run``, capped at 10 requests a second) sends best-effort requests to
 the first worker, so the best-effort and job panels have data.
 A second autoscaler runs in Kubernetes mode against the fake API server, with two
 GPUAutoscalers under one GPUBudget too small for both, so the budget panels have data.
@@ -346,7 +346,7 @@ def running_stack(workdir: Path) -> Iterator[LiveStack]:
                 "autoglm-job", "run", "--input", str(_job_input(workdir / "job.jsonl")),
                 "--output", str(workdir / "job-answers.jsonl"),
                 "--endpoint", f"http://{workers[0]}", "--model", MODEL_NAME,
-                "--job-name", "live", "--max-concurrency", "2", "--max-rate", "50",
+                "--job-name", "live", "--max-concurrency", "2", "--max-rate", "10",
                 "--metrics-listen", job_address, "--log-level", "warning",
             ],
             ready_url=f"http://{job_address}/metrics",
