@@ -285,7 +285,8 @@ def open_gpus(cfg: UpConfig) -> tuple[Any, Any, str]:
         try:
             source = NVMLSource.open()
         except NoDriverError as exc:
-            log.info("no NVIDIA driver", extra={"error": str(exc)})
+            # NVML's own words: the exporter's advice in the message names its flags, not ours
+            log.info("no NVIDIA driver", extra={"error": str(exc.__cause__ or exc)})
             reason = "no NVIDIA GPU found"
         else:
             return (

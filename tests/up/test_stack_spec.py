@@ -23,6 +23,7 @@ from stack.stack import (
     forecast_metric,
     online_busy_query,
     online_percent,
+    open_gpus,
     predictor_horizons,
     request_rate_query,
 )
@@ -136,3 +137,23 @@ def test_the_worker_command_is_one_the_batcher_accepts() -> None:
     assert settings.best_effort_window_seconds == BEST_EFFORT_WINDOW_SECONDS
     assert settings.warmup_repeats == DEMO_WARMUP_REPEATS < BatcherConfig.warmup_repeats
     assert settings.max_batch_size == 8
+
+
+def test_without_a_driver_the_stack_logs_nvmls_reason_and_simulates(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log line gives NVML's own reason, not the exporter's advice (`--source simulated`,
+    a flag `autoglm up` does not have): the stack simulates the GPUs by itself."""
+    from exporter.sources import NoDriverError, NVMLSource
+
+    def no_driver() -> NVMLSource:
+        cause = RuntimeError("NVML Shared Library Not Found")
+        raise NoDriverError("no NVIDIA driver was found; use --source simulated") from cause
+
+    monkeypatch.setattr(NVMLSource, "open", staticmethod(no_driver))
+    with caplog.at_level("INFO", logger="stack.stack"):
+        source, simulated, notice = open_gpus(UpConfig(max_workers=3))
+    (record,) = [r for r in caplog.records if r.getMessage() == "no NVIDIA driver"]
+    assert record.error == "NVML Shared Library Not Found"
+    assert simulated is not None and source is simulated
+    assert notice.startswith("no NVIDIA GPU found: simulating 3 ")
