@@ -37,7 +37,9 @@ class BatcherProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "batcher.cli", *args, "--log-format", "json"],
             cwd=root,
-            env=dict(os.environ, PYTHONPATH=str(root)),
+            # the root first (another revision's wins), then the caller's own path: the device
+            # check's wheels (bench/device-check-serving) are found there
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *_caller_path()])),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -90,6 +92,10 @@ def histogram_totals(port: int, name: str, label: str = "") -> tuple[float, floa
             if line.startswith(f"{name}_{key}{{") and label in line:
                 found[key] = float(line.rsplit(" ", 1)[1])
     return found["sum"], found["count"]
+
+
+def _caller_path() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
 def stop_process(proc: subprocess.Popen) -> None:

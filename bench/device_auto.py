@@ -15,71 +15,44 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import threading
-import time
 import urllib.request
-from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.batcher_process import BatcherProcess  # noqa: E402
+
 READY_SECONDS = 180.0
-
-
-def _first_line(lines: list[dict], msg: str) -> dict | None:
-    return next((line for line in lines if line.get("msg") == msg), None)
 
 
 def serve_once(model_process: bool) -> dict:
     """Start the demo model with ``--device auto``, send one request, stop: what it reported."""
-    argv = [sys.executable, "-m", "batcher.cli", "--model", "batcher.models.demo:factory"]
-    argv += ["--listen", "127.0.0.1:0", "--log-format", "json"]
-    argv += ["--model-process"] if model_process else []
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    )
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
-    lines: list[dict] = []
-    assert proc.stderr is not None
-    reader = threading.Thread(target=_read, args=(proc.stderr, lines), daemon=True)
-    reader.start()
-    loaded_msg = "model process ready" if model_process else "model loaded"
+    args = ["--model", "batcher.models.demo:factory", "--listen", "127.0.0.1:0"]
     try:
-        deadline = time.monotonic() + READY_SECONDS
-        while _first_line(lines, "serving") is None:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                return {"model_process": model_process, "error": "never served", "log": lines[-5:]}
-            time.sleep(0.2)
-        port = _first_line(lines, "serving")["port"]  # type: ignore[index]
-        body = {
-            "inputs": [{"name": "input", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]
-        }
+        server = BatcherProcess(
+            [*args, *(["--model-process"] if model_process else [])], READY_SECONDS
+        )
+    except RuntimeError as exc:
+        return {"model_process": model_process, "error": str(exc)}
+    try:
+        row = {"name": "input", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v2/models/demo/infer",
-            data=json.dumps(body).encode(),
+            f"http://127.0.0.1:{server.port}/v2/models/demo/infer",
+            data=json.dumps({"inputs": [row]}).encode(),
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=60) as reply:
             answer = json.loads(reply.read())
-        loaded = _first_line(lines, loaded_msg) or {}
+        loaded = server.startup_record("model process ready" if model_process else "model loaded")
         return {
             "model_process": model_process,
-            "device": loaded.get("device"),
+            "device": (loaded or {}).get("device"),
             "answered": answer["outputs"][0]["shape"] == [1, 4],
         }
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-
-
-def _read(stream: Iterable[str], lines: list[dict]) -> None:
-    for line in stream:
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError:
-            lines.append({"msg": line.strip()})
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
