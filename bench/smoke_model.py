@@ -15,36 +15,23 @@ the smoke's five servers cost the CPU of the serving path alone.
 
 from __future__ import annotations
 
-import itertools
-import time
-
 import numpy as np
 
-from batcher.model import TensorSpec
+from stack.model import SimulatedKernelModel
 
 FEATURES, CLASSES = 64, 16
 BATCH_SECONDS, ROW_SECONDS = 0.009, 0.001
 
 
-class SmokeModel:
-    """A batch callable: one linear layer, then the rest of the batch's hold as a sleep."""
-
-    def __init__(self) -> None:
-        rng = np.random.default_rng(0)
-        self.weight = rng.standard_normal((FEATURES, CLASSES), dtype=np.float32) / 8
-        self.input_specs = [TensorSpec("input", "FP32", (FEATURES,))]
-        self.output_specs = [TensorSpec("logits", "FP32", (CLASSES,))]
-
-    def __call__(self, payloads: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
-        started = time.perf_counter()
-        counts = [len(p["input"]) for p in payloads]
-        logits = np.concatenate([p["input"] for p in payloads], axis=0) @ self.weight
-        hold = BATCH_SECONDS + ROW_SECONDS * sum(counts)
-        time.sleep(max(0.0, hold - (time.perf_counter() - started)))
-        bounds = np.cumsum([0, *counts])
-        return [logits[a:b] for a, b in itertools.pairwise(bounds)]
+def hold_seconds(rows: int) -> float:
+    """How long a batch of ``rows`` holds the model thread."""
+    return BATCH_SECONDS + ROW_SECONDS * rows
 
 
-def smoke_factory() -> SmokeModel:
-    """A fresh model (``--model bench.smoke_model:smoke_factory``)."""
-    return SmokeModel()
+def smoke_factory() -> SimulatedKernelModel:
+    """A fresh model (``--model bench.smoke_model:smoke_factory``): one linear layer, then the
+    rest of the batch's hold as a sleep (the local stack's model, with this bench's widths and
+    hold)."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((CLASSES, FEATURES), dtype=np.float32) / 8
+    return SimulatedKernelModel([(weight, np.zeros(CLASSES, np.float32))], hold_seconds)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -80,12 +81,17 @@ def checkpoint_layers(path: str) -> list[Layer]:
 
 
 class SimulatedKernelModel:
-    """A batch callable: runs the MLP on the batch, then waits out the simulated kernel time."""
+    """A batch callable: runs the MLP on the batch, then waits out the simulated kernel time
+    (``kernel(rows)`` seconds, :func:`stack.kernel.kernel_seconds` unless given)."""
 
-    def __init__(self, layers: list[Layer]) -> None:
+    def __init__(
+        self, layers: list[Layer], kernel: Callable[[int], float] = kernel_seconds
+    ) -> None:
         self.layers = layers
-        self.input_specs = [TensorSpec("input", "FP32", (FEATURES,))]
-        self.output_specs = [TensorSpec("logits", "FP32", (CLASSES,))]
+        self.kernel = kernel
+        features, classes = layers[0][0].shape[1], layers[-1][0].shape[0]
+        self.input_specs = [TensorSpec("input", "FP32", (features,))]
+        self.output_specs = [TensorSpec("logits", "FP32", (classes,))]
 
     def logits(self, batch: np.ndarray) -> np.ndarray:
         """The MLP's forward pass: ReLU after every layer but the last."""
@@ -100,7 +106,7 @@ class SimulatedKernelModel:
         started = time.perf_counter()
         counts = [len(p["input"]) for p in payloads]
         logits = self.logits(np.concatenate([p["input"] for p in payloads], axis=0))
-        kernel = kernel_seconds(sum(counts))
+        kernel = self.kernel(sum(counts))
         time.sleep(max(0.0, kernel - (time.perf_counter() - started)))
         bounds = np.cumsum([0, *counts])
         return [logits[a:b] for a, b in itertools.pairwise(bounds)]
