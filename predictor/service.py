@@ -246,15 +246,19 @@ class PredictorService:
         too little, or a sparse series), instead of a warning a poll."""
         now = self.clock()
         with state.lock:
-            started, warned = state.waiting_since, state.waiting_warned
+            started = state.waiting_since
             if started is None:
                 state.waiting_since = now
-            elif not warned and now - started >= state.config.lookback:
-                state.waiting_warned = True
+            warn = (
+                started is not None
+                and not state.waiting_warned
+                and now - started >= state.config.lookback
+            )
+            state.waiting_warned |= warn
         extra: dict[str, object] = {"target": state.config.name, "error": reason}
         if started is None:
             log.info("waiting for points", extra=extra)
-        elif not warned and now - started >= state.config.lookback:
+        elif warn:
             extra["waited_seconds"] = round(now - started)
             log.warning("still too few points", extra=extra)
 
