@@ -27,6 +27,7 @@ from autoglm.config import EXIT_USAGE, ConfigError, check_can_listen, load_confi
 from autoglm.logs import setup_logging
 from autoglm.webconfig import WebConfig
 from batcher.config import BatcherConfig
+from batcher.torch_loaded import set_torch_threads
 
 if TYPE_CHECKING:  # torch and the model's modules are imported once the settings are known good
     from prometheus_client import CollectorRegistry
@@ -63,7 +64,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from batcher.memory import resolve_device
 
         configure_torch(config)
-        set_torch_threads(config.torch_threads, load=True)
         # ``auto`` decided now, asking torch: the repository loads its models later, on one device
         device = resolve_device(device)
         return asyncio.run(serve_repository(config, device, web_config, parent))
@@ -100,22 +100,6 @@ def configure_torch(config: BatcherConfig) -> str:
     from batcher.memory import configure_allocator
 
     return configure_allocator(config.expandable_segments, os.environ)
-
-
-def set_torch_threads(threads: int, load: bool = False) -> None:
-    """``--torch-threads`` (0: torch's default), once the model is loaded: where the model is
-    not a torch module torch stays unloaded and there is nothing to set, and a batcher whose
-    model runs in a child process (``--model-process``) leaves it to the child. ``load``
-    imports torch first: a model repository's models are loaded later, each on its own."""
-    if not threads:
-        return
-    from batcher.torch_loaded import loaded_torch
-
-    torch = loaded_torch()
-    if torch is None and load:
-        import torch
-    if torch is not None:
-        torch.set_num_threads(threads)
 
 
 def check_checkpoint_file(path: str) -> None:

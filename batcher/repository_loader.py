@@ -25,6 +25,7 @@ from batcher.model import ModuleRunner, ServedModel, load_model, module_bytes, w
 from batcher.model_process import ModelProcess, ModelProcessFailed
 from batcher.repository import LoadedModel, MemoryCheck
 from batcher.repository_folder import model_config, model_names
+from batcher.torch_loaded import set_torch_threads
 from batcher.warmup import warm_up
 
 
@@ -47,6 +48,7 @@ class FolderSource:
         config = self.config(name)
         build = self._start_process if config.model_process else self._build
         model, parameter_bytes = await asyncio.to_thread(build, config, check)
+        set_torch_threads(config.torch_threads)  # here: the executor reads it on this thread
         registry = CollectorRegistry()
         metrics = BatcherMetrics(registry, name, config.slo_seconds, config.max_batch_size)
         executor = model.executor(self.memory, registry)

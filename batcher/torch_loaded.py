@@ -25,3 +25,13 @@ def initialised_cuda() -> ModuleType | None:
     if torch is None or not torch.cuda.is_initialized():
         return None
     return torch.cuda
+
+
+def set_torch_threads(threads: int) -> None:
+    """``--torch-threads`` (0: torch's default), once a model is loaded: where no model is a
+    torch module torch stays unloaded and there is nothing to set, and a model that runs in a
+    child process (``--model-process``) sets its own. Call it on the thread that builds the
+    model's executor, which reads the count to pass on to the thread that runs the batches."""
+    torch = loaded_torch()
+    if threads and torch is not None:
+        torch.set_num_threads(threads)

@@ -209,6 +209,37 @@ def test_torch_threads_reach_the_thread_that_runs_a_torch_model(model_process: b
             assert not mapped_torch(proc.pid), "a --model-process server loaded torch"
 
 
+@pytest.mark.parametrize(
+    ("factory", "loads_torch"), [("torch_threads", True), ("echo", False)], ids=["torch", "numpy"]
+)
+def test_a_repository_sets_torch_threads_as_each_model_loads(
+    tmp_path: Path, factory: str, loads_torch: bool
+) -> None:
+    """A model repository applies ``--torch-threads`` once each model is loaded, as the one-model
+    server does: a torch model's batches run with the count, and a repository of numpy models
+    on the CPU never loads torch for the flag."""
+    folder = tmp_path / "models" / "threads"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"model: tests.batcher.batcher_test_models:{factory}\n")
+    args = ("--model-repository", str(tmp_path / "models"), "--device", "cpu")
+    proc = batcher_process(*args, "--torch-threads", "3", "--listen", "127.0.0.1:0")
+    try:
+        logs = LogReader(proc)
+        logs.wait_for("model loaded")
+        port = logs.wait_for("serving")["port"]
+        assert mapped_torch(proc.pid) is loads_torch
+        if loads_torch:
+            body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [0]}]}
+            reply = requests.post(
+                f"http://127.0.0.1:{port}/v2/models/threads/infer", json=body, timeout=60
+            )
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["outputs"][0]["data"] == [3]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the flag is valid")
 def test_cuda_on_a_machine_without_cuda_is_refused_at_once() -> None:
     line = start_up_error("--device", "cuda", "--listen", "127.0.0.1:0")
