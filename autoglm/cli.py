@@ -6,6 +6,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from autoglm.pipes import stdout_may_close
 from autoglm.version import package_version
 
 COMPONENTS = {
@@ -19,6 +20,7 @@ COMPONENTS = {
 }
 
 
+@stdout_may_close
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):

@@ -47,6 +47,9 @@ def _quote(value: object) -> str:
     return json.dumps(text) if (" " in text or "=" in text or not text) else text
 
 
+CHATTY_LIBRARIES = ("apscheduler",)
+
+
 def setup_logging(component: str, level: str = "info", fmt: str = "json", **fields: object) -> None:
     """Send every logger's records to stderr as structured lines for ``component``; ``fields``
     go on every line (which of a component's processes wrote it: ``worker=2``)."""
@@ -57,6 +60,11 @@ def setup_logging(component: str, level: str = "info", fmt: str = "json", **fiel
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Libraries that log each routine run of a job at info (apscheduler: two lines a poll);
+    # our own lines say what matters. ``debug`` still shows theirs.
+    quiet = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(quiet)
 
 
 class _Fields(logging.Filter):

@@ -22,6 +22,7 @@ from typing import Any
 
 from autoglm.config import ConfigError, add_config_arguments, config_or_exit
 from autoglm.logs import setup_logging
+from autoglm.pipes import stdout_may_close
 from autoglm.signals import stop_on_signals
 from autoglm.web.exchange import Response
 from autoglm.web.exposition import registry_route
@@ -40,6 +41,7 @@ SUBCOMMANDS = ("run", "simulate", "decide")
 log = logging.getLogger(__name__)
 
 
+@stdout_may_close
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):
@@ -64,8 +66,6 @@ def run_main(argv: Sequence[str]) -> int:
     add_config_arguments(parser, AutoscalerConfig)
     cfg = config_or_exit(AutoscalerConfig, parser.parse_args(argv), f"{PROG} run")
     setup_logging("autoscaler", cfg.log_level, cfg.log_format)
-    # apscheduler logs every run of the job at info; our own tick logs say what matters.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         return _run(cfg)
     except (ConfigError, SpecError) as exc:

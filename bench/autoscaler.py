@@ -90,7 +90,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The script's own folder holds bench/predictor.py, which would shadow the predictor package.
 sys.path[0] = str(ROOT)
 
-from autoglm.datasets import ENV_TRACES_DIR, resolve  # noqa: E402
+from autoglm.datasets import ENV_TRACES_DIR, DatasetError, resolve  # noqa: E402
 from autoscaler.core.slo_sizing import ServiceModel  # noqa: E402
 from autoscaler.simulator.comparison import (  # noqa: E402
     frontier_point,
@@ -320,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tenants needs one or more positive counts, e.g. 8,32")
     if not 0 < args.split < 1:
         parser.error("--split must be between 0 and 1")
+    try:  # both traces, before any fleet runs
+        for name in ("genai-requests", "azure-llm-conv"):
+            trace_file(name)
+    except DatasetError as exc:
+        print(f"bench/autoscaler.py: {exc}", file=sys.stderr)
+        return 2
     sweeps: dict[str, dict] = {}
     targets = [float(x) for x in args.frontier_targets.split(",") if x.strip()]
     hpa_targets = [float(x) for x in args.frontier_hpa_targets.split(",") if x.strip()]

@@ -842,7 +842,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(
             f"bench/predictor.py: --extra-models {unknown[0]} is not offered on request; "
-            f"choose from: {', '.join(ON_REQUEST)}"
+            f"choose from: {', '.join(ON_REQUEST)}",
+            file=sys.stderr,
         )
         return 2
     traces = traces_dir(args.traces)
@@ -853,7 +854,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name in needed:
         if not expected_path(name, traces).is_file():
-            print(f"bench/predictor.py: {name} is not in {traces}: {fetch_hint(name)}")
+            print(
+                f"bench/predictor.py: {name} is not in {traces}: {fetch_hint(name)}",
+                file=sys.stderr,
+            )
             return 2
     started = time.perf_counter()
     if args.rules:

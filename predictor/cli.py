@@ -29,6 +29,7 @@ from autoglm.config import (
     finite_float_argument,
 )
 from autoglm.logs import setup_logging
+from autoglm.pipes import stdout_may_close
 from autoglm.signals import stop_on_signals
 from autoglm.version import add_version_argument
 from predictor.config import PredictorConfig, parse_duration
@@ -50,6 +51,7 @@ COMMANDS = f"""commands:
 log = logging.getLogger(__name__)
 
 
+@stdout_may_close
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "backtest":

@@ -112,17 +112,17 @@ class TargetSettings(BaseModel):
     @field_validator("lookback")
     @classmethod
     def _long_enough_to_backtest(cls, lookback: float, info: ValidationInfo) -> float:
-        from predictor.selection import minimum_history
+        from predictor.selection import points_to_refit
 
         step, horizons = info.data.get("step"), info.data.get("horizons")
         if step is None or not horizons:
             return lookback  # reported on their own fields
-        needed = max(10, minimum_history(max(horizons)))
+        needed = points_to_refit(max(horizons))
         if lookback < needed * step:
             raise ValueError(
                 f"covers {int(lookback // step)} steps; horizons up to {max(horizons)} "
-                f"need at least {needed} to be backtested: set lookback to {needed * step:g}s "
-                "or more, or shorten the horizons"
+                f"need at least {needed} to be fitted and backtested: set lookback to "
+                f"{needed * step:g}s or more, or shorten the horizons"
             )
         return lookback
 

@@ -75,6 +75,7 @@ PREFERRED = ("ensemble", "combination")
 FIRST_FRACTION = 0.25
 CALIBRATION_POINTS = 500
 CALIBRATION_HISTORY = 0.5
+MIN_REFIT_POINTS = 20
 
 # per candidate: block index -> horizon -> WAPE on that block alone
 BlockScores = Mapping[str, Mapping[int, Mapping[int, float]]]
@@ -233,6 +234,13 @@ def minimum_history(max_horizon: int) -> int:
     """The fewest points on which selection can backtest every horizon (a block of four times
     the deepest horizon) and still fit on two."""
     return 4 * max_horizon + 2
+
+
+def points_to_refit(max_horizon: int) -> int:
+    """The fewest points a running target refits on: enough to backtest every horizon, and
+    never fewer than ``MIN_REFIT_POINTS``, below which no candidate's fit means much. The
+    lookback is checked against it at start, so a target cannot wait for points forever."""
+    return max(MIN_REFIT_POINTS, minimum_history(max_horizon))
 
 
 def refit_starts(first: int, block: int, count: int, max_refits: int = MAX_REFITS) -> list[int]:

@@ -14,9 +14,7 @@ import numpy as np
 from predictor.config import TargetConfig
 from predictor.forecast import Forecast
 from predictor.models import ForecastModel
-from predictor.selection import Selection, minimum_history
-
-MIN_POINTS = 20
+from predictor.selection import Selection, points_to_refit
 
 
 @dataclass
@@ -43,8 +41,8 @@ class TargetState:
 
     @property
     def min_points(self) -> int:
-        """Points a refit needs: enough to backtest the deepest horizon, and MIN_POINTS."""
-        return max(MIN_POINTS, minimum_history(self.config.max_horizon))
+        """Points a refit needs (:func:`predictor.selection.points_to_refit`)."""
+        return points_to_refit(self.config.max_horizon)
 
     def forecast_at(self, h: int, quantile: float) -> Forecast | None:
         """The forecast ``h`` steps after the last point, from the model chosen for the

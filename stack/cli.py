@@ -61,7 +61,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(log_fd, 2)
         os.close(log_fd)
     setup_logging("up", cfg.log_level, cfg.log_format)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
     def make_view(notices: list[str]) -> View:
         if tui:

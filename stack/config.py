@@ -24,6 +24,8 @@ SERVICE_OFFSET = 4
 JOB_OFFSET = 5
 PROMETHEUS_OFFSET = 90
 WORKERS_OFFSET = 100
+MIN_PORT_BASE = 1024
+MAX_PORT_BASE = 65535 - WORKERS_OFFSET - 64  # room for the workers' ports
 
 DEMO_MODEL = "stack.model:factory"  # the demo MLP with a simulated kernel time (stack.kernel)
 
@@ -145,10 +147,10 @@ class UpConfig:
     def __post_init__(self) -> None:
         if self.duration < 0:
             raise ConfigError("--duration must be >= 0 seconds (0 runs until Ctrl-C)")
-        if self.port_base != 0 and not 1024 <= self.port_base <= 65535 - WORKERS_OFFSET - 64:
+        if self.port_base != 0 and not MIN_PORT_BASE <= self.port_base <= MAX_PORT_BASE:
             raise ConfigError(
                 f"--port-base {self.port_base} must be 0 (free ports) or within "
-                f"1024..{65535 - WORKERS_OFFSET - 64}, e.g. --port-base 19400"
+                f"{MIN_PORT_BASE}..{MAX_PORT_BASE}, e.g. --port-base 19400"
             )
         if not 0 < self.target_utilization <= 1:
             hint = (

@@ -53,6 +53,14 @@ def check_ports(cfg: UpConfig, with_prometheus: bool) -> dict[str, int]:
             except OSError:
                 raise ConfigError(
                     f"port {port} ({role}) on {HOST} is taken; stop what uses it or move every "
-                    f"port with --port-base, e.g. --port-base {planned['exporter'] + 10000}"
+                    f"port with --port-base, e.g. --port-base {another_port_base(cfg.port_base)} "
+                    "(0: any free ports)"
                 ) from None
     return planned
+
+
+def another_port_base(base: int) -> int:
+    """A first port 10000 away from ``base`` that ``--port-base`` accepts: the hint after a
+    taken port must itself be a valid setting."""
+    up = base + 10000
+    return up if up <= ports.MAX_PORT_BASE else max(ports.MIN_PORT_BASE, base - 10000)

@@ -155,6 +155,13 @@ def test_config_reads_targets_and_rejects_bad_ones():
             PredictorConfig,
             {"targets": [{"name": "a", "step": "1m", "lookback": "1h", "horizons": [1, 20]}]},
         )
+    # A shallow horizon still needs the 20 points every refit fits on: a lookback of 12 steps
+    # would keep the target waiting for points forever, so it is refused at start.
+    with pytest.raises(ConfigError, match=r"covers 12 steps; horizons up to 1 need at least 20"):
+        build_config(
+            PredictorConfig,
+            {"targets": [{"name": "a", "step": "1m", "lookback": "12m", "horizons": [1]}]},
+        )
 
 
 def test_deep_horizons_wait_for_a_backtestable_history_instead_of_failing(caplog):

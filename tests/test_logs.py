@@ -1,0 +1,36 @@
+"""setup_logging: every component's structured lines, without the libraries' routine ones."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from autoglm.logs import setup_logging
+
+
+@pytest.fixture
+def restore_logging():
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, logging.getLogger("apscheduler").level
+    yield
+    root.handlers[:], level, chatty = saved
+    root.setLevel(level)
+    logging.getLogger("apscheduler").setLevel(chatty)
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", False), ("debug", True)])
+def test_a_scheduler_run_logs_only_when_debug_is_asked_for(
+    restore_logging, capfd, level: str, shown: bool
+) -> None:
+    setup_logging("predictor", level, "json")
+    logging.getLogger("apscheduler.executors.default").info('Running job "poll"')
+    logging.getLogger("apscheduler.scheduler").warning("Run time of job was missed")
+    logging.getLogger("predictor.service").info("refit done")
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines()]
+    messages = [line["msg"] for line in lines]
+    assert ('Running job "poll"' in messages) is shown
+    assert "Run time of job was missed" in messages  # a scheduler's warning always shows
+    assert "refit done" in messages
+    assert {line["component"] for line in lines} == {"predictor"}
