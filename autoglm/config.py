@@ -50,6 +50,7 @@ import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 
 from autoglm.schema_errors import Location, first_error_line
+from autoglm.settings_yaml import parse_settings_yaml
 from autoglm.version import add_version_argument
 
 if TYPE_CHECKING:
@@ -272,7 +273,7 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     except ValueError as exc:  # a NUL byte in the path
         raise ConfigError(f"cannot read {what} {str(p)!r}: {exc}") from exc
     try:
-        return yaml.safe_load(text)
+        return parse_settings_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {str(p)!r} is not valid YAML: {exc}") from exc
 
@@ -381,9 +382,7 @@ def check_can_listen(listen: str, flag: str = "--listen") -> None:
     at once; a process that takes it in between is still caught when the server binds.
     """
     host, port = parse_listen(listen)
-    if port == 0:
-        return
-    try:
+    try:  # port 0 too: the host must still resolve to an address of this machine
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (OSError, UnicodeError, ValueError) as exc:
         raise ConfigError(f"{flag} {listen!r}: cannot resolve host {host!r}") from exc

@@ -41,11 +41,17 @@ class JobConfig:
     )
     errors: str = field(
         default="",
-        metadata={"help": "JSONL file of lines that got no answer (default: OUTPUT.errors.jsonl)"},
+        metadata={
+            "help": "JSONL file of lines that got no answer (default: the output with the "
+            "suffix .errors.jsonl: answers.jsonl -> answers.errors.jsonl)"
+        },
     )
     journal: str = field(
         default="",
-        metadata={"help": "progress journal that makes a rerun resume (default: OUTPUT.journal)"},
+        metadata={
+            "help": "progress journal that makes a rerun resume (default: the output's name "
+            "plus .journal: answers.jsonl.journal)"
+        },
     )
     endpoint: str = field(
         default="",

@@ -55,6 +55,20 @@ def test_defaults_file_and_flags_merge_in_that_order(tmp_path):
     assert cfg == DemoConfig(interval=0.5, gpus=4, source="simulated", debug=True)
 
 
+@pytest.mark.parametrize(
+    ("word", "flag"), [("on", True), ("off", False), ("yes", True), ("no", False)]
+)
+def test_on_off_yes_no_in_a_file_are_words_for_text_and_booleans_for_flags(
+    tmp_path, word: str, flag: bool
+):
+    """YAML 1.1 read ``off`` as False: a setting whose choices are words (``padding: on``)
+    was refused with a value the user never wrote."""
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(f"name: {word}\ndebug: {word}\n")
+    cfg = parse(["--config", str(cfg_file)])
+    assert (cfg.name, cfg.debug) == (word, flag)
+
+
 def test_dashed_keys_in_file_and_repeatable_list_flags(tmp_path):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("labels: [a, b]\n")
@@ -210,6 +224,13 @@ def test_a_port_someone_listens_on_is_refused_before_start():
     check_can_listen("127.0.0.1:0")
 
 
-def test_an_unresolvable_listen_host_is_one_error():
+@pytest.mark.parametrize("port", [9400, 0], ids=["port", "any-port"])
+def test_an_unresolvable_listen_host_is_one_error(port: int):
+    """Port 0 (any free port) too: the host is checked before the slow start-up."""
     with pytest.raises(ConfigError, match="cannot resolve host"):
-        check_can_listen("no-such-host.invalid:9400", flag="--listen")
+        check_can_listen(f"no-such-host.invalid:{port}", flag="--listen")
+
+
+def test_an_address_of_another_machine_is_refused_with_any_port():
+    with pytest.raises(ConfigError, match="'192.0.2.1:0': cannot listen there"):
+        check_can_listen("192.0.2.1:0")  # TEST-NET-1: never this machine's

@@ -31,6 +31,7 @@ from pydantic import (
 
 from autoglm.config import ConfigError, yaml_path
 from autoglm.schema_errors import annotation_at, field_names, problem
+from autoglm.settings_yaml import parse_settings_yaml
 from autoglm.webconfig.tls import TLSSettings, load_tls
 
 # What Go's bcrypt and htpasswd write ($2a$, $2b$, $2y$; $2x$ from old PHP), cost 04 to 31.
@@ -161,7 +162,7 @@ def read_settings(p: Path) -> Settings:
             "check the path given to --web-config-file"
         ) from exc
     try:
-        data = yaml.safe_load(text)
+        data = parse_settings_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"web config {str(p)!r} is not valid YAML: {exc}") from exc
     return settings_from_mapping(data or {}, base_dir=p.parent, source=str(p))
