@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from autoglm.config import ConfigError, parse_listen
+from autoglm.self_metrics import describe_self
 from autoglm.web.binding import bind_socket
 from autoglm.web.body import closing_if_unreadable
 from autoglm.web.exposition import negotiated_encoder
@@ -175,6 +176,7 @@ class BatcherServer:
     ) -> None:
         self.models = models
         self.registry = registry
+        describe_self(registry, "batcher")
         self.listen = listen
         self.web_config = web_config or WebConfig()
         if self.web_config.watched:

@@ -31,6 +31,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from autoglm.config import parse_listen
+from autoglm.self_metrics import describe_self
 from autoglm.web.binding import bind_socket, local_url
 from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole
 from autoglm.web.exchange import Handler, Request, Response
@@ -77,6 +78,7 @@ class HTTPServer:
         self.max_connections = max_connections
         self._routes = RouteTable(routes)
         registry = registry or CollectorRegistry()
+        describe_self(registry, component)
         self.metrics = RequestMetrics(registry, self._routes.paths)
         self.connection_metrics = ConnectionMetrics(registry)
         if self.web_config.watched:

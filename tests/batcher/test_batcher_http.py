@@ -361,7 +361,10 @@ def test_metrics_endpoint_counts_outcomes(serve) -> None:
     text = requests.get(f"{server.url}/metrics", timeout=10).text
     assert 'autoglm_batcher_requests_total{model="echo",outcome="ok"} 3.0' in text
     assert 'autoglm_batcher_requests_total{model="echo",outcome="invalid"} 1.0' in text
+    assert 'autoglm_build_info{component="batcher",' in text  # the server says what it runs
     for name in (
+        "process_start_time_seconds",
+        "process_resident_memory_bytes",
         "autoglm_batcher_queue_items",
         "autoglm_batcher_batch_size_items_bucket",
         "autoglm_batcher_queue_latency_seconds_bucket",
