@@ -30,7 +30,7 @@ def describe_self(registry: CollectorRegistry, component: str) -> None:
     build = Info("autoglm_build", "The Open-AutoGLM build this process runs", registry=registry)
     build.info(
         {
-            "component": component,
+            "component": component.removeprefix("autoglm-"),
             "version": package_version(),
             "python_version": platform.python_version(),
         }

@@ -420,6 +420,7 @@ class Stack:
         predictor_server = self._serve("predictor", planned, self.predictor.metrics.registry)
 
         autoscaler_metrics = AutoscalerMetrics()
+        autoscaler_metrics.leader.set(1)  # the one autoscaler here acts without an election
         if client is not None:
             reconciler = Reconciler(
                 PrometheusMetricsSource(client),
@@ -604,6 +605,7 @@ class Stack:
                 **(extra or {}),
             },
             component=f"autoglm-{role}",
+            registry=registry,  # the server's own request metrics beside the component's
         )
         server.start()
         self._servers.append(server)

@@ -125,6 +125,7 @@ class HTTPServer:
         log.info(
             "serving HTTP",
             extra={
+                "server": self.component,
                 "listen": f"{self.host}:{self.port}",
                 "tls": self.web_config.ssl_context() is not None,
                 "basic_auth": self.web_config.auth_required,

@@ -120,6 +120,9 @@ class Reconciler:
         self.clock = clock
         self.may_act = may_act
         self.budget: BudgetGate | None = None
+        # Per autoscaler, the (current, desired, driver) last logged at info: a decision that
+        # repeats it (every tick of a steady load) goes to debug.
+        self._last_decision: dict[tuple[str, str], tuple[int, int, str]] = {}
 
     def reconcile(
         self,
@@ -236,7 +239,10 @@ class Reconciler:
                     labels, target, state, snapshot, decision, conditions, status, result, notify
                 )
         else:
-            log.info("decision", extra=context)
+            seen = (current, desired, decision.driver)
+            steady = self._last_decision.get(labels) == seen
+            self._last_decision[labels] = seen
+            log.log(logging.DEBUG if steady else logging.INFO, "decision", extra=context)
 
         self.m.current.labels(*labels).set(current)
         self.m.desired.labels(*labels).set(desired)

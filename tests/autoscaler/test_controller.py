@@ -7,6 +7,8 @@ scale subresource, write status and Events.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from prometheus_client import generate_latest
 
@@ -605,3 +607,33 @@ def test_value_targets_multiply_the_ready_pods_the_controller_lists(h):
 
     assert any(r.path.endswith("/pods") for r in h.fake.requests)
     assert h.fake.replicas(NS, "llm") == 6  # ceil(3.0 * 2 ready), not ceil(3.0 * 3)
+
+
+def test_a_steady_decision_is_logged_at_info_once_then_at_debug(h, caplog):
+    """Every tick of a steady load decides "no change": the first says so at info, the
+    repeats go to debug, and a new decision is at info again."""
+    h.deployment("llm", 2, [70.0, 70.0])
+    h.fake.add_custom("gpuautoscalers", autoscaler_object())
+
+    def decisions() -> list[tuple[int, int]]:
+        found = [(r.levelno, r.desired) for r in caplog.records if r.getMessage() == "decision"]
+        caplog.clear()
+        return found
+
+    with caplog.at_level(logging.DEBUG, logger="autoscaler"):
+        h.controller.reconcile_all()
+        assert decisions() == [(logging.INFO, 2)]
+        for _ in range(2):
+            h.clock.now += 15
+            h.controller.reconcile_all()
+            assert decisions() == [(logging.DEBUG, 2)]
+        h.prom.set_pods(UTIL, {"llm-0": 140.0, "llm-1": 140.0})
+        h.clock.now += 15
+        assert h.controller.reconcile_all()["llm"].scaled  # to 4: "scaled", not "decision"
+        assert decisions() == []
+        for i in range(2, 4):
+            h.fake.add_pod(NS, f"llm-{i}", {"app": "llm"})
+        h.prom.set_pods(UTIL, {f"llm-{i}": 70.0 for i in range(4)})
+        h.clock.now += 15
+        h.controller.reconcile_all()
+        assert decisions() == [(logging.INFO, 4)]  # steady again, at a new size: news

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 
 from stack.cli import main
 from tests.waiting import wait_until
@@ -157,6 +158,25 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def scraping_each_endpoint_once(
+    scraped: dict[str, str], seen: Callable[[list[dict]], bool]
+) -> Callable[[list[dict]], bool]:
+    """``seen``, which also fetches the /metrics of each HTTP endpoint the log says serves
+    (twice: the second fetch finds the first counted), into ``scraped`` by server name."""
+
+    def check(records: list[dict]) -> bool:
+        for record in records:
+            server = record.get("server")
+            if record.get("msg") == "serving HTTP" and server not in scraped:
+                url = f"http://{record['listen']}/metrics"
+                with contextlib.suppress(requests.RequestException):
+                    requests.get(url, timeout=10)
+                    scraped[server] = requests.get(url, timeout=10).text
+        return seen(records)
+
+    return check
+
+
 def up_then_down_and_best_effort_done(records: list[dict]) -> bool:
     """What the step run asserts on has happened: a scale-up, a scale-down after it, and
     best-effort job lines answered."""
@@ -171,6 +191,7 @@ def up_then_down_and_best_effort_done(records: list[dict]) -> bool:
 @pytest.mark.timeout(600)
 def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
     report_dir = tmp_path / "report"
+    scraped: dict[str, str] = {}
     run = run_up_until(
         up_command(
             report_dir,
@@ -193,9 +214,16 @@ def test_up_scales_up_and_down_and_reports(tmp_path: Path) -> None:
             "--no-prediction",
         ),
         tmp_path / "stderr.log",
-        up_then_down_and_best_effort_done,
+        scraping_each_endpoint_once(scraped, up_then_down_and_best_effort_done),
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    # Every endpoint says which build runs; the one autoscaler acts without an election.
+    assert set(scraped) >= {"autoglm-exporter", "autoglm-predictor", "autoglm-autoscaler"}
+    for server, text in scraped.items():
+        assert "autoglm_build_info{" in text and "process_start_time_seconds" in text, server
+        if server != "autoglm-exporter":  # it serves the snapshot of its last collection
+            assert 'autoglm_http_requests_total{code="200",path="/metrics"}' in text, server
+    assert "autoglm_autoscaler_leader 1.0" in scraped["autoglm-autoscaler"]
     out = run.stdout
     for field in ("SLO attainment", "GPU-seconds", "busy", "best-effort work", "scale events"):
         assert field in out, out
