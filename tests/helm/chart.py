@@ -7,8 +7,11 @@ template`` costs a few hundred milliseconds on these machines.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -113,3 +116,46 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 def workloads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Pod")]
+
+
+@functools.cache
+def _chart_with_notes_as_manifest() -> Path:
+    """A copy of the chart whose NOTES.txt is rendered into a ConfigMap: ``helm template``
+    never prints NOTES.txt and ``helm install --dry-run`` needs a cluster. Symlinks (files/,
+    crds/) are copied as the files they point to."""
+    folder = tempfile.mkdtemp(prefix="autoglm-notes-")
+    atexit.register(shutil.rmtree, folder, True)
+    copy = Path(folder) / "chart"
+    shutil.copytree(CHART, copy, symlinks=False)
+    notes = copy / "templates" / "NOTES.txt"
+    text = notes.read_text()
+    notes.unlink()
+    (copy / "templates" / "_notes_for_tests.tpl").write_text(
+        '{{- define "tests.notes" -}}\n' + text + "\n{{- end }}\n"
+    )
+    (copy / "templates" / "notes-for-tests.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  NOTES.txt: |\n    {{- include "tests.notes" . | nindent 4 }}\n'
+    )
+    return copy
+
+
+def render_notes(values: Iterable[Path | str] = (), sets: Iterable[str] = ()) -> str:
+    """The text of NOTES.txt, as ``helm install`` would print it."""
+    args: list[str] = []
+    for v in values:
+        args += ["-f", str(v)]
+    for s in sets:
+        args += ["--set", s]
+    chart = _chart_with_notes_as_manifest()
+    text = helm(
+        "template",
+        RELEASE,
+        str(chart),
+        "--namespace",
+        NAMESPACE,
+        "--show-only",
+        "templates/notes-for-tests.yaml",
+        *args,
+    ).stdout
+    return yaml.safe_load(text)["data"]["NOTES.txt"]

@@ -311,7 +311,8 @@ def test_exporter_placement_is_configurable():
             "DaemonSet",
         )
     )
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "accelerator": "h100"}
+    # the user's nodeSelector replaces the GPU label of exporter.gpuNodesOnly
+    assert spec["nodeSelector"] == {"accelerator": "h100"}
     assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "gpu"}]
     assert spec["runtimeClassName"] == "nvidia"
 

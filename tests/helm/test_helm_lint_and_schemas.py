@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
 VALUES_CASES = [pytest.param(None, id="default")] + [
     pytest.param(path, id=path.name) for path in ci_values_files()
 ]
-OPERATOR_KINDS = ("ServiceMonitor", "PrometheusRule")
+OPERATOR_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 
 
 def _values(path: Path | None) -> list[Path]:

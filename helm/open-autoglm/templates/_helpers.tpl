@@ -116,9 +116,21 @@ Usage: include "autoglm.webConfig.enabled" .Values.exporter
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when a component serves TLS: its web config is on and either names a tls_server_config
+(webConfig.config, which the chart can read) or says so with webConfig.tls (for an
+existingSecret, whose content the chart cannot see).
+Usage: include "autoglm.webConfig.tls" .Values.exporter
+*/}}
+{{- define "autoglm.webConfig.tls" -}}
+{{- if include "autoglm.webConfig.enabled" . }}
+{{- if or .webConfig.tls (and .webConfig.config .webConfig.config.tls_server_config) }}true{{ end }}
+{{- end }}
+{{- end }}
+
 {{/* "https" when the component serves TLS, else "http": used by probes and ServiceMonitors. */}}
 {{- define "autoglm.scheme" -}}
-{{- if and .webConfig .webConfig.enabled .webConfig.tls }}https{{ else }}http{{ end }}
+{{- if include "autoglm.webConfig.tls" . }}https{{ else }}http{{ end }}
 {{- end }}
 
 {{/* Checks of a component's web config values that JSON schema cannot phrase clearly. */}}
@@ -194,6 +206,107 @@ stringData:
 {{- end }}
 {{- end }}
 
+{{/*
+A component's securityContext or podSecurityContext: the chart-wide one with the component's
+keys merged over it, so that a component setting one key (say readOnlyRootFilesystem) keeps the
+chart-wide rest (drop: [ALL], no privilege escalation, runAsNonRoot, seccomp). A list is
+replaced, not appended to: a component's capabilities.drop is its whole list.
+Usage: include "autoglm.securityContext" (list .Values.securityContext $values.securityContext)
+*/}}
+{{- define "autoglm.securityContext" -}}
+{{- $chartWide := index . 0 | default dict }}
+{{- $component := index . 1 | default dict }}
+{{- toYaml (mustMergeOverwrite (deepCopy $chartWide) (deepCopy $component)) }}
+{{- end }}
+
+{{/*
+Labels of a component's pod template: <component>.podLabels plus the chart's, which win, so that
+podLabels can never change what the selector and the Service match.
+Usage: include "autoglm.podLabels" (list (include "autoglm.labels" (list . "exporter")) $values.podLabels)
+*/}}
+{{- define "autoglm.podLabels" -}}
+{{- $chart := index . 0 | fromYaml }}
+{{- $user := index . 1 | default dict }}
+{{- toYaml (merge $chart $user) }}
+{{- end }}
+
+{{/*
+Annotations of a component's pod template: the chart's (checksums that roll the pods) plus
+<component>.podAnnotations; the chart's win. Empty when there are none.
+Usage: include "autoglm.podAnnotations" (list (dict "checksum/config" ...) $values.podAnnotations)
+*/}}
+{{- define "autoglm.podAnnotations" -}}
+{{- $chart := index . 0 }}
+{{- $user := index . 1 | default dict }}
+{{- with merge $chart $user }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+topologySpreadConstraints of a Deployment's or Job's pods. A constraint without labelSelector
+spreads the component's own pods (its selector labels).
+Usage: include "autoglm.topologySpreadConstraints" (list $ "predictor" $values.topologySpreadConstraints)
+*/}}
+{{- define "autoglm.topologySpreadConstraints" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $constraints := index . 2 }}
+{{- if $constraints }}
+topologySpreadConstraints:
+{{- range $constraints }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" (include "autoglm.selectorLabels" (list $root $component) | fromYaml)) }}
+{{- end }}
+  - {{- toYaml $constraint | nindent 4 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The exporter's nodeSelector: exporter.nodeSelector when set (it replaces the default whole);
+else, with exporter.gpuNodesOnly, the label the GPU operator's feature discovery puts on GPU
+nodes; else none (every node). YAML, empty for none.
+*/}}
+{{- define "autoglm.exporter.nodeSelector" -}}
+{{- $values := .Values.exporter }}
+{{- if $values.nodeSelector }}
+{{- toYaml $values.nodeSelector }}
+{{- else if $values.gpuNodesOnly }}
+nvidia.com/gpu.present: "true"
+{{- end }}
+{{- end }}
+
+{{/* Milliseconds of a Prometheus duration: "1m30s" is 90000. */}}
+{{- define "autoglm.durationMs" -}}
+{{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" . -1 }}
+{{- $number := regexFind "^[0-9]+" . }}
+{{- $total = add $total (mul (atoi $number) (index $units (trimPrefix $number .))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+interval and scrapeTimeout of a ServiceMonitor or PodMonitor endpoint, as YAML: the given ones,
+else the chart-wide monitoring.interval and monitoring.scrapeTimeout. Prometheus and the
+operator refuse a timeout longer than the interval, so such a timeout is cut to the interval
+(`--set monitoring.interval=5s` scrapes every 5s with a 5s timeout).
+Usage: include "autoglm.scrapeTiming" (list $ $values.serviceMonitor.interval $values.serviceMonitor.scrapeTimeout) | fromYaml
+*/}}
+{{- define "autoglm.scrapeTiming" -}}
+{{- $root := index . 0 }}
+{{- $interval := index . 1 | default $root.Values.monitoring.interval }}
+{{- $timeout := index . 2 | default $root.Values.monitoring.scrapeTimeout }}
+{{- if gt (int64 (include "autoglm.durationMs" $timeout)) (int64 (include "autoglm.durationMs" $interval)) }}
+{{- $timeout = $interval }}
+{{- end }}
+interval: {{ $interval | quote }}
+scrapeTimeout: {{ $timeout | quote }}
+{{- end }}
+
 {{/* Pod-level settings every workload shares: pull secrets, scheduling, security. */}}
 {{- define "autoglm.podScheduling" -}}
 {{- with .nodeSelector }}
@@ -222,7 +335,9 @@ imagePullSecrets:
 
 {{/*
 The ServiceMonitor endpoint of a component, as a dict, with <component>.serviceMonitor.endpoint
-merged over it (so users can add tlsConfig, basicAuth or replace relabelings).
+merged over it (so users can add tlsConfig, basicAuth, metricRelabelings). The chart's
+relabelings come first, then <component>.serviceMonitor.extraRelabelings; an
+endpoint.relabelings replaces them all.
 Usage: include "autoglm.serviceMonitorEndpoint" (list $ "exporter" "metrics")
 */}}
 {{- define "autoglm.serviceMonitorEndpoint" -}}
@@ -230,9 +345,20 @@ Usage: include "autoglm.serviceMonitorEndpoint" (list $ "exporter" "metrics")
 {{- $component := index . 1 }}
 {{- $port := index . 2 }}
 {{- $values := index $root.Values $component }}
-{{- $endpoint := dict "port" $port "path" "/metrics" "scheme" (include "autoglm.scheme" $values) }}
-{{- $_ := set $endpoint "interval" ($values.serviceMonitor.interval | default $root.Values.monitoring.interval) }}
-{{- $_ := set $endpoint "scrapeTimeout" ($values.serviceMonitor.scrapeTimeout | default $root.Values.monitoring.scrapeTimeout) }}
+{{- $scheme := include "autoglm.scheme" $values }}
+{{- $endpoint := dict "port" $port "path" "/metrics" "scheme" $scheme }}
+{{- $endpoint = merge $endpoint (include "autoglm.scrapeTiming" (list $root $values.serviceMonitor.interval $values.serviceMonitor.scrapeTimeout) | fromYaml) }}
+{{- if and (eq $scheme "https") (not (hasKey $values.serviceMonitor.endpoint "tlsConfig")) }}
+{{- /*
+Prometheus checks the certificate for the Service's name, against the CA of webConfig.tlsSecret
+(its ca.crt, as cert-manager writes it for a CA issuer) when there is one, else the system CAs.
+*/}}
+{{- $tlsConfig := dict "serverName" (printf "%s.%s.svc" (include "autoglm.componentName" (list $root $component)) $root.Release.Namespace) }}
+{{- with $values.webConfig.tlsSecret }}
+{{- $_ := set $tlsConfig "ca" (dict "secret" (dict "name" . "key" "ca.crt")) }}
+{{- end }}
+{{- $_ := set $endpoint "tlsConfig" $tlsConfig }}
+{{- end }}
 {{- /*
 job is "autoglm-<component>" whatever the release is called, as with a plain scrape config
 (job_name: autoglm-exporter); alerts/rules.yaml finds the exporter by it.
@@ -256,6 +382,7 @@ the operator from renaming it to exported_namespace, which the rules and dashboa
 */}}
 {{- $_ := set $endpoint "honorLabels" true }}
 {{- end }}
+{{- $relabelings = concat $relabelings ($values.serviceMonitor.extraRelabelings | default list) }}
 {{- $_ := set $endpoint "relabelings" $relabelings }}
 {{- toYaml (mergeOverwrite $endpoint (deepCopy $values.serviceMonitor.endpoint)) }}
 {{- end }}
