@@ -43,8 +43,13 @@ class StructuredFormatter(logging.Formatter):
 
 
 def _quote(value: object) -> str:
+    """A logfmt value: booleans and None as JSON spells them (``true``, ``null``), text with
+    spaces, ``=``, quotes or line breaks quoted, so each line still splits into its fields."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
     text = str(value)
-    return json.dumps(text) if (" " in text or "=" in text or not text) else text
+    plain = text and not any(c in text for c in ' ="\n')
+    return text if plain else json.dumps(text)
 
 
 CHATTY_LIBRARIES = ("apscheduler",)

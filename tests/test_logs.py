@@ -34,3 +34,13 @@ def test_a_scheduler_run_logs_only_when_debug_is_asked_for(
     assert "Run time of job was missed" in messages  # a scheduler's warning always shows
     assert "refit done" in messages
     assert {line["component"] for line in lines} == {"predictor"}
+
+
+def test_text_lines_split_into_their_fields(restore_logging, capfd) -> None:
+    setup_logging("batcher", "info", "text")
+    logging.getLogger("batcher.server").info(
+        "serving", extra={"tls": False, "ready": True, "worker": None, "why": 'a "b"\nc'}
+    )
+    (line,) = capfd.readouterr().err.splitlines()
+    assert " tls=false ready=true worker=null " in line
+    assert line.endswith(' why="a \\"b\\"\\nc"')
