@@ -189,9 +189,10 @@ def load_served_model(config: BatcherConfig, device: str) -> ServedModel:
             )
         raise ConfigError(f"{problem}; --log-level debug shows the traceback") from None
     set_torch_threads(config.torch_threads)
-    log.info(
-        "model loaded", extra={"model": model.name, "device": model.device, "allocator": allocator}
-    )
+    loaded = {"model": model.name, "device": model.device}
+    if model.device.startswith("cuda"):  # the CUDA allocator's setting says nothing on a CPU
+        loaded["allocator"] = allocator
+    log.info("model loaded", extra=loaded)
     return model
 
 

@@ -21,6 +21,17 @@ and only then does the listener close. Requests go to the engine of the model th
 as the :class:`~batcher.repository.ModelRepository` resolves it (one model with ``--model``,
 several with ``--model-repository``, whose load and unload routes are
 :mod:`batcher.repository_http`'s).
+
+Every request on the public port is counted in ``autoglm_http_requests_total{path,code}`` and
+timed in ``autoglm_http_request_duration_seconds{path}`` (:mod:`autoglm.web.request_metrics`, as
+the other components count theirs), ``path`` being the route's template (``/v2/models/{name}``)
+or ``other`` for an unknown path, so the label values are bounded. Inference requests that reach
+a model are not counted there: ``autoglm_batcher_requests_total{model,outcome}`` counts each of
+them already (a batch at a time, docs/batcher-serving.md "Metrics by the batch"), so the infer
+routes show up here only with the requests no model answered (401: no credentials, 404: an
+unknown model or version). Unknown paths and wrong methods get the protocol's JSON error, as
+every other error. With ``--workers`` the workers count the public requests
+(``autoglm_batcher_worker_requests_total``) and this process counts none.
 """
 
 from __future__ import annotations
@@ -34,12 +45,15 @@ import os
 import shutil
 import socket
 import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import AbstractResource
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -50,6 +64,8 @@ from autoglm.web.body import closing_if_unreadable
 from autoglm.web.exposition import negotiated_encoder
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
+from autoglm.web.request_metrics import RequestMetrics
+from autoglm.web.routes import OTHER_PATH
 from autoglm.webconfig import WebConfig
 from batcher import oip
 from batcher.engine_channel import EngineEnd, Envelope
@@ -123,6 +139,24 @@ def _unauthorized() -> web.Response:
     return _error("authentication required", 401)
 
 
+# The statuses of an inference that no model's requests_total counted (the guard's 401, the
+# unknown model's 404): the only ones autoglm_http_requests_total counts on the infer routes.
+_UNSERVED_INFER = frozenset({401, 404})
+
+
+def _routing_error(request: web.Request, exc: web.HTTPError) -> web.Response:
+    """aiohttp's refusal (no route: 404, wrong method: 405, ...) in the protocol's JSON shape."""
+    if exc.status == 404:
+        message = f"no route for {request.method} {request.path}; the KServe v2 API is under /v2"
+    elif exc.status == 405:
+        allowed = ", ".join(sorted(exc.headers.get("Allow", "").split(",")))
+        message = f"method {request.method} not allowed on {request.path}; allowed: {allowed}"
+    else:
+        message = exc.reason.lower()
+    kept = {k: v for k, v in exc.headers.items() if k not in ("Content-Type", "Content-Length")}
+    return _error(message, exc.status, kept or None)
+
+
 @dataclass(frozen=True)
 class InferAnswer:
     """How the engine answered one inference, whichever way it came in."""
@@ -190,6 +224,10 @@ class BatcherServer:
             WorkerPool(workers, registry) if workers is not None and workers.count else None
         )
         self.connection_metrics = ConnectionMetrics(registry) if self.workers is None else None
+        # With workers they count the public requests: the engine's are theirs passed on.
+        self.http_metrics: RequestMetrics | None = None
+        self._route_labels: dict[AbstractResource | None, str] = {}
+        self._infer_labels: frozenset[str] = frozenset()
         self._first_worker_socket: socket.socket | None = None
         self._grpc_socket: socket.socket | None = None  # holds the workers' gRPC port
         self._private_dir: Path | None = None
@@ -217,16 +255,15 @@ class BatcherServer:
         """The routes; ``guarded``: behind basic auth and the configured headers (all but the
         private socket the front workers pass requests through)."""
         app = web.Application(
-            middlewares=[guard(self.web_config, "autoglm-batcher", _unauthorized)]
+            middlewares=[self._observe, guard(self.web_config, "autoglm-batcher", _unauthorized)]
             if guarded
-            else [],
+            else [self._observe],
             client_max_size=self.max_body_bytes,
         )
         model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
         # aiohttp tries the routes under /v2/models in the order they were added: infer first,
         # so the hot path matches on its first try
-        for base in model_paths:
-            app.router.add_post(base + "/infer", self._infer)
+        infer_routes = [app.router.add_post(base + "/infer", self._infer) for base in model_paths]
         app.router.add_get("/v2", self._server_metadata)
         app.router.add_get("/v2/health/live", self._live)
         app.router.add_get("/v2/health/ready", self._ready)
@@ -237,7 +274,40 @@ class BatcherServer:
         RepositoryRoutes(self.models).register(app)
         if not guarded and self.grpc is not None:  # the gRPC calls the workers pass on
             app.router.add_post("/grpc/{method}", self._grpc_forwarded)
+        if guarded and self.workers is None:
+            self._count_requests(app, {route.resource for route in infer_routes})
         return app
+
+    def _count_requests(self, app: web.Application, infer: set[AbstractResource | None]) -> None:
+        """Count ``app``'s requests by route template (``other``: no route)."""
+        labels: dict[AbstractResource | None, str] = {
+            r: r.canonical for r in app.router.resources()
+        }
+        self._route_labels.update(labels)
+        self._infer_labels = frozenset(labels[r] for r in infer)
+        if self.http_metrics is None:
+            self.http_metrics = RequestMetrics(self.registry, sorted(set(labels.values())))
+
+    @web.middleware
+    async def _observe(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """aiohttp's own refusals in the protocol's JSON shape; each request counted and timed
+        (on the public port), but for the inferences a model's requests_total counts."""
+        started = time.perf_counter()
+        try:
+            response = await handler(request)
+        except web.HTTPError as exc:  # no route, wrong method: before the guard adds headers
+            response = _routing_error(request, exc)
+            response.headers.update(self.web_config.headers)
+        metrics = self.http_metrics
+        if metrics is None:
+            return response
+        path = self._route_labels.get(request.match_info.route.resource, OTHER_PATH)
+        if path in self._infer_labels and response.status not in _UNSERVED_INFER:
+            return response
+        metrics.observe(path, response.status, time.perf_counter() - started)
+        return response
 
     async def start(self) -> None:
         """Start the engine and listen; raises :class:`ConfigError` if the port is taken."""

@@ -5,6 +5,11 @@ own worker thread so that a hung driver call costs one device, not the whole col
 collection waits for its reads only until its deadline, reports the stragglers as failed with
 reason ``timeout`` (their series are dropped, not served stale), and does not ask a device whose
 previous read is still hung to read again, so hung calls never pile up.
+
+Failures are logged as they start and end, not at every collection: one warning when a GPU
+becomes unreadable or one of its fields starts failing (the GPU, the field, the reason and the
+error), one more if the reason changes, and one info line when it reads again. Their counts are
+in ``autoglm_exporter_collect_errors_total``.
 """
 
 from __future__ import annotations
@@ -108,6 +113,15 @@ def _failure_reason(exc: BaseException) -> str:
     return reason if isinstance(reason, str) and reason else "exception"
 
 
+@dataclass(frozen=True)
+class _Failure:
+    """A GPU (``field`` :data:`WHOLE_DEVICE`) or one of its fields that failed to read."""
+
+    reason: str
+    error: str  # what went wrong, for the log: the exception, the missed deadline, the reason
+    since: float  # unix time of the first collection that saw it fail
+
+
 class Collector:
     """Collects from ``source`` every ``interval`` seconds; hands each Snapshot to ``publish``.
 
@@ -149,6 +163,8 @@ class Collector:
             r.key: dict.fromkeys(CRITICAL_XIDS, 0) for r in self._readers
         }
         self._last_xid: dict[str, tuple[int, float]] = {}
+        # (gpu key, field) -> the failure in force, to log its start and end only
+        self._failing: dict[tuple[str, str], _Failure] = {}
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
         self.latest: Snapshot | None = None
@@ -241,18 +257,17 @@ class Collector:
         self, reader: _DeviceReader, outcome: DeviceReading | BaseException | None, now: float
     ) -> DeviceSnapshot:
         values: dict[str, float] = {}
+        failed: dict[str, tuple[str, str]] = {}  # field -> (reason, error)
         if outcome is None:
-            self._count_error(reader.key, WHOLE_DEVICE, TIMEOUT)
+            failed[WHOLE_DEVICE] = (TIMEOUT, self._timeout_error(reader))
         elif isinstance(outcome, BaseException):
-            self._count_error(reader.key, WHOLE_DEVICE, _failure_reason(outcome))
-            log.warning(
-                "device read failed",
-                extra={"gpu": reader.key, "error": repr(outcome)},
-            )
+            failed[WHOLE_DEVICE] = (_failure_reason(outcome), repr(outcome))
         else:
             values = dict(outcome.values)
-            for field_name, reason in outcome.errors.items():
-                self._count_error(reader.key, field_name, reason)
+            failed = {name: (reason, reason) for name, reason in outcome.errors.items()}
+        for field_name, (reason, _) in failed.items():
+            self._count_error(reader.key, field_name, reason)
+        self._log_changes(reader, failed, now)
         up = bool(values)
         last = self._last_xid.get(reader.key)
         if up:
@@ -268,6 +283,55 @@ class Collector:
             xid_counts=MappingProxyType(dict(self._xid_counts[reader.key])),
             last_xid=last,
         )
+
+    def _timeout_error(self, reader: _DeviceReader) -> str:
+        if reader.generation != self._generation:
+            return "an earlier read is still hung; not asked again until it returns"
+        return f"no answer within the collection deadline of {self._deadline:g} s"
+
+    def _log_changes(
+        self, reader: _DeviceReader, failed: Mapping[str, tuple[str, str]], now: float
+    ) -> None:
+        """Log the failures of ``reader``'s device that started (or changed reason) and those
+        that ended with this collection. While the whole device fails, its fields cannot be
+        read at all, so their earlier state is kept rather than taken as recovered."""
+        gpu = reader.key
+        device_down = WHOLE_DEVICE in failed
+        for key in [k for k in self._failing if k[0] == gpu]:
+            field_name = key[1]
+            if field_name in failed or (device_down and field_name != WHOLE_DEVICE):
+                continue
+            ended = self._failing.pop(key)
+            log.info(
+                "device read recovered" if field_name == WHOLE_DEVICE else "field read recovered",
+                extra={
+                    "gpu": gpu,
+                    "uuid": reader.info.uuid,
+                    "field": field_name,
+                    "reason": ended.reason,
+                    "failed_for_s": round(max(0.0, now - ended.since), 3),
+                },
+            )
+        for field_name, (reason, error) in failed.items():
+            known = self._failing.get((gpu, field_name))
+            if known is not None and known.reason == reason:
+                continue
+            self._failing[(gpu, field_name)] = _Failure(
+                reason, error, known.since if known is not None else now
+            )
+            extra = {
+                "gpu": gpu,
+                "uuid": reader.info.uuid,
+                "field": field_name,
+                "reason": reason,
+                "error": error,
+            }
+            if known is not None:
+                extra["previous_reason"] = known.reason
+            log.warning(
+                "device read failed" if field_name == WHOLE_DEVICE else "field read failed",
+                extra=extra,
+            )
 
     def _count_error(self, gpu: str, field_name: str, reason: str) -> None:
         key = (gpu, field_name, reason)

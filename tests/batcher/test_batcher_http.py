@@ -12,6 +12,7 @@ import pytest
 import requests
 import torch
 import tritonclient.http as triton
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from autoglm.webconfig import WebConfig
@@ -280,6 +281,61 @@ def test_unknown_model_gets_404(serve) -> None:
     assert reply.status_code == 404 and "serves 'echo'" in reply.json()["error"]
 
 
+def http_requests(text: str) -> dict[tuple[str, str], float]:
+    """autoglm_http_requests_total of an exposition, by (path, code)."""
+    return {
+        (sample.labels["path"], sample.labels["code"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "autoglm_http_requests"
+        for sample in family.samples
+        if sample.name == "autoglm_http_requests_total"
+    }
+
+
+def test_http_requests_are_counted_by_route_and_code_unknown_paths_as_other(serve) -> None:
+    server = serve(EchoModel())
+    for path in ("/nope", "/v2/nope/deeper", "/v2/models/echo/infer/extra"):
+        reply = requests.get(server.url + path, timeout=10)
+        assert reply.status_code == 404
+        assert reply.headers["Content-Type"].startswith("application/json")
+        assert reply.json() == {"error": f"no route for GET {path}; the KServe v2 API is under /v2"}
+    wrong = requests.delete(f"{server.url}/v2/health/live", timeout=10)
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "GET,HEAD"
+    assert wrong.json() == {
+        "error": "method DELETE not allowed on /v2/health/live; allowed: GET, HEAD"
+    }
+    for _ in range(2):
+        assert requests.get(f"{server.url}/v2/health/ready", timeout=10).ok
+    assert requests.get(f"{server.url}/v2/models/echo", timeout=10).ok
+    assert requests.get(f"{server.url}/v2/models/other", timeout=10).status_code == 404
+    body = json_request([[1, 2, 3]], [[1]])
+    for model in ("echo", "echo", "other"):
+        requests.post(f"{server.url}/v2/models/{model}/infer", json=body, timeout=10)
+    assert (
+        requests.post(f"{server.url}/v2/models/echo/infer", data=b"{", timeout=10).status_code
+        == 400
+    )
+
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    # Inferences a model answered are its requests_total, not counted twice; the one no model
+    # answered (unknown model) is counted here, as is every other route.
+    assert http_requests(text) == {
+        ("other", "404"): 3.0,
+        ("other", "405"): 1.0,
+        ("/v2/health/ready", "200"): 2.0,
+        ("/v2/models/{name}", "200"): 1.0,
+        ("/v2/models/{name}", "404"): 1.0,
+        ("/v2/models/{name}/infer", "404"): 1.0,
+    }
+    assert 'autoglm_batcher_requests_total{model="echo",outcome="ok"} 2.0' in text
+    assert 'autoglm_batcher_requests_total{model="echo",outcome="invalid"} 1.0' in text
+    assert 'autoglm_http_request_duration_seconds_count{path="other"} 4.0' in text
+    assert "/nope" not in text and "/v2/models/other" not in text  # never the raw path
+    assert ("/metrics", "200") in http_requests(
+        requests.get(f"{server.url}/metrics", timeout=10).text
+    )
+
+
 def test_full_queue_is_refused_with_429_and_accepted_work_completes(serve) -> None:
     """The queue bound counts what waits: one request runs (held), the next is sent to wait
     behind it on the device (the look-ahead), one waits in the queue, the fourth is refused."""
@@ -425,6 +481,8 @@ def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     )
     # The web config follows its file: its reload outcomes are the batcher's metrics too.
     assert "autoglm_web_config_last_reload_successful 1.0" in metrics.text
+    # The refused inference reached no model: counted as an HTTP request, the served one is not.
+    assert http_requests(metrics.text) == {("/v2/models/{name}/infer", "401"): 1.0}
 
 
 def test_client_certificates_and_headers_from_the_web_config(serve, tmp_path) -> None:
@@ -441,6 +499,9 @@ def test_client_certificates_and_headers_from_the_web_config(serve, tmp_path) ->
     ready = requests.get(f"{base}/v2/health/ready", timeout=10, **as_reader)
     assert ready.status_code == 200
     assert ready.headers["X-Frame-Options"] == "deny"
+    unknown = requests.get(f"{base}/nope", timeout=10, **as_reader)  # aiohttp's own refusal
+    assert unknown.status_code == 404 and unknown.headers["X-Frame-Options"] == "deny"
+    assert "no route for GET /nope" in unknown.json()["error"]
     with pytest.raises(requests.exceptions.RequestException):
         requests.get(
             f"{base}/v2/health/ready",

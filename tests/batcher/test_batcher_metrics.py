@@ -48,3 +48,25 @@ def test_a_batch_histogram_is_exported_before_its_first_observation() -> None:
     BatchHistogram("x_seconds", "Doc.", "m", BUCKETS, registry)
     assert registry.get_sample_value("x_seconds_count", {"model": "m"}) == 0.0
     assert registry.get_sample_value("x_seconds_bucket", {"model": "m", "le": "+Inf"}) == 0.0
+
+
+@pytest.mark.parametrize("operator_setting", ["", "expandable_segments:True"])
+def test_a_model_on_the_cpu_says_nothing_about_the_cuda_allocator(
+    operator_setting: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The CUDA allocator's setting means nothing on a CPU: like its statistics (absent on CPU,
+    never zero), the start-up line leaves it out."""
+    from batcher.cli import load_served_model
+    from batcher.config import BatcherConfig
+
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", operator_setting)
+    with caplog.at_level("DEBUG"):
+        model = load_served_model(BatcherConfig(model="batcher.models.demo:factory"), "cpu")
+    assert model.device == "cpu"
+    (loaded,) = [r for r in caplog.records if r.getMessage() == "model loaded"]
+    assert (loaded.__dict__["model"], loaded.__dict__["device"]) == ("demo", "cpu")
+    assert "allocator" not in loaded.__dict__
+    for record in caplog.records:
+        text = f"{record.getMessage()} {record.__dict__}"
+        assert "ALLOC_CONF" not in text and "expandable" not in text, text

@@ -219,3 +219,93 @@ def test_background_loop_publishes_snapshots_and_stops(clock):
 def test_deadline_longer_than_interval_is_refused():
     with pytest.raises(ValueError, match="deadline"):
         Collector(ScriptedSource([device(0)]), lambda _: None, interval=1.0, deadline=2.0)
+
+
+def _fault_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str, str]]:
+    """(level, message, gpu, field) of the collector's lines about read failures."""
+    return [
+        (r.levelname, r.getMessage(), r.__dict__["gpu"], r.__dict__["field"])
+        for r in caplog.records
+        if r.name == "exporter.collector" and "read" in r.getMessage()
+    ]
+
+
+def test_faults_of_the_simulated_source_are_logged_once_each_and_their_recovery_too(caplog):
+    from exporter.sources import SimulatedSource, load_profile, parse_fault
+
+    clock = FakeClock()
+    source = SimulatedSource(4, "H100", 7, load_profile("constant:0.5"), clock=clock)
+    for spec in ("lost:gpu=1", "hang:gpu=3", "field-error:gpu=0:field=DCGM_FI_DEV_POWER_USAGE"):
+        source.inject(parse_fault(spec))
+    collector = Collector(source, lambda _: None, interval=0.2, deadline=0.2, clock=clock)
+    try:
+        with caplog.at_level("INFO", logger="exporter.collector"):
+            for _ in range(4):
+                clock.now += 1
+                snap = collector.collect_once()
+            assert [d.up for d in snap.devices] == [True, False, True, False]
+            assert snap.errors_total[("1", "all", "gpu_is_lost")] == 4
+            assert sorted(_fault_lines(caplog)) == [
+                ("WARNING", "device read failed", "1", "all"),
+                ("WARNING", "device read failed", "3", "all"),
+                ("WARNING", "field read failed", "0", "DCGM_FI_DEV_POWER_USAGE"),
+            ]
+            by_gpu = {r.__dict__["gpu"]: r.__dict__ for r in caplog.records}
+            assert (by_gpu["1"]["reason"], by_gpu["1"]["error"]) == ("gpu_is_lost", "gpu_is_lost")
+            assert by_gpu["3"]["reason"] == "timeout" and "deadline" in by_gpu["3"]["error"]
+            assert by_gpu["0"]["reason"] == "unknown"
+            assert by_gpu["1"]["uuid"] == source.devices()[1].uuid
+
+            caplog.clear()
+            source.clear_faults()
+            wait_until(lambda: not collector.in_flight(), timeout=20, what="the hung read")
+            for _ in range(3):
+                clock.now += 1
+                snap = collector.collect_once()
+            assert all(d.up for d in snap.devices)
+            lines = _fault_lines(caplog)
+            assert sorted(lines) == [
+                ("INFO", "device read recovered", "1", "all"),
+                ("INFO", "device read recovered", "3", "all"),
+                ("INFO", "field read recovered", "0", "DCGM_FI_DEV_POWER_USAGE"),
+            ]
+            recovered = {r.__dict__["gpu"]: r.__dict__ for r in caplog.records}
+            assert recovered["1"]["failed_for_s"] == 4.0
+    finally:
+        source.close()
+        collector.stop()
+
+
+def test_a_read_that_keeps_raising_is_logged_once_and_again_when_its_reason_changes(
+    clock, cleanup, caplog
+):
+    class GpuLost(RuntimeError):
+        reason = "gpu_is_lost"
+
+    source = ScriptedSource(
+        [device(0)], {"DCGM_FI_DEV_GPU_UTIL": 40.0, "DCGM_FI_DEV_POWER_USAGE": 1.0}
+    )
+    source.errors[0] = {"DCGM_FI_DEV_POWER_USAGE": "unknown_error"}
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    with caplog.at_level("INFO", logger="exporter.collector"):
+        collector.collect_once()
+        source.raises[0] = OSError("boom")
+        for _ in range(3):
+            collector.collect_once()
+        source.raises[0] = GpuLost("fell off the bus")
+        for _ in range(3):
+            collector.collect_once()
+        del source.raises[0]
+        collector.collect_once()
+
+    assert _fault_lines(caplog) == [
+        ("WARNING", "field read failed", "0", "DCGM_FI_DEV_POWER_USAGE"),
+        ("WARNING", "device read failed", "0", "all"),
+        ("WARNING", "device read failed", "0", "all"),
+        ("INFO", "device read recovered", "0", "all"),
+    ]  # the field failed all along: while the GPU was unreadable it was not taken as recovered
+    failed = [r.__dict__ for r in caplog.records if r.getMessage() == "device read failed"]
+    assert (failed[0]["reason"], failed[0]["error"]) == ("exception", "OSError('boom')")
+    assert (failed[1]["reason"], failed[1]["previous_reason"]) == ("gpu_is_lost", "exception")
