@@ -35,10 +35,23 @@ Usage: include "autoglm.componentName" (list . "exporter")
 {{- end }}
 
 {{/*
-The recommended labels (app.kubernetes.io/*) of every object of a component.
+The recommended labels (app.kubernetes.io/*) of every object of a component, plus commonLabels.
+A common label that repeats one of the chart's is dropped (the chart's value wins): written
+twice, the key would make invalid YAML, and the selector labels must never change.
 Usage: include "autoglm.labels" (list . "exporter")
 */}}
 {{- define "autoglm.labels" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $chart := include "autoglm.chartLabels" (list $root $component) }}
+{{- if $root.Values.commonLabels }}
+{{- toYaml (merge (fromYaml $chart) (deepCopy $root.Values.commonLabels)) }}
+{{- else }}
+{{- $chart }}
+{{- end }}
+{{- end }}
+
+{{- define "autoglm.chartLabels" -}}
 {{- $root := index . 0 }}
 {{- $component := index . 1 -}}
 helm.sh/chart: {{ include "autoglm.chart" $root }}
@@ -46,9 +59,6 @@ helm.sh/chart: {{ include "autoglm.chart" $root }}
 app.kubernetes.io/version: {{ include "autoglm.imageTag" $root | quote }}
 app.kubernetes.io/part-of: open-autoglm
 app.kubernetes.io/managed-by: {{ $root.Release.Service }}
-{{- with $root.Values.commonLabels }}
-{{ toYaml . }}
-{{- end }}
 {{- end }}
 
 {{/* Labels that select a component's pods; never change between upgrades (selectors are immutable). */}}
@@ -131,6 +141,33 @@ Usage: include "autoglm.webConfig.tls" .Values.exporter
 {{/* "https" when the component serves TLS, else "http": used by probes and ServiceMonitors. */}}
 {{- define "autoglm.scheme" -}}
 {{- if include "autoglm.webConfig.tls" . }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/*
+exporter.naming=prometheus serves autoglm_gpu_* names, but the PrometheusRule, the GPU dashboards
+and a predictor query on DCGM_FI_* read dcgm-exporter's names: they would stay empty without a
+word, so the render fails naming what to turn off or rewrite.
+*/}}
+{{- define "autoglm.exporter.validateNaming" -}}
+{{- if and .Values.exporter.enabled (eq (toString .Values.exporter.naming) "prometheus") }}
+{{- $uses := list }}
+{{- if and .Values.monitoring.prometheusRule.enabled (ne (toString .Values.monitoring.enabled) "false") }}
+{{- $uses = append $uses "the alert rules (set monitoring.prometheusRule.enabled=false)" }}
+{{- end }}
+{{- if .Values.dashboards.enabled }}
+{{- $uses = append $uses "the dashboards (set dashboards.enabled=false)" }}
+{{- end }}
+{{- if .Values.predictor.enabled }}
+{{- range .Values.predictor.config.targets }}
+{{- if contains "DCGM_" (toString .query) }}
+{{- $uses = append $uses (printf "the predictor target %q (rewrite its query on the autoglm_gpu_* names, docs/exporter.md)" (toString .name)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $uses }}
+{{- fail (printf "exporter.naming=prometheus: the exporter would serve autoglm_gpu_* names, but these read dcgm-exporter's DCGM_FI_* names and would stay empty: %s. Keep exporter.naming=dcgm (the default), or change each of them" (join "; " $uses)) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Checks of a component's web config values that JSON schema cannot phrase clearly. */}}
