@@ -294,8 +294,9 @@ def _jobs_row(d: db.Dashboard) -> db.Dashboard:
         timeseries_panel(
             "Job concurrency",
             "How many requests do the jobs keep in flight? The AIMD limit (it halves on each "
-            "refusal, grows by one per window of successes) and the requests actually in "
-            "flight, summed over each job's pods.",
+            "refusal, grows by one per window of successes at the limit), the requests actually "
+            "in flight, and those held back by the rate limit or waiting to retry, summed over "
+            "each job's pods.",
             [
                 Query(
                     f"sum by (job_name) (autoglm_job_concurrency{{{JOB}}})",
@@ -304,6 +305,10 @@ def _jobs_row(d: db.Dashboard) -> db.Dashboard:
                 Query(
                     f"sum by (job_name) (autoglm_job_in_flight_requests{{{JOB}}})",
                     "{{job_name}} in flight",
+                ),
+                Query(
+                    f"sum by (job_name, reason) (autoglm_job_waiting_requests{{{JOB}}})",
+                    "{{job_name}} waiting ({{reason}})",
                 ),
             ],
             "none",

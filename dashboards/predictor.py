@@ -35,6 +35,7 @@ KEY = "target, horizon_seconds, model"
 # Alert thresholds of alerts/rules.yaml (autoglm-predictor.alerts).
 ERROR_LIMIT = 0.5
 STALE_SECONDS = 600
+NOT_FITTED_LIMIT = "clamp_min(2 * autoglm_predictor_history_needed_seconds, 3600)"
 CHOSEN = "autoglm_forecast_model_info"
 
 
@@ -189,6 +190,34 @@ def _health_row(d: db.Dashboard) -> db.Dashboard:
         )
     )
     d = d.with_panel(
+        stat_panel(
+            "Targets without a model",
+            "Does every target publish forecasts? Targets with no fitted model yet: waiting for "
+            "history after a start, or a query that matches too little, or Prometheus down.",
+            [Query("count(autoglm_predictor_model_fitted == 0) or vector(0)")],
+            "none",
+            width=6,
+            steps=((None, "green"), (1, "orange")),
+        )
+    )
+    d = d.with_panel(
+        timeseries_panel(
+            "Wait for a first model",
+            "How long has each target gone without a model since the predictor started? 0 once "
+            "fitted. A target without one publishes no forecasts (so no age). Dashed: "
+            "PredictorTargetNotFitted's limit for the target that reaches it first: twice the "
+            "history a first refit needs, at least an hour.",
+            [
+                Query("autoglm_predictor_unfitted_seconds", "{{target}}"),
+                Query(f"min({NOT_FITTED_LIMIT})", "limit"),
+            ],
+            "s",
+            width=18,
+            min_value=0,
+            dashed=["limit"],
+        )
+    )
+    d = d.with_panel(
         timeseries_panel(
             "Query errors",
             "Can the predictor read its series? Failed Prometheus queries per second, by target "
@@ -208,8 +237,9 @@ def _health_row(d: db.Dashboard) -> db.Dashboard:
     d = d.with_panel(
         timeseries_panel(
             "Refits and updates",
-            "Do refits succeed, and do new points arrive between them? Refits by result and "
-            "points fed to the fitted models, per second.",
+            "Do refits succeed, and do new points arrive between them? Refits by result "
+            "(waiting: too few points yet, normal after a start) and points fed to the fitted "
+            "models, per second.",
             [
                 Query(
                     "sum by (target, result) (rate(autoglm_predictor_refits_total"

@@ -14,6 +14,13 @@ one per answer (doubling each window) back to a threshold of half the limit at w
 refusal after an answer arrived, then grows by one per window again. Only a refusal that follows
 an answer lowers that threshold: capacity measured smaller, not merely closed for a while.
 
+The limit only grows on evidence that it is too small: a success counts only when ``limit``
+requests were on the wire at some moment while it was (:class:`InFlight`; RFC 7661's
+"cwnd-limited" test). A job held back by something else -- its ``--max-rate``, a short input --
+keeps fewer in flight than it may; its answers say nothing about whether more would fit, so
+they do not raise the limit (without this rule a rate-capped job's limit climbed to the maximum
+on answers that came one at a time, and the first burst after a cap was lifted met it).
+
 Pure state, no clock and no I/O: callers pass in what happened and read ``limit``.
 """
 
@@ -46,10 +53,14 @@ class AIMDLimit:
         self.limit = min(max(self.initial, self.minimum), self.maximum)
         self.slow_start_threshold = self.limit
 
-    def on_success(self) -> bool:
-        """A request was answered; returns True when this success grew the limit."""
+    def on_success(self, saturated: bool) -> bool:
+        """A request was answered; returns True when this success grew the limit.
+
+        ``saturated``: whether the limit was full (``limit`` requests on the wire) at some
+        moment while this one was (:meth:`InFlight.answered`). Only such a success counts
+        towards growth, in slow start and in a window alike."""
         self._answered_since_decrease = True
-        if self.limit >= self.maximum:
+        if not saturated or self.limit >= self.maximum:
             return False
         if self.limit < self.slow_start_threshold:
             self.limit += 1
@@ -72,6 +83,39 @@ class AIMDLimit:
             self.slow_start_threshold = self.limit
         self._answered_since_decrease = False
         return True
+
+
+@dataclass
+class InFlight:
+    """Requests sent and not yet answered, and whether each one saw the limit full.
+
+    A request counts from :meth:`send` (just before it goes out) to :meth:`answered` (its
+    answer, refusal or failure came back, or it was cancelled); one waiting for its send slot
+    under ``--max-rate`` or waiting out a Retry-After is not in flight. Each send that leaves
+    ``limit`` or more in flight is a *fill*; a request saw the limit full when a fill happened
+    while it was in flight (its own send included). Counting fills rather than comparing at
+    the answer matters because answers come in bursts (the batcher answers a batch at once):
+    only the first of a batch would find the limit full at its answer.
+    """
+
+    count: int = 0
+    _fills: int = field(default=0, repr=False)
+
+    def send(self, limit: int) -> int:
+        """One request goes out under ``limit``; returns its ticket for :meth:`answered`."""
+        ticket = self._fills
+        self.count += 1
+        if self.count >= limit:
+            self._fills += 1
+        return ticket
+
+    def answered(self, ticket: int) -> bool:
+        """The request sent with ``ticket`` came back; returns whether the limit was full at
+        some moment while it was in flight (pass it to :meth:`AIMDLimit.on_success`)."""
+        if self.count <= 0:
+            raise RuntimeError("answered more requests than were sent")
+        self.count -= 1
+        return self._fills > ticket
 
 
 def retry_delay(

@@ -13,6 +13,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 FAILURE_REASONS = ("connection", "timeout", "server_error")
 OUTCOMES = ("ok", "invalid")
+# why an open line is not in flight: held back by --max-rate before a send, or waiting out a
+# Retry-After or a back-off before it is sent again
+WAIT_REASONS = ("rate_limit", "retry")
 
 
 class JobMetrics:
@@ -41,13 +44,24 @@ class JobMetrics:
         self.concurrency = _gauge(
             registry,
             "autoglm_job_concurrency",
-            "Requests the job allows in flight now (AIMD limit).",
+            "Lines the job allows open now (AIMD limit): in flight, waiting for a send slot "
+            "under --max-rate, or waiting to be sent again. It grows only on answers that came "
+            "while that many requests were in flight.",
         ).labels(**labels)
         self.in_flight = _gauge(
             registry,
             "autoglm_job_in_flight_requests",
-            "Requests sent and not yet answered, including those waiting out a Retry-After.",
+            "Requests sent and not yet answered. Lines held back by --max-rate or waiting to be "
+            "sent again are autoglm_job_waiting_requests.",
         ).labels(**labels)
+        waiting = Gauge(
+            "autoglm_job_waiting_requests",
+            "Open lines not in flight, by reason: rate_limit (held back by --max-rate before a "
+            "send) or retry (waiting out a Retry-After or a back-off before a send again).",
+            ["job_name", "reason"],
+            registry=registry,
+        )
+        self.waiting = {r: waiting.labels(job_name=job_name, reason=r) for r in WAIT_REASONS}
         self.refusals = Counter(
             "autoglm_job_refusals",
             "Requests the endpoint refused for lack of capacity (HTTP 429 or 503).",

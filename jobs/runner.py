@@ -3,9 +3,10 @@
 :func:`jobs.plan.prepare` checks everything it can before any work (files, journal, settings)
 and opens the shard's result files where the journal says the last run stopped; the endpoint
 checks its credentials, TLS and default model (:mod:`jobs.endpoint`). :class:`JobRunner` then
-reads the shard's remaining lines, keeps as many requests in flight as the AIMD limit allows
-(:mod:`jobs.concurrency`), retries what was refused or failed, and commits answers through the
-journal (:mod:`jobs.results`). A stop (SIGTERM from Kubernetes, Ctrl-C) waits a short while for
+reads the shard's remaining lines, keeps as many lines open as the AIMD limit allows
+(:mod:`jobs.concurrency`), sends each when ``--max-rate`` lets it (:mod:`jobs.pacing`),
+retries what was refused or failed, and commits answers through the journal
+(:mod:`jobs.results`). A stop (SIGTERM from Kubernetes, Ctrl-C) waits a short while for
 requests in flight, commits, and exits 3: a rerun resumes. :func:`run_job` is the library call.
 
 Exit codes (also :attr:`JobSummary.exit_code`): 0 every line answered; 1 every line done but
@@ -28,11 +29,11 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from jobs.concurrency import AIMDLimit, retry_delay
+from jobs.concurrency import AIMDLimit, InFlight, retry_delay
 from jobs.config import JobConfig
 from jobs.endpoint import Attempt, Endpoint
 from jobs.input import MalformedLine, WorkItem, parse_line, shard_lines
-from jobs.metrics import JobMetrics
+from jobs.metrics import WAIT_REASONS, JobMetrics
 from jobs.pacing import RatePacer
 from jobs.plan import JobPlan, prepare
 from jobs.progress import ProgressDisplay, RateWindow, Snapshot
@@ -99,8 +100,14 @@ class JobRunner:
         )
         self.pacer = RatePacer(config.max_rate)
         self.window = max(4 * config.max_concurrency, 2 * config.commit_every)
-        self.in_flight = 0
-        self.parked = 0  # of those in flight, waiting out a refusal's Retry-After
+        # A line is open from when it is taken from the input until it is done; the limit
+        # bounds open lines. An open line is in flight (sent, not yet answered), waiting for
+        # its send slot under --max-rate, or waiting to be sent again after a refusal or a
+        # failure; only requests in flight are evidence for the limit (InFlight).
+        self.open_lines = 0
+        self.flight = InFlight()
+        self.waiting = dict.fromkeys(WAIT_REASONS, 0)
+        self.parked = 0  # of the open lines, waiting out a refusal's Retry-After
         self.ok = 0
         self.invalid = 0
         self.refusals = 0
@@ -115,6 +122,11 @@ class JobRunner:
         metrics.lines_in_shard.set(plan.total)
         metrics.lines_remaining.set(plan.total - self._done_before)
         metrics.concurrency.set(self.limit.limit)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return self.flight.count
 
     @property
     def done(self) -> int:
@@ -198,7 +210,7 @@ class JobRunner:
             await self._wait_for_slot(seq)
             if self._stop.is_set():
                 break
-            self.in_flight += 1
+            self.open_lines += 1
             task = asyncio.create_task(self._serve(endpoint, item, seq))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -220,7 +232,7 @@ class JobRunner:
         while not self._stop.is_set():
             ahead = seq - self.results.next_seq if self.results.ordered else 0
             if ahead < self.window:
-                if self.in_flight < self.limit.limit:
+                if self.open_lines < self.limit.limit:
                     return
                 probe_in = self._probe_in()
                 if probe_in <= 0:
@@ -233,15 +245,15 @@ class JobRunner:
                 await asyncio.wait_for(self._changed.wait(), timeout=probe_in)
 
     def _probe_in(self) -> float:
-        """Seconds until one more line may go out beyond the limit: only while every request in
-        flight waits out a refusal's Retry-After, one ``probe_interval_seconds`` after they all
+        """Seconds until one more line may go out beyond the limit: only while every open line
+        waits out a refusal's Retry-After, one ``probe_interval_seconds`` after they all
         began waiting and then at most one per interval.
         A Retry-After is one replica's word; behind a Service another replica (one just
         started, or one whose throttle lifted) may have idle capacity sooner, and only a
         request can find it. An answered probe starts the climb back (slow start); a refused
         one waits its Retry-After like any other."""
         interval = self.config.probe_interval_seconds
-        if interval <= 0 or self.parked == 0 or self.parked < self.in_flight:
+        if interval <= 0 or self.parked == 0 or self.parked < self.open_lines:
             self._all_parked_since = None
             return math.inf
         now = self.clock()
@@ -253,20 +265,19 @@ class JobRunner:
         """Send one line until it is answered, found invalid, or the job stops."""
         attempt = 0
         server_errors = 0
-        self.metrics.in_flight.set(self.in_flight)
         try:
             while not self._stop.is_set():
                 if wait := self.pacer.reserve(self.clock()):
-                    await self._sleep(wait)
+                    await self._wait("rate_limit", wait)
                     if self._stop.is_set():  # a stop while held back sends nothing more
                         break
                 attempt += 1
                 epoch = self.limit.epoch
-                result = await endpoint.infer(item)
+                result, saturated = await self._send(endpoint, item)
                 if result.kind == "ok":
                     self.metrics.latency.observe(result.seconds)
                     self._last_answer = self.clock()
-                    if self.limit.on_success():
+                    if self.limit.on_success(saturated):
                         self._limit_changed()
                     record = {"line": item.line, "id": item.id, **(result.answer or {})}
                     self._complete(Completion(seq, item.line, "ok", record))
@@ -312,20 +323,41 @@ class JobRunner:
                     delay = retry_delay(attempt, None)
                 await self._wait_out(delay, parked=result.kind == "refused")
         finally:
-            self.in_flight -= 1
-            self.metrics.in_flight.set(self.in_flight)
+            self.open_lines -= 1
             self._changed.set()
+
+    async def _send(self, endpoint: Endpoint, item: WorkItem) -> tuple[Attempt, bool]:
+        """Send one request; returns what came back and whether the limit was full while it
+        was in flight (only then may its success grow the limit)."""
+        ticket = self.flight.send(self.limit.limit)
+        self.metrics.in_flight.set(self.flight.count)
+        try:
+            result = await endpoint.infer(item)
+        finally:
+            saturated = self.flight.answered(ticket)
+            self.metrics.in_flight.set(self.flight.count)
+        return result, saturated
+
+    async def _wait(self, reason: str, seconds: float) -> None:
+        """Sleep before a send, counted in ``autoglm_job_waiting_requests{reason}``."""
+        self.waiting[reason] += 1
+        self.metrics.waiting[reason].set(self.waiting[reason])
+        try:
+            await self._sleep(seconds)
+        finally:
+            self.waiting[reason] -= 1
+            self.metrics.waiting[reason].set(self.waiting[reason])
 
     async def _wait_out(self, seconds: float, parked: bool) -> None:
         """Sleep before sending a line again; ``parked`` (a refusal's Retry-After) counts it
-        among the requests a probe may go out beside."""
+        among the lines a probe may go out beside."""
         if not parked:
-            await self._sleep(seconds)
+            await self._wait("retry", seconds)
             return
         self.parked += 1
         self._changed.set()
         try:
-            await self._sleep(seconds)
+            await self._wait("retry", seconds)
         finally:
             self.parked -= 1
 
@@ -404,7 +436,7 @@ class JobRunner:
             done=self.done,
             ok=self.ok,
             invalid=self.invalid,
-            in_flight=self.in_flight,
+            in_flight=self.flight.count,
             concurrency=self.limit.limit,
             refusals=self.refusals,
             rate=self.rate.rate(),

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,9 +38,12 @@ from predictor.config import PredictorConfig, parse_duration
 if TYPE_CHECKING:
     import pandas as pd
 
+    from autoglm.prometheus_api import PrometheusClient
+    from autoglm.web.server import HTTPServer
     from predictor.backtest import BacktestResult
     from predictor.selection import Selection
     from predictor.series import Aggregate
+    from predictor.service import PredictorService
 
 PROG = "autoglm-predictor"
 USAGE = f"""%(prog)s [serve] [--config FILE] [flags]
@@ -106,10 +110,28 @@ def serve_main(argv: Sequence[str]) -> int:
     log.info("serving", extra={"url": server.url, "targets": len(config.target_configs)})
     with stop_on_signals() as stop:
         stop.wait()
+    shut_down(service, source, server)
+    return 0
+
+
+def shut_down(service: PredictorService, source: PrometheusClient, server: HTTPServer) -> None:
+    """Stop after SIGTERM or SIGINT, logged as the other components do: ``stopping`` at once,
+    ``stopped`` once the jobs (a running refit finishes first), the Prometheus client and the
+    HTTP server are closed."""
+    log.info("stopping")
+    started = time.monotonic()
     service.stop()
     source.close()
     server.stop()
-    return 0
+    fitted = sum(1 for state in service.targets.values() if state.models)
+    log.info(
+        "stopped",
+        extra={
+            "targets": len(service.targets),
+            "fitted": fitted,
+            "seconds": round(time.monotonic() - started, 3),
+        },
+    )
 
 
 # -- backtest ----------------------------------------------------------------------------------

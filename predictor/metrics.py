@@ -1,8 +1,10 @@
 """What the predictor publishes on /metrics.
 
 Forecast series (``autoglm_forecast_*``) are read from the service at scrape time, so a scrape
-always shows the current models and the age of their forecasts; self-metrics (refits, query
-errors, updates, rejected samples) are ordinary counters and a histogram. Labels: ``target``,
+always shows the current models and the age of their forecasts, and so are the gauges that say
+whether each target has a model yet and how long it has waited for one (a target that never
+fitted has no forecast series to go stale); self-metrics (refits, query errors, updates,
+rejected samples) are ordinary counters and a histogram. Labels: ``target``,
 ``horizon_seconds`` (how far ahead, in seconds), ``model``, ``quantile``. Errors are ratios
 (0.25 = 25 %), in base units like every other metric.
 """
@@ -81,11 +83,33 @@ class ForecastCollector(Collector):
             "Seconds since the forecasts of the target were last updated",
             labels=["target"],
         )
+        fitted = GaugeMetricFamily(
+            "autoglm_predictor_model_fitted",
+            "Whether the target has a fitted model and publishes forecasts (1) or not yet (0)",
+            labels=["target"],
+        )
+        unfitted = GaugeMetricFamily(
+            "autoglm_predictor_unfitted_seconds",
+            "Seconds since the predictor started that the target has had no fitted model "
+            "(0 once it has one)",
+            labels=["target"],
+        )
+        history_needed = GaugeMetricFamily(
+            "autoglm_predictor_history_needed_seconds",
+            "History a first refit of the target needs (points it needs times its step)",
+            labels=["target"],
+        )
         service = self.service
         if service is not None:
             now = service.clock()
             for name, state in service.targets.items():
                 config = state.config
+                with state.lock:
+                    has_model = bool(state.models)
+                    created_at = state.created_at
+                fitted.add_metric([name], 1.0 if has_model else 0.0)
+                unfitted.add_metric([name], 0.0 if has_model else max(0.0, now - created_at))
+                history_needed.add_metric([name], state.min_points * config.step)
                 for forecast in service.forecasts(name):
                     h = _seconds(forecast.horizon_seconds)
                     point.add_metric([name, h], forecast.point)
@@ -123,6 +147,9 @@ class ForecastCollector(Collector):
             recent_error,
             observed,
             age,
+            fitted,
+            unfitted,
+            history_needed,
         )
 
 

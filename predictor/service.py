@@ -6,7 +6,11 @@ A scheduled refit re-runs the backtest selection on the whole history and fits t
 between refits every new point only ``update``s them. The refit runs outside the lock, so
 forecasts keep being served from the previous models while it works, and points that arrived
 meanwhile are replayed into the new models before they are swapped in. When Prometheus fails,
-the error is counted and logged and the last forecasts stay, with their age growing.
+the error is counted and the last forecasts stay, with their age growing; the log says so once
+when a target's queries start failing, reminds every :data:`QUERY_REMINDER_SECONDS` while they
+keep failing (each failure is a debug line) and says once when they succeed again, after how long.
+A refit that finds too few points is the normal wait for history at start, counted apart from
+errors (``result="waiting"``); the metrics say how long each target has had no model.
 """
 
 from __future__ import annotations
@@ -32,9 +36,17 @@ from predictor.target_state import TargetState
 
 log = logging.getLogger(__name__)
 
+QUERY_REMINDER_SECONDS = 600.0
+"""While a target's queries keep failing, a warning this often (the first failure's is at once)."""
+
 
 class TooFewPoints(ValueError):
-    """A pull-mode target's query has fewer points in its lookback than a refit needs."""
+    """A target has fewer points (a pull-mode target: in its lookback) than a refit needs."""
+
+    def __init__(self, points: int, needed: int, message: str) -> None:
+        super().__init__(message)
+        self.points = points
+        self.needed = needed
 
 
 class PredictorService:
@@ -47,11 +59,12 @@ class PredictorService:
         metrics: PredictorMetrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.targets = {t.name: TargetState(t) for t in targets}
+        self.clock = clock
+        created = clock()
+        self.targets = {t.name: TargetState(t, created_at=created) for t in targets}
         self.source = source
         self.metrics = metrics or PredictorMetrics()
         self.metrics.attach(self)
-        self.clock = clock
         self._schedule = Schedule(self.refit_all, self.poll_all)
 
     # -- ForecastProvider --------------------------------------------------------------------
@@ -142,9 +155,9 @@ class PredictorService:
         if start > now_grid:
             return
         try:
-            end_time, fresh = fetch_grid(self.source, config, start, now_grid)
+            end_time, fresh = self._fetch(state, start, now_grid)
         except PrometheusError as exc:
-            self._query_failed(target, exc)
+            self._query_failed(state, exc)
             return
         if config.counter:
             fresh = fresh[1:]
@@ -155,9 +168,57 @@ class PredictorService:
             filled = fill_gaps(np.concatenate([[previous], fresh]))[1:]
             self._append_locked(state, [float(x) for x in filled], end_time)
 
-    def _query_failed(self, target: str, exc: Exception) -> None:
+    def _fetch(self, state: TargetState, start: float, end: float) -> tuple[float, np.ndarray]:
+        """The target's points on its grid from ``start`` to ``end``; notes a recovery."""
+        assert self.source is not None
+        result = fetch_grid(self.source, state.config, start, end)
+        self._query_succeeded(state)
+        return result
+
+    def _query_failed(self, state: TargetState, exc: Exception) -> None:
+        """Count a failed query. Polls find a Prometheus that is down again at every update
+        interval: a warning when the target's queries start failing, then one every
+        :data:`QUERY_REMINDER_SECONDS` while they keep failing, debug lines between them."""
+        target = state.config.name
         self.metrics.query_errors.labels(target).inc()
-        log.warning("prometheus query failed", extra={"target": target, "error": str(exc)})
+        now = self.clock()
+        with state.lock:
+            first = state.query_failing_since is None
+            if first:
+                state.query_failing_since, state.query_failures = now, 0
+            state.query_failures += 1
+            logged = state.query_logged_at
+            remind = not first and logged is not None and now - logged >= QUERY_REMINDER_SECONDS
+            if first or remind:
+                state.query_logged_at = now
+            failures, since = state.query_failures, state.query_failing_since or now
+        extra: dict[str, object] = {"target": target, "error": str(exc)}
+        if first:
+            log.warning("prometheus query failed", extra=extra)
+            return
+        extra |= {"failures": failures, "failing_seconds": round(now - since, 1)}
+        if remind:
+            log.warning("prometheus queries still failing", extra=extra)
+        else:
+            log.debug("prometheus query failed", extra=extra)
+
+    def _query_succeeded(self, state: TargetState) -> None:
+        """After failed queries, one info line saying for how long and how many failed."""
+        with state.lock:
+            since = state.query_failing_since
+            if since is None:
+                return
+            failures = state.query_failures
+            state.query_failing_since, state.query_failures = None, 0
+            state.query_logged_at = None
+        log.info(
+            "prometheus queries recovered",
+            extra={
+                "target": state.config.name,
+                "failures": failures,
+                "failed_seconds": round(self.clock() - since, 1),
+            },
+        )
 
     # -- refits ------------------------------------------------------------------------------
     def refit(self, target: str) -> bool:
@@ -173,8 +234,6 @@ class PredictorService:
             with state.lock:
                 appended_before = state.appended
             series, end_time = self._history_for_refit(state)
-            if series is None:
-                return False
             factories = candidate_factories(
                 config.step, config.seasons, config.max_horizon, len(series), config.models
             )
@@ -223,12 +282,14 @@ class PredictorService:
             )
             return True
         except PrometheusError as exc:
-            self._query_failed(target, exc)
+            self._query_failed(state, exc)
             self.metrics.refits.labels(target, "error").inc()
             return False
         except TooFewPoints as exc:
-            self.metrics.refits.labels(target, "error").inc()
-            self._waiting(state, str(exc))
+            # The normal wait for history, not an error: an error-rate alert must not fire at
+            # every start. A target that never fits shows in autoglm_predictor_unfitted_seconds.
+            self.metrics.refits.labels(target, "waiting").inc()
+            self._waiting(state, exc)
             return False
         except ValueError as exc:
             self.metrics.refits.labels(target, "error").inc()
@@ -238,12 +299,12 @@ class PredictorService:
             with state.lock:
                 state.refit_running = False
 
-    def _waiting(self, state: TargetState, reason: str) -> None:
-        """A pull-mode target whose query has too few points yet. Right after start (this
-        predictor's, or its Prometheus') that is the normal wait for history, and a poll every
-        update interval finds it again: one info line when the wait starts, and one warning if
-        it outlasts the lookback, by when the history should be there (a query that matches
-        too little, or a sparse series), instead of a warning a poll."""
+    def _waiting(self, state: TargetState, reason: TooFewPoints) -> None:
+        """A target with too few points yet. Right after start (this predictor's, or its
+        Prometheus') that is the normal wait for history, and (pull mode) a poll every update
+        interval finds it again: one info line when the wait starts, and one warning if it
+        outlasts the lookback, by when the history should be there (a query that matches too
+        little, or a sparse series), instead of a warning a poll."""
         now = self.clock()
         with state.lock:
             started = state.waiting_since
@@ -255,37 +316,41 @@ class PredictorService:
                 and now - started >= state.config.lookback
             )
             state.waiting_warned |= warn
-        extra: dict[str, object] = {"target": state.config.name, "error": reason}
+        extra: dict[str, object] = {
+            "target": state.config.name,
+            "error": str(reason),
+            "points": reason.points,
+            "needed": reason.needed,
+        }
         if started is None:
             log.info("waiting for points", extra=extra)
         elif warn:
             extra["waited_seconds"] = round(now - started)
             log.warning("still too few points", extra=extra)
 
-    def _history_for_refit(self, state: TargetState) -> tuple[np.ndarray | None, float | None]:
-        """The series to fit on, and (pull mode) the time of its last point."""
+    def _history_for_refit(self, state: TargetState) -> tuple[np.ndarray, float | None]:
+        """The series to fit on, and (pull mode) the time of its last point; raises
+        :class:`TooFewPoints` while there are fewer points than a refit needs."""
         config = state.config
+        needed = state.min_points
         if config.query and self.source is not None:
             end = math.floor(self.clock() / config.step) * config.step
-            end_time, values = fetch_grid(self.source, config, end - config.lookback, end)
+            end_time, values = self._fetch(state, end - config.lookback, end)
             if config.counter:
                 values = values[1:]
             finite = np.flatnonzero(np.isfinite(values))
-            if len(finite) < state.min_points:
+            if len(finite) < needed:
                 raise TooFewPoints(
-                    f"only {len(finite)} points in the lookback; need {state.min_points} "
-                    "(check the query, or wait for history)"
+                    len(finite),
+                    needed,
+                    f"only {len(finite)} points in the lookback; need {needed} "
+                    "(check the query, or wait for history)",
                 )
-            values = fill_gaps(values[finite[0] :])
-            return values, end_time
+            return fill_gaps(values[finite[0] :]), end_time
         with state.lock:
             values = np.array(state.values, dtype=float)
-        if len(values) < state.min_points:
-            log.info(
-                "waiting for points",
-                extra={"target": config.name, "points": len(values), "needed": state.min_points},
-            )
-            return None, None
+        if len(values) < needed:
+            raise TooFewPoints(len(values), needed, f"only {len(values)} points; need {needed}")
         return values, None
 
     def refit_all(self) -> None:

@@ -33,6 +33,10 @@ class TargetState:
     refit_running: bool = False
     waiting_since: float | None = None  # pull mode: first refit that found too few points
     waiting_warned: bool = False  # ... and whether the wait has outlasted the lookback
+    created_at: float = 0.0  # when the service took the target on: the wait for a model
+    query_failing_since: float | None = None  # pull mode: first failure of the current run
+    query_failures: int = 0  # failed queries in that run
+    query_logged_at: float | None = None  # last warning about that run
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property

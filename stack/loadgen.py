@@ -7,6 +7,14 @@ ready (the job of a Kubernetes Service), over loopback only. At most ``max_in_fl
 are open at once; an arrival beyond that is shed and counted as a miss, so the generator itself
 never grows without bound.
 
+Each request ends in one outcome (``autoglm_loadgen_requests_total{outcome}``, the summary's
+counts): ``ok``; ``rejected``, a 429 -- the batcher refused it at admission (its queue full, or
+the answer would come past the deadline), as its own ``autoglm_batcher_requests_total`` counts
+it; ``error``, any other answer or a failed connection (a 503 too: a draining worker's refusal
+and a request dropped by its drain look alike from here); ``timeout``, no answer within
+``REQUEST_TIMEOUT_SECONDS``; ``shed``, over ``max_in_flight`` and never sent; ``no_worker``,
+no worker ready.
+
 The pure parts -- arrivals, round-robin, the request log and its statistics -- take explicit
 times and a seeded random generator; only :class:`LoadGenerator` touches sockets and clocks.
 """
@@ -31,7 +39,8 @@ from stack.profiles import RateProfile
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("ok", "error", "timeout", "shed", "no_worker")
+OUTCOMES = ("ok", "rejected", "error", "timeout", "shed", "no_worker")
+REJECTED_STATUS = 429  # the batcher's refusal at admission (queue full, past the deadline)
 FEATURES = 16
 REQUEST_TIMEOUT_SECONDS = 10.0
 BEHIND_WARNING_SECONDS = 1.0  # a request this late against its schedule is logged, once
@@ -145,6 +154,13 @@ def percentile(ordered: Sequence[float], q: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def outcome_of(status: int) -> str:
+    """The outcome of a request the worker answered with HTTP ``status``."""
+    if status == 200:
+        return "ok"
+    return "rejected" if status == REJECTED_STATUS else "error"
+
+
 def infer_body(rng: random.Random) -> bytes:
     """One KServe v2 request for the workers' model: a single item of ``FEATURES`` floats."""
     data = [round(rng.uniform(-1.0, 1.0), 4) for _ in range(FEATURES)]
@@ -160,7 +176,9 @@ class LoadGenMetrics:
     def __init__(self, registry: CollectorRegistry, slo_seconds: float) -> None:
         self.requests = Counter(
             "autoglm_loadgen_requests",
-            "Requests sent by the local load generator, by outcome.",
+            "Requests sent by the local load generator, by outcome: ok, rejected (429: refused "
+            "at admission, queue full or past the deadline), error (any other answer, or no "
+            "connection), timeout, shed (over --max-in-flight, not sent), no_worker.",
             ["outcome"],
             registry=registry,
         )
@@ -295,7 +313,7 @@ class LoadGenerator:
         try:
             async with session.post(url, data=infer_body(self.rng)) as response:
                 await response.read()
-                outcome = "ok" if response.status == 200 else "error"
+                outcome = outcome_of(response.status)
         except TimeoutError:
             outcome = "timeout"
         except aiohttp.ClientError:

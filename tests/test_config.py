@@ -232,5 +232,5 @@ def test_an_unresolvable_listen_host_is_one_error(port: int):
 
 
 def test_an_address_of_another_machine_is_refused_with_any_port():
-    with pytest.raises(ConfigError, match="'192.0.2.1:0': cannot listen there"):
+    with pytest.raises(ConfigError, match=r"'192\.0\.2\.1:0': cannot listen there"):
         check_can_listen("192.0.2.1:0")  # TEST-NET-1: never this machine's

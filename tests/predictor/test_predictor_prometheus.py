@@ -117,7 +117,7 @@ def test_ambiguous_or_broken_queries_are_counted_with_a_clear_reason(
 
 
 @pytest.mark.timeout(180)
-def test_service_forecasts_from_prometheus_and_keeps_them_when_it_goes_down(backfilled):
+def test_service_forecasts_from_prometheus_and_keeps_them_when_it_goes_down(backfilled, caplog):
     server, ts = backfilled
     now = [float(ts[-1])]  # the moment of the last backfilled point
     with PrometheusClient(server.url, timeout=5) as source:
@@ -132,13 +132,15 @@ def test_service_forecasts_from_prometheus_and_keeps_them_when_it_goes_down(back
         assert forecast.point == pytest.approx(expected, rel=0.02)
         assert forecast.upper >= forecast.point
 
+        url = source.url
         source.url = f"http://127.0.0.1:{free_port()}"  # Prometheus gone: connection refused
         now[0] += 600
-        service.poll("requests")
-        errors = service.metrics.registry.get_sample_value(
-            "autoglm_predictor_query_errors_total", {"target": "requests"}
-        )
-        assert errors == 1
+        with caplog.at_level("INFO", logger="predictor.service"):
+            service.poll("requests")
+            errors = service.metrics.registry.get_sample_value(
+                "autoglm_predictor_query_errors_total", {"target": "requests"}
+            )
+            assert errors == 1
         kept = service.forecast("requests", STEP)
         assert kept is not None and kept.issued_at == forecast.issued_at
         # The last point is now older, so "one step from now" lies further from it.
@@ -147,6 +149,24 @@ def test_service_forecasts_from_prometheus_and_keeps_them_when_it_goes_down(back
             "autoglm_forecast_age_seconds", {"target": "requests"}
         )
         assert age == pytest.approx(600)
+
+        with caplog.at_level("INFO", logger="predictor.service"):
+            service.poll("requests")  # counted, not warned about again
+            source.url = url
+            service.poll("requests")
+            service.poll("requests")
+    assert (
+        service.metrics.registry.get_sample_value(
+            "autoglm_predictor_query_errors_total", {"target": "requests"}
+        )
+        == 2
+    )
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert logged == [
+        ("WARNING", "prometheus query failed"),
+        ("INFO", "prometheus queries recovered"),
+    ]
+    assert caplog.records[-1].failures == 2
 
 
 @pytest.mark.timeout(120)
@@ -176,7 +196,9 @@ def test_too_few_points_is_one_wait_line_and_a_warning_only_once_it_outlasts_the
     assert messages.count("waiting for points") == 1
     assert messages.count("still too few points") == 1
     assert "refit failed" not in messages
-    failed = service.metrics.registry.get_sample_value(
-        "autoglm_predictor_refits_total", {"target": "requests", "result": "error"}
-    )
-    assert failed == 5
+    get = service.metrics.registry.get_sample_value
+    # The wait is not an error: an error-rate alert must not fire at every start.
+    assert get("autoglm_predictor_refits_total", {"target": "requests", "result": "error"}) is None
+    assert get("autoglm_predictor_refits_total", {"target": "requests", "result": "waiting"}) == 5
+    assert get("autoglm_predictor_model_fitted", {"target": "requests"}) == 0
+    assert get("autoglm_predictor_unfitted_seconds", {"target": "requests"}) == 2 * 86400

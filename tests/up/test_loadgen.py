@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
 from autoglm.datasets import expected_path, fetch_hint
+from autoglm.web.exchange import Request, Response
+from autoglm.web.server import HTTPServer
 from batcher.oip import parse_infer_request
 from stack.config import UpConfig
 from stack.data import derive
@@ -21,6 +25,7 @@ from stack.loadgen import (
     RequestLog,
     RoundRobin,
     infer_body,
+    outcome_of,
     percentile,
 )
 from stack.model import factory
@@ -31,6 +36,7 @@ from stack.profiles import (
     profile_from_config,
     read_trace,
 )
+from stack.report import summarize, summary_lines
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = expected_path("genai-requests")
@@ -181,3 +187,58 @@ def test_a_starved_generator_says_how_late_its_requests_left(
     assert exported is not None and 0 <= exported < generator.max_behind_seconds
     warnings = [r for r in caplog.records if "behind its schedule" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_a_429_is_a_rejection_and_other_failed_answers_are_errors() -> None:
+    assert outcome_of(200) == "ok"
+    assert outcome_of(429) == "rejected"  # refused at admission, as the batcher counts it
+    assert [outcome_of(status) for status in (400, 500, 502, 503, 504)] == ["error"] * 5
+
+
+def test_rejections_are_counted_apart_from_errors_up_to_the_summary() -> None:
+    """Against a worker that answers, refuses at admission (429) and fails (500) in turn, the
+    metric and the run's totals keep the three apart, and the summary line names each."""
+    answers = itertools.cycle([200, 429, 429, 500])
+    lock = threading.Lock()
+
+    def infer(request: Request) -> Response:
+        with lock:
+            status = next(answers)
+        if status == 429:
+            body = {"error": "queue full; retry later"}
+            return Response.json(body, 429).with_header("Retry-After", "1")
+        return Response.json({"outputs": []} if status == 200 else {"error": "boom"}, status)
+
+    worker = HTTPServer(
+        "127.0.0.1:0", {"POST /v2/models/reference/infer": infer}, component="fake-worker"
+    )
+    worker.start()
+    registry = CollectorRegistry()
+    generator = LoadGenerator(
+        ShapeProfile("step", base_rps=40.0, peak_rps=40.0, day_seconds=100.0),
+        "reference",
+        RequestLog(0.25),
+        LoadGenMetrics(registry, 0.25),
+        seed=3,
+    )
+    generator.set_endpoints([f"127.0.0.1:{worker.port}"])
+    generator.start()
+    try:
+        deadline = time.monotonic() + 30
+        while generator.log.totals.sent < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        generator.stop()
+        worker.stop()
+    totals = generator.log.totals
+    counts = {o: registry.get_sample_value("autoglm_loadgen_requests_total", {"outcome": o})
+              for o in ("ok", "rejected", "error", "timeout", "shed", "no_worker")}  # fmt: skip
+    assert counts == {o: float(n) for o, n in totals.by_outcome.items()}
+    ok, rejected, error = (totals.by_outcome[o] for o in ("ok", "rejected", "error"))
+    assert ok + rejected + error == totals.sent >= 20
+    # the worker's answers went 200, 429, 429, 500 in turn, over every request sent
+    assert rejected == pytest.approx(2 * ok, abs=2) and error == pytest.approx(ok, abs=1)
+    assert totals.within_slo <= ok
+    summary = summarize([], [], totals, 0.25, 0.7, 0.2, None, "utilization", 0.0)
+    line = summary_lines(summary)[0]
+    assert f"{totals.sent} sent, {ok} answered ({rejected} rejected, {error} error)" in line
