@@ -21,10 +21,13 @@ Skips: the helm chart tests need the helm binary that ``scripts/install-helm`` p
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import pytest
+
+from autoglm.logs import CHATTY_LIBRARIES
 
 ROOT = Path(__file__).resolve().parents[1]
 HELM = ROOT / ".tools" / "bin" / "helm"
@@ -204,3 +207,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if group is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=run_first_rank)  # stable: the order within each rank is kept
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was():
+    """Put the logging set-up back after each test. A test that runs a component's main in
+    process (``setup_logging``) leaves a handler on the stream pytest captured for it, and the
+    root logger at its level: later tests' background threads then log into a closed file, and
+    what a later test captures at info would depend on the order the tests ran in."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    chatty = {name: logging.getLogger(name).level for name in CHATTY_LIBRARIES}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, was in chatty.items():
+        logging.getLogger(name).setLevel(was)

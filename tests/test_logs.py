@@ -10,20 +10,8 @@ import pytest
 from autoglm.logs import setup_logging
 
 
-@pytest.fixture
-def restore_logging():
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level, logging.getLogger("apscheduler").level
-    yield
-    root.handlers[:], level, chatty = saved
-    root.setLevel(level)
-    logging.getLogger("apscheduler").setLevel(chatty)
-
-
 @pytest.mark.parametrize(("level", "shown"), [("info", False), ("debug", True)])
-def test_a_scheduler_run_logs_only_when_debug_is_asked_for(
-    restore_logging, capfd, level: str, shown: bool
-) -> None:
+def test_a_scheduler_run_logs_only_when_debug_is_asked_for(capfd, level: str, shown: bool) -> None:
     setup_logging("predictor", level, "json")
     logging.getLogger("apscheduler.executors.default").info('Running job "poll"')
     logging.getLogger("apscheduler.scheduler").warning("Run time of job was missed")
@@ -36,7 +24,7 @@ def test_a_scheduler_run_logs_only_when_debug_is_asked_for(
     assert {line["component"] for line in lines} == {"predictor"}
 
 
-def test_text_lines_split_into_their_fields(restore_logging, capfd) -> None:
+def test_text_lines_split_into_their_fields(capfd) -> None:
     setup_logging("batcher", "info", "text")
     logging.getLogger("batcher.server").info(
         "serving", extra={"tls": False, "ready": True, "worker": None, "why": 'a "b"\nc'}
