@@ -254,9 +254,10 @@ def test_serve_logs_one_warning_while_prometheus_is_down_and_stopped_after_sigte
             ]
 
             def errors() -> float:
+                """Failed queries so far: no series before the first poll has failed."""
                 body = requests.get(f"{url}/metrics", timeout=5).text
-                line = next(x for x in body.splitlines() if x.startswith("autoglm_predictor_q"))
-                return float(line.rsplit(" ", 1)[1])
+                lines = [x for x in body.splitlines() if x.startswith("autoglm_predictor_q")]
+                return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
 
             wait_until(lambda: errors() >= 4, 60, "four failed queries", interval=0.5)
             proc.send_signal(signal.SIGTERM)
