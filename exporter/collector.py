@@ -118,7 +118,6 @@ class _Failure:
     """A GPU (``field`` :data:`WHOLE_DEVICE`) or one of its fields that failed to read."""
 
     reason: str
-    error: str  # what went wrong, for the log: the exception, the missed deadline, the reason
     since: float  # unix time of the first collection that saw it fail
 
 
@@ -317,7 +316,7 @@ class Collector:
             if known is not None and known.reason == reason:
                 continue
             self._failing[(gpu, field_name)] = _Failure(
-                reason, error, known.since if known is not None else now
+                reason, known.since if known is not None else now
             )
             extra = {
                 "gpu": gpu,

@@ -33,7 +33,7 @@ from jobs.concurrency import AIMDLimit, InFlight, retry_delay
 from jobs.config import JobConfig
 from jobs.endpoint import Attempt, Endpoint
 from jobs.input import MalformedLine, WorkItem, parse_line, shard_lines
-from jobs.metrics import WAIT_REASONS, JobMetrics
+from jobs.metrics import JobMetrics
 from jobs.pacing import RatePacer
 from jobs.plan import JobPlan, prepare
 from jobs.progress import ProgressDisplay, RateWindow, Snapshot
@@ -106,7 +106,6 @@ class JobRunner:
         # failure; only requests in flight are evidence for the limit (InFlight).
         self.open_lines = 0
         self.flight = InFlight()
-        self.waiting = dict.fromkeys(WAIT_REASONS, 0)
         self.parked = 0  # of the open lines, waiting out a refusal's Retry-After
         self.ok = 0
         self.invalid = 0
@@ -340,13 +339,12 @@ class JobRunner:
 
     async def _wait(self, reason: str, seconds: float) -> None:
         """Sleep before a send, counted in ``autoglm_job_waiting_requests{reason}``."""
-        self.waiting[reason] += 1
-        self.metrics.waiting[reason].set(self.waiting[reason])
+        gauge = self.metrics.waiting[reason]
+        gauge.inc()
         try:
             await self._sleep(seconds)
         finally:
-            self.waiting[reason] -= 1
-            self.metrics.waiting[reason].set(self.waiting[reason])
+            gauge.dec()
 
     async def _wait_out(self, seconds: float, parked: bool) -> None:
         """Sleep before sending a line again; ``parked`` (a refusal's Retry-After) counts it
@@ -436,7 +434,7 @@ class JobRunner:
             done=self.done,
             ok=self.ok,
             invalid=self.invalid,
-            in_flight=self.flight.count,
+            in_flight=self.in_flight,
             concurrency=self.limit.limit,
             refusals=self.refusals,
             rate=self.rate.rate(),
