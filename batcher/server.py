@@ -37,7 +37,6 @@ every other error. With ``--workers`` the workers count the public requests
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import json
 import logging
 import math
@@ -59,6 +58,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from autoglm.config import ConfigError, parse_listen
 from autoglm.self_metrics import describe_self
+from autoglm.version import package_version
 from autoglm.web.binding import bind_socket
 from autoglm.web.body import closing_if_unreadable
 from autoglm.web.exposition import negotiated_encoder
@@ -94,13 +94,6 @@ from batcher.worker_pool import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("open-autoglm")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0"
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -234,7 +227,7 @@ class BatcherServer:
         self._channel: asyncio.Server | None = None
         self._channel_calls: set[asyncio.Task[None]] = set()
         self._signature_tags: dict[str, tuple[ServedModel, str]] = {}
-        self._version = _version()
+        self._version = package_version()
         self.grpc = (
             GrpcInferenceServer(
                 models,

@@ -32,7 +32,9 @@ TARGET = 'target=~"$target"'
 AT_HORIZON = 'target=~"$target", horizon_seconds="$horizon"'
 SHIFT = "offset ${horizon}s"
 KEY = "target, horizon_seconds, model"
-# Alert thresholds of alerts/rules.yaml (autoglm-predictor.alerts).
+# Alert thresholds of alerts/rules.yaml (autoglm-predictor.alerts), held equal to the rules by
+# tests/dashboards/test_alert_thresholds.py, NOT_FITTED_LIMIT also to the predictor's own log
+# warning (TargetState.not_fitted_limit).
 ERROR_LIMIT = 0.5
 STALE_SECONDS = 600
 NOT_FITTED_LIMIT = "clamp_min(2 * autoglm_predictor_history_needed_seconds, 3600)"

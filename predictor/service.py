@@ -303,8 +303,9 @@ class PredictorService:
         """A target with too few points yet. Right after start (this predictor's, or its
         Prometheus') that is the normal wait for history, and (pull mode) a poll every update
         interval finds it again: one info line when the wait starts, and one warning if it
-        outlasts the lookback, by when the history should be there (a query that matches too
-        little, or a sparse series), instead of a warning a poll."""
+        outlasts the limit at which PredictorTargetNotFitted fires, by when the history should
+        be there (a query that matches too little, or a sparse series), instead of a warning a
+        poll."""
         now = self.clock()
         with state.lock:
             started = state.waiting_since
@@ -313,7 +314,7 @@ class PredictorService:
             warn = (
                 started is not None
                 and not state.waiting_warned
-                and now - started >= state.config.lookback
+                and now - started >= state.not_fitted_limit
             )
             state.waiting_warned |= warn
         extra: dict[str, object] = {
@@ -326,6 +327,7 @@ class PredictorService:
             log.info("waiting for points", extra=extra)
         elif warn:
             extra["waited_seconds"] = round(now - started)
+            extra["limit_seconds"] = round(state.not_fitted_limit)
             log.warning("still too few points", extra=extra)
 
     def _history_for_refit(self, state: TargetState) -> tuple[np.ndarray, float | None]:

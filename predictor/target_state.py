@@ -16,6 +16,8 @@ from predictor.forecast import Forecast
 from predictor.models import ForecastModel
 from predictor.selection import Selection, points_to_refit
 
+NOT_FITTED_FLOOR_SECONDS = 3600.0
+
 
 @dataclass
 class TargetState:
@@ -32,7 +34,7 @@ class TargetState:
     appended: int = 0  # points ever appended, to find those that arrived during a refit
     refit_running: bool = False
     waiting_since: float | None = None  # pull mode: first refit that found too few points
-    waiting_warned: bool = False  # ... and whether the wait has outlasted the lookback
+    waiting_warned: bool = False  # ... and whether the wait has outlasted the alert's limit
     created_at: float = 0.0  # when the service took the target on: the wait for a model
     query_failing_since: float | None = None  # pull mode: first failure of the current run
     query_failures: int = 0  # failed queries in that run
@@ -47,6 +49,14 @@ class TargetState:
     def min_points(self) -> int:
         """Points a refit needs (:func:`predictor.selection.points_to_refit`)."""
         return points_to_refit(self.config.max_horizon)
+
+    @property
+    def not_fitted_limit(self) -> float:
+        """Seconds without a model after which the wait is a fault, not start-up: twice the
+        history a first refit needs, at least an hour. The alert PredictorTargetNotFitted and
+        the Predictor dashboard use the same limit (``NOT_FITTED_LIMIT``), so the log's
+        warning, the alert and the panel's line agree."""
+        return max(2 * self.min_points * self.config.step, NOT_FITTED_FLOOR_SECONDS)
 
     def forecast_at(self, h: int, quantile: float) -> Forecast | None:
         """The forecast ``h`` steps after the last point, from the model chosen for the

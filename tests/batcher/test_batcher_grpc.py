@@ -22,6 +22,7 @@ import yaml
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from autoglm.version import package_version
 from autoglm.webconfig import WebConfig
 from batcher.model import TensorSpec
 from tests.batcher.batcher_test_models import EchoModel
@@ -84,7 +85,9 @@ def test_health_metadata_and_config_through_tritonclient(serve) -> None:
     assert client.is_model_ready("echo")
     with pytest.raises(InferenceServerException, match="serves 'echo' version '1'"):
         client.is_model_ready("echo", "2")
-    assert "binary_tensor_data" in client.get_server_metadata().extensions
+    metadata = client.get_server_metadata()
+    assert "binary_tensor_data" in metadata.extensions
+    assert metadata.version == package_version()
     meta = client.get_model_metadata("echo", as_json=True)
     assert meta["name"] == "echo"
     assert [(t["name"], t["datatype"], t["shape"]) for t in meta["inputs"]] == [

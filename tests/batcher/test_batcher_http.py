@@ -15,6 +15,7 @@ import tritonclient.http as triton
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from autoglm.version import package_version
 from autoglm.webconfig import WebConfig
 from batcher.models.demo import factory as demo_factory
 from tests.batcher.batcher_test_models import EchoModel
@@ -49,6 +50,7 @@ def test_health_and_metadata_with_requests_and_tritonclient(serve) -> None:
     assert requests.get(f"{server.url}/v2/health/ready", timeout=5).json() == {"ready": True}
     meta = requests.get(f"{server.url}/v2", timeout=5).json()
     assert meta["name"] == "autoglm-batcher"
+    assert meta["version"] == package_version()  # the installed release, as --version says
     assert {"binary_tensor_data", "model_repository"} <= set(meta["extensions"])
 
     client = triton.InferenceServerClient(url=server.url.removeprefix("http://"))

@@ -171,12 +171,13 @@ def test_service_forecasts_from_prometheus_and_keeps_them_when_it_goes_down(back
 
 
 @pytest.mark.timeout(120)
-def test_too_few_points_is_one_wait_line_and_a_warning_only_once_it_outlasts_the_lookback(
+def test_too_few_points_is_one_wait_line_and_a_warning_once_the_alerts_limit_passes(
     backfilled, caplog
 ):
     """Right after start a query has too few points, and every poll's refit finds that again:
     one info line for the wait, not a warning a poll; one warning once the wait outlasts the
-    lookback, by when the history should be there."""
+    limit at which PredictorTargetNotFitted fires (twice the history a refit needs, at least an
+    hour), by when the history should be there."""
     server, ts = backfilled
     cut = float(ts[0] + 5 * STEP)  # the query's series ends after its first points
     query = f"autoglm_test_requests and on() (vector(time()) < {cut})"
@@ -190,9 +191,15 @@ def test_too_few_points_is_one_wait_line_and_a_warning_only_once_it_outlasts_the
             assert "only 5 points in the lookback" in waiting.error
             messages = [r.getMessage() for r in caplog.records]
             assert "still too few points" not in messages
-            now[0] += 2 * 86400  # the target's lookback
+            limit = 2 * 20 * STEP  # twice the 20 points a refit needs, over an hour
+            now[0] += limit - STEP
+            assert not service.refit("requests")
+            assert "still too few points" not in [r.getMessage() for r in caplog.records]
+            now[0] += STEP
             for _ in range(2):
                 assert not service.refit("requests")
+    (late,) = [r for r in caplog.records if r.getMessage() == "still too few points"]
+    assert (late.waited_seconds, late.limit_seconds) == (limit, limit)
     messages = [r.getMessage() for r in caplog.records]
     assert messages.count("waiting for points") == 1
     assert messages.count("still too few points") == 1
@@ -200,6 +207,6 @@ def test_too_few_points_is_one_wait_line_and_a_warning_only_once_it_outlasts_the
     get = service.metrics.registry.get_sample_value
     # The wait is not an error: an error-rate alert must not fire at every start.
     assert get("autoglm_predictor_refits_total", {"target": "requests", "result": "error"}) is None
-    assert get("autoglm_predictor_refits_total", {"target": "requests", "result": "waiting"}) == 5
+    assert get("autoglm_predictor_refits_total", {"target": "requests", "result": "waiting"}) == 6
     assert get("autoglm_predictor_model_fitted", {"target": "requests"}) == 0
-    assert get("autoglm_predictor_unfitted_seconds", {"target": "requests"}) == 2 * 86400
+    assert get("autoglm_predictor_unfitted_seconds", {"target": "requests"}) == limit
