@@ -467,13 +467,26 @@ def _exporter_health(d: db.Dashboard) -> db.Dashboard:
     d = d.with_panel(
         timeseries_panel(
             "Collection duration and snapshot age",
-            "Is the data fresh? How long a collection takes and how old the served snapshot "
-            "is at scrape time (autoglm_exporter_collection_duration_seconds, "
-            "autoglm_exporter_snapshot_age_seconds).",
+            "Is the data fresh? How long collections take (p99 and mean over every collection "
+            "in the interval, and the last one) and how old the served snapshot is at scrape "
+            "time (autoglm_exporter_collection_seconds, "
+            "autoglm_exporter_collection_duration_seconds, autoglm_exporter_snapshot_age_seconds).",
             [
                 Query(
+                    "histogram_quantile(0.99, sum by (instance, le) (rate("
+                    f"autoglm_exporter_collection_seconds_bucket{{{INSTANCE_SELECTOR}}}"
+                    "[$__rate_interval])))",
+                    "{{instance}} collection p99",
+                ),
+                Query(
+                    f"rate(autoglm_exporter_collection_seconds_sum{{{INSTANCE_SELECTOR}}}"
+                    "[$__rate_interval]) / rate(autoglm_exporter_collection_seconds_count"
+                    f"{{{INSTANCE_SELECTOR}}}[$__rate_interval])",
+                    "{{instance}} collection mean",
+                ),
+                Query(
                     f"autoglm_exporter_collection_duration_seconds{{{INSTANCE_SELECTOR}}}",
-                    "{{instance}} collection",
+                    "{{instance}} last collection",
                 ),
                 Query(
                     f"autoglm_exporter_snapshot_age_seconds{{{INSTANCE_SELECTOR}}}",

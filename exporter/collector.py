@@ -7,9 +7,10 @@ reason ``timeout`` (their series are dropped, not served stale), and does not as
 previous read is still hung to read again, so hung calls never pile up.
 
 Failures are logged as they start and end, not at every collection: one warning when a GPU
-becomes unreadable or one of its fields starts failing (the GPU, the field, the reason and the
-error), one more if the reason changes, and one info line when it reads again. Their counts are
-in ``autoglm_exporter_collect_errors_total``.
+becomes unreadable, one of its fields starts failing or the source's Xid events cannot be drained
+(the GPU, the field, the reason and the error), one more if the reason changes, and one info line
+when it reads again. Their counts are in ``autoglm_exporter_collect_errors_total``, whose
+whole-device children for the reasons known up front exist at 0 from the first collection.
 """
 
 from __future__ import annotations
@@ -22,11 +23,24 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from exporter.fields import CRITICAL_XIDS, XID_FIELD
-from exporter.model import WHOLE_DEVICE, DeviceInfo, DeviceReading, GPUSource
+from exporter.histogram import Histogram
+from exporter.model import GPU_IS_LOST, WHOLE_DEVICE, DeviceInfo, DeviceReading, GPUSource
 
 log = logging.getLogger(__name__)
 
 TIMEOUT = "timeout"
+XID_EVENTS = "xid_events"
+"""``field`` of a failed drain of the source's Xid events; its ``gpu`` is empty, since one
+event set serves every GPU."""
+# Whole-device failure reasons every source can produce: the collector's own deadline and a GPU
+# fallen off the bus. Their counters start at 0 on every device, so the first failure is an
+# increase that rate() and alerts see; other reasons depend on the driver and appear when seen.
+KNOWN_DEVICE_FAILURES = (TIMEOUT, GPU_IS_LOST)
+# Collection wall time: from NVML reads of a few GPUs (milliseconds) to a collection that waited
+# for the deadline of a long interval (seconds).
+COLLECTION_SECONDS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
 
 
 def device_key(info: DeviceInfo) -> str:
@@ -54,6 +68,7 @@ class Snapshot:
 
     taken_at: float  # unix time the collection finished
     duration_seconds: float
+    collection_seconds: Histogram  # every collection's duration since start, this one included
     devices: tuple[DeviceSnapshot, ...]
     collections_total: int
     overruns_total: int  # collections that hit their deadline with reads still pending
@@ -115,7 +130,8 @@ def _failure_reason(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class _Failure:
-    """A GPU (``field`` :data:`WHOLE_DEVICE`) or one of its fields that failed to read."""
+    """A GPU (``field`` :data:`WHOLE_DEVICE`), one of its fields, or the drain of Xid events
+    (``field`` :data:`XID_EVENTS`) that failed."""
 
     reason: str
     since: float  # unix time of the first collection that saw it fail
@@ -156,7 +172,12 @@ class Collector:
         self._collections = 0
         self._overruns = 0
         self._last_success: float | None = None
-        self._errors: dict[tuple[str, str, str], int] = {}
+        self._errors: dict[tuple[str, str, str], int] = {
+            (r.key, WHOLE_DEVICE, reason): 0
+            for r in self._readers
+            for reason in KNOWN_DEVICE_FAILURES
+        }
+        self._collection_seconds = Histogram.empty(COLLECTION_SECONDS_BUCKETS)
         # Critical codes start at 0 so that their first event is a visible increase.
         self._xid_counts: dict[str, dict[int, int]] = {
             r.key: dict.fromkeys(CRITICAL_XIDS, 0) for r in self._readers
@@ -230,17 +251,20 @@ class Collector:
                     overran = True
                 else:
                     outcomes[reader.key] = reader.result
-        self._drain_xids()
         now = self._clock()
+        self._drain_xids(now)
         devices = tuple(self._device_snapshot(r, outcomes[r.key], now) for r in self._readers)
         self._collections += 1
         if overran:
             self._overruns += 1
         if any(d.up for d in devices) or not devices:
             self._last_success = now
+        duration = time.monotonic() - started
+        self._collection_seconds = self._collection_seconds.observe(duration)
         snapshot = Snapshot(
             taken_at=now,
-            duration_seconds=time.monotonic() - started,
+            duration_seconds=duration,
+            collection_seconds=self._collection_seconds,
             devices=devices,
             collections_total=self._collections,
             overruns_total=self._overruns,
@@ -300,49 +324,75 @@ class Collector:
             field_name = key[1]
             if field_name in failed or (device_down and field_name != WHOLE_DEVICE):
                 continue
-            ended = self._failing.pop(key)
-            log.info(
+            self._failure_ended(
+                key,
+                now,
                 "device read recovered" if field_name == WHOLE_DEVICE else "field read recovered",
-                extra={
-                    "gpu": gpu,
-                    "uuid": reader.info.uuid,
-                    "field": field_name,
-                    "reason": ended.reason,
-                    "failed_for_s": round(max(0.0, now - ended.since), 3),
-                },
+                {"gpu": gpu, "uuid": reader.info.uuid, "field": field_name},
             )
         for field_name, (reason, error) in failed.items():
-            known = self._failing.get((gpu, field_name))
-            if known is not None and known.reason == reason:
-                continue
-            self._failing[(gpu, field_name)] = _Failure(
-                reason, known.since if known is not None else now
-            )
-            extra = {
-                "gpu": gpu,
-                "uuid": reader.info.uuid,
-                "field": field_name,
-                "reason": reason,
-                "error": error,
-            }
-            if known is not None:
-                extra["previous_reason"] = known.reason
-            log.warning(
+            self._failure_seen(
+                (gpu, field_name),
+                reason,
+                error,
+                now,
                 "device read failed" if field_name == WHOLE_DEVICE else "field read failed",
-                extra=extra,
+                {"gpu": gpu, "uuid": reader.info.uuid, "field": field_name},
             )
+
+    def _failure_seen(
+        self,
+        key: tuple[str, str],
+        reason: str,
+        error: str,
+        now: float,
+        message: str,
+        context: Mapping[str, object],
+    ) -> None:
+        """Record that ``key`` (gpu, field) failed in this collection; warn only when its
+        failure starts or its reason changes, so a lasting failure is one line, not one per
+        collection."""
+        known = self._failing.get(key)
+        if known is not None and known.reason == reason:
+            return
+        self._failing[key] = _Failure(reason, known.since if known is not None else now)
+        extra = {**context, "reason": reason, "error": error}
+        if known is not None:
+            extra["previous_reason"] = known.reason
+        log.warning(message, extra=extra)
+
+    def _failure_ended(
+        self, key: tuple[str, str], now: float, message: str, context: Mapping[str, object]
+    ) -> None:
+        """Forget ``key``'s failure, if it had one, with one info line saying how long it
+        lasted."""
+        ended = self._failing.pop(key, None)
+        if ended is None:
+            return
+        log.info(
+            message,
+            extra={
+                **context,
+                "reason": ended.reason,
+                "failed_for_s": round(max(0.0, now - ended.since), 3),
+            },
+        )
 
     def _count_error(self, gpu: str, field_name: str, reason: str) -> None:
         key = (gpu, field_name, reason)
         self._errors[key] = self._errors.get(key, 0) + 1
 
-    def _drain_xids(self) -> None:
+    def _drain_xids(self, now: float) -> None:
+        key = ("", XID_EVENTS)
+        context = {"field": XID_EVENTS}
         try:
             events = self._source.drain_xid_events()
         except Exception as exc:
-            self._count_error("", "xid_events", _failure_reason(exc))
-            log.warning("draining Xid events failed", extra={"error": repr(exc)})
+            reason = _failure_reason(exc)
+            self._count_error(*key, reason)
+            self._failure_seen(key, reason, repr(exc), now, "draining Xid events failed", context)
             return
+        self._failure_ended(key, now, "draining Xid events recovered", context)
         for info, event in events:
             reader = self._by_identity.get(_identity(info))
             if reader is None:

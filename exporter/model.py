@@ -15,6 +15,10 @@ WHOLE_DEVICE = "all"
 """``DeviceReading.errors`` key (and ``field`` label value) meaning the device as a whole failed:
 no field could be read, e.g. ``gpu_is_lost`` or a read that missed the collection deadline."""
 
+GPU_IS_LOST = "gpu_is_lost"
+"""The reason every source gives, under :data:`WHOLE_DEVICE`, for a GPU that fell off the bus
+(NVML's ``GPU_IS_LOST``); known up front, so its error counter can exist before it happens."""
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -63,7 +67,9 @@ class GPUSource(Protocol):
     def read(self, device: DeviceInfo) -> DeviceReading: ...
 
     def drain_xid_events(self) -> list[tuple[DeviceInfo, XidEvent]]:
-        """Xid events seen since the last call (from the source's event thread)."""
+        """Xid events seen since the last call (from the source's event thread). Raises, with a
+        ``reason`` attribute, while the source cannot receive them: the collector counts and
+        logs that like a failed read."""
         ...
 
     def close(self) -> None: ...

@@ -19,7 +19,9 @@ holds for the Xid history too (``autoglm_gpu_xid_errors_total{xid}``,
 (``exporter.fields.CRITICAL_XIDS``: 48, 63, 64, 74, 79, 94, 95) exist at 0 from the start.
 The exporter's per-GPU health series (``autoglm_exporter_gpu_up``,
 ``autoglm_exporter_collect_errors_total``) carry the naming's host label (``Hostname`` or
-``hostname``) besides their own ``gpu`` label.
+``hostname``) besides their own ``gpu`` label; ``autoglm_exporter_gpu_up`` also carries the
+naming's GPU identity labels with the values the GPU series have (the physical GPU's ``UUID``,
+and ``GPU_I_ID`` on a MIG instance), so ``on(UUID)`` joins it with the DCGM series.
 
 In OpenMetrics, a DCGM counter whose name does not end in ``_total`` is typed ``unknown``:
 OpenMetrics would otherwise require renaming its samples to ``..._total`` and dashboards written
@@ -37,9 +39,11 @@ from typing import Literal, Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest as generate_text
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.utils import floatToGoString
 
 from exporter.collector import Snapshot
 from exporter.fields import CRITICAL_XIDS, FIELDS, FieldSpec
+from exporter.histogram import Histogram
 from exporter.model import DeviceInfo
 
 Naming = Literal["dcgm", "prometheus"]
@@ -129,12 +133,26 @@ def label_block(pairs: Iterable[tuple[str, str]]) -> str:
 
 @dataclass
 class Family:
-    """One metric family ready to write: its samples are (label block, value) pairs."""
+    """One metric family ready to write: its samples are (what follows the family name, value)
+    pairs. That is the label block for gauges and counters; a histogram's samples also carry
+    their suffix (``_bucket{le="0.1"}``, ``_count``, ``_sum``), so both writers stay one loop."""
 
     name: str
-    kind: Literal["gauge", "counter"]
+    kind: Literal["gauge", "counter", "histogram"]
     help: str
     samples: list[tuple[str, float]] = field(default_factory=list)
+
+
+def histogram_samples(histogram: Histogram) -> list[tuple[str, float]]:
+    """A histogram's samples in exposition order: cumulative buckets up to ``+Inf``, then
+    ``_count`` and ``_sum``. ``le`` is written as Go writes floats (``1.0``, ``+Inf``), the form
+    OpenMetrics requires, so a series keeps its labels whichever format Prometheus negotiates."""
+    out = [
+        (f"_bucket{label_block([('le', floatToGoString(le))])}", float(count))
+        for le, count in histogram.cumulative()
+    ]
+    out += [("_count", float(histogram.count)), ("_sum", histogram.sum)]
+    return out
 
 
 def _write_text(families: Sequence[Family]) -> str:
@@ -268,20 +286,23 @@ def exporter_families(
     Per-GPU series carry the host name under the naming's label (``Hostname`` or ``hostname``),
     as the GPU series do, so an alert on them names the node without a join.
     """
-    node = (LABELS[naming].hostname, hostname)
+    names = LABELS[naming]
+    node = (names.hostname, hostname)
     up = Family(
         "autoglm_exporter_gpu_up",
         "gauge",
         "1 when the last collection read this GPU (or MIG instance) in time, else 0.",
     )
     for d in snapshot.devices:
-        labels = label_block([("gpu", d.key), ("uuid", d.info.mig_uuid or d.info.uuid), node])
-        up.samples.append((labels, 1.0 if d.up else 0.0))
+        identity = [("gpu", d.key), (names.uuid, d.info.uuid)]
+        if d.info.mig_instance_id is not None:
+            identity.append((names.mig_instance_id, str(d.info.mig_instance_id)))
+        up.samples.append((label_block([*identity, node]), 1.0 if d.up else 0.0))
     errors = Family(
         "autoglm_exporter_collect_errors_total",
         "counter",
-        "Failed reads by GPU, field (all: the whole device) and reason; failed series are "
-        "dropped from the snapshot, never served stale.",
+        "Failed reads by GPU, field (all: the whole device; xid_events: the Xid event drain) "
+        "and reason; failed series are dropped from the snapshot, never served stale.",
     )
     for (gpu, field_name, reason), count in sorted(snapshot.errors_total.items()):
         labels = label_block([("gpu", gpu), ("field", field_name), ("reason", reason), node])
@@ -293,6 +314,12 @@ def exporter_families(
             "gauge",
             "Wall time the last collection took, in seconds.",
             [("", snapshot.duration_seconds)],
+        ),
+        Family(
+            "autoglm_exporter_collection_seconds",
+            "histogram",
+            "Wall time of every collection since the exporter started, in seconds.",
+            histogram_samples(snapshot.collection_seconds),
         ),
         Family(
             "autoglm_exporter_collections_total",

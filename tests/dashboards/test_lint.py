@@ -88,7 +88,9 @@ def exporter_metrics() -> set[str]:
         pod_resources=_PodResources(),
     )
     text = exposition.body("text", time.time(), compressed=False).decode()
-    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    types = [line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE ")]
+    suffixes = {"histogram": ("_bucket", "_sum", "_count")}
+    return {name + suffix for name, kind in types for suffix in suffixes.get(kind, ("",))}
 
 
 def _series_names(registry: CollectorRegistry) -> set[str]:

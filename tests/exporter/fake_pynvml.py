@@ -98,6 +98,10 @@ class FakeNVML:
         """Make ``function`` raise ``NVMLError(code)`` (for one GPU index, or for all)."""
         self._failures[(function, gpu)] = code
 
+    def heal(self, function: str, gpu: int | None = None) -> None:
+        """Undo :meth:`fail`: ``function`` answers again."""
+        self._failures.pop((function, gpu), None)
+
     def hang(self, function: str) -> threading.Event:
         """Make ``function`` block until the returned event is set."""
         release = threading.Event()

@@ -33,6 +33,7 @@ class ScriptedSource:
         }
         self.errors: dict[int, dict[str, str]] = {}
         self.raises: dict[int, BaseException] = {}
+        self.drain_raises: BaseException | None = None  # what draining Xid events raises
         self.reads: dict[int, int] = dict.fromkeys(range(len(devices)), 0)
         self._hangs: dict[int, threading.Event] = {}
         self._xids: list[tuple[DeviceInfo, XidEvent]] = []
@@ -73,6 +74,8 @@ class ScriptedSource:
             self._xids.append((info, event))
 
     def drain_xid_events(self) -> list[tuple[DeviceInfo, XidEvent]]:
+        if self.drain_raises is not None:
+            raise self.drain_raises
         with self._lock:
             events, self._xids = self._xids, []
         return events

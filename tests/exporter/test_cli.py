@@ -10,11 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import main
 from exporter.podresources import api_pb2 as pb
 from exporter.service import ExporterService
-from exporter.sources import SimulatedSource, load_profile
+from exporter.sources import SimulatedSource, load_profile, parse_fault
 from tests.exporter.fake_kubelet import container, pod
 from tests.exporter.fakes import ScriptedSource, device
 from tests.waiting import wait_until
@@ -228,6 +229,52 @@ def test_fault_routes_exist_only_for_a_fault_taking_source():
         reply = requests.post(f"{service.server.url}/debug/faults", data="lost:gpu=0", timeout=5)
         assert reply.status_code == 404
         assert requests.get(f"{service.server.url}/readyz", timeout=5).status_code == 200
+    finally:
+        service.stop()
+        source.close()
+
+
+def test_whole_gpu_error_counters_are_served_at_0_before_the_first_error():
+    """rate() and alerts over the error counter see 0, not nothing, until a GPU fails, and the
+    failure then increases the very series that was there at 0."""
+    source = SimulatedSource(2, "h100", 1, load_profile("constant:0.5"))
+    service = ExporterService(
+        source,
+        listen="127.0.0.1:0",
+        hostname="node-1",
+        interval=0.2,
+        deadline=0.2,
+        simulation=source,
+    )
+    service.start()
+    url = f"{service.server.url}/metrics"
+
+    def error_counts() -> dict[tuple[tuple[str, str], ...], float]:
+        families = text_string_to_metric_families(requests.get(url, timeout=5).text)
+        return {
+            tuple(sorted(s.labels.items())): s.value
+            for family in families
+            if family.name == "autoglm_exporter_collect_errors"
+            for s in family.samples
+        }
+
+    def key(gpu: str, reason: str) -> tuple[tuple[str, str], ...]:
+        labels = {"gpu": gpu, "field": "all", "reason": reason, "Hostname": "node-1"}
+        return tuple(sorted(labels.items()))
+
+    known = {key(gpu, reason) for gpu in ("0", "1") for reason in ("timeout", "gpu_is_lost")}
+    try:
+        wait_until(lambda: service.exposition is not None, timeout=20, what="the first collection")
+        before = error_counts()
+        assert set(before) == known
+        assert before[key("0", "gpu_is_lost")] == before[key("1", "gpu_is_lost")] == 0.0
+        source.inject(parse_fault("lost:gpu=1"))
+        wait_until(
+            lambda: error_counts()[key("1", "gpu_is_lost")] > 0, timeout=20, what="the lost GPU"
+        )
+        after = error_counts()
+        assert set(after) == known
+        assert after[key("0", "gpu_is_lost")] == 0.0
     finally:
         service.stop()
         source.close()

@@ -30,6 +30,11 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+def failures(snap: Snapshot) -> dict[tuple[str, str, str], int]:
+    """The error counts that are not 0 (the known whole-device children exist from the start)."""
+    return {key: count for key, count in snap.errors_total.items() if count}
+
+
 def make(source: ScriptedSource, clock: FakeClock, **kwargs: float) -> Collector:
     kwargs.setdefault("interval", DEADLINE)
     kwargs.setdefault("deadline", DEADLINE)
@@ -57,7 +62,9 @@ def test_reads_every_device_into_an_immutable_snapshot(clock, cleanup):
     assert [d.up for d in snap.devices] == [True, True]
     assert snap.devices[1].values["DCGM_FI_DEV_GPU_UTIL"] == 51.0
     assert snap.devices[0].values[XID_FIELD] == 0.0
-    assert snap.errors_total == {}
+    assert snap.errors_total == {
+        (gpu, "all", reason): 0 for gpu in ("0", "1") for reason in ("timeout", "gpu_is_lost")
+    }
     assert (snap.collections_total, snap.overruns_total) == (1, 0)
     with pytest.raises(TypeError):
         snap.devices[0].values["DCGM_FI_DEV_GPU_UTIL"] = 0.0  # type: ignore[index]
@@ -79,7 +86,7 @@ def test_failed_field_is_counted_and_dropped_while_the_rest_is_served(clock, cle
     assert dev.up
     assert "DCGM_FI_DEV_POWER_USAGE" not in dev.values
     assert dev.values["DCGM_FI_DEV_GPU_UTIL"] == 40.0
-    assert snap.errors_total == {("0", "DCGM_FI_DEV_POWER_USAGE", "unknown_error"): 2}
+    assert failures(snap) == {("0", "DCGM_FI_DEV_POWER_USAGE", "unknown_error"): 2}
 
 
 def test_hung_read_times_out_without_blocking_others_or_piling_up(clock, cleanup):
@@ -92,13 +99,13 @@ def test_hung_read_times_out_without_blocking_others_or_piling_up(clock, cleanup
     assert source.entered_hang.is_set()
     assert [d.up for d in first.devices] == [True, False, True]
     assert first.devices[1].values == {}  # dropped, not served stale
-    assert first.errors_total == {("1", "all", "timeout"): 1}
+    assert failures(first) == {("1", "all", "timeout"): 1}
     assert first.overruns_total == 1
 
     second = collector.collect_once()
     assert source.reads[1] == 1  # the hung device was not asked again
     assert source.reads[0] == 2
-    assert second.errors_total == {("1", "all", "timeout"): 2}
+    assert failures(second) == {("1", "all", "timeout"): 2}
     assert second.devices[0].up and not second.devices[1].up
 
     assert second.hung_devices == ("1",)
@@ -125,7 +132,7 @@ def test_a_read_that_raises_counts_its_reason_and_marks_the_gpu_down(clock, clea
     snap = collector.collect_once()
 
     assert [d.up for d in snap.devices] == [False, False]
-    assert snap.errors_total == {("0", "all", "gpu_is_lost"): 1, ("1", "all", "exception"): 1}
+    assert failures(snap) == {("0", "all", "gpu_is_lost"): 1, ("1", "all", "exception"): 1}
     assert snap.last_success is None  # no device read: not a success
 
 
@@ -309,3 +316,63 @@ def test_a_read_that_keeps_raising_is_logged_once_and_again_when_its_reason_chan
     failed = [r.__dict__ for r in caplog.records if r.getMessage() == "device read failed"]
     assert (failed[0]["reason"], failed[0]["error"]) == ("exception", "OSError('boom')")
     assert (failed[1]["reason"], failed[1]["previous_reason"]) == ("gpu_is_lost", "exception")
+
+
+def test_a_failing_xid_drain_is_logged_once_again_when_its_reason_changes_and_on_recovery(
+    clock, cleanup, caplog
+):
+    class NvmlUnknown(RuntimeError):
+        reason = "unknown"
+
+    source = ScriptedSource([device(0)])
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    with caplog.at_level("INFO", logger="exporter.collector"):
+        source.drain_raises = OSError("event set gone")
+        for _ in range(3):
+            clock.now += 1
+            collector.collect_once()
+        source.drain_raises = NvmlUnknown("event set wait failed")
+        for _ in range(2):
+            clock.now += 1
+            collector.collect_once()
+        source.drain_raises = None
+        source.add_xid(0, 79, clock.now)
+        clock.now += 1
+        snap = collector.collect_once()
+        clock.now += 1
+        collector.collect_once()
+
+    drain = [r for r in caplog.records if "Xid events" in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in drain] == [
+        ("WARNING", "draining Xid events failed"),
+        ("WARNING", "draining Xid events failed"),
+        ("INFO", "draining Xid events recovered"),
+    ]
+    first, changed, recovered = (r.__dict__ for r in drain)
+    assert (first["field"], first["reason"]) == ("xid_events", "exception")
+    assert first["error"] == "OSError('event set gone')"
+    assert (changed["reason"], changed["previous_reason"]) == ("unknown", "exception")
+    assert (recovered["reason"], recovered["failed_for_s"]) == ("unknown", 5.0)
+    # Every failed drain still counts, and the events kept by the source arrive afterwards.
+    drain_failures = {k: v for k, v in failures(snap).items() if k[1] == "xid_events"}
+    assert drain_failures == {("", "xid_events", "exception"): 3, ("", "xid_events", "unknown"): 2}
+    assert snap.devices[0].xid_counts[79] == 1
+
+
+def test_every_collection_is_observed_in_the_duration_histogram(clock, cleanup):
+    source = ScriptedSource([device(0), device(1)])
+    source.hang(1)  # one collection waits for its deadline: a slow one among fast ones
+    collector = make(source, clock)
+    cleanup.append((collector, source))
+
+    snaps = [collector.collect_once() for _ in range(4)]
+
+    histogram = snaps[-1].collection_seconds
+    durations = [s.duration_seconds for s in snaps]
+    assert histogram.count == snaps[-1].collections_total == 4
+    assert histogram.sum == pytest.approx(sum(durations))
+    for le, count in histogram.cumulative():
+        assert count == sum(d <= le for d in durations), le
+    assert [s.collection_seconds.count for s in snaps] == [1, 2, 3, 4]  # each its own value

@@ -64,6 +64,9 @@ def test_prometheus_scrapes_eight_simulated_gpus_with_pod_labels(start_exporter,
         health = prom.query("autoglm_exporter_gpu_up")
         assert len(health) == 8 and all(s["value"][1] == "1" for s in health)
         assert {s["metric"]["Hostname"] for s in health} == {"e2e-node"}
+        # Our per-GPU health joins with the DCGM series on DCGM's own label names.
+        joined = prom.query("count(autoglm_exporter_gpu_up == 1 and on(UUID) DCGM_FI_DEV_GPU_UTIL)")
+        assert joined and joined[0]["value"][1] == "8"
         assert prom.query("autoglm_exporter_pod_resources_up")[0]["value"][1] == "1"
         assert prom.query("autoglm_exporter_pod_resources_pods_attributed")[0]["value"][1] == "3"
 

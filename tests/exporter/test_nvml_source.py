@@ -9,11 +9,14 @@ import time
 import pynvml
 import pytest
 
+from exporter.collector import Collector
 from exporter.fields import PROFILING_FIELDS, SOURCE_FIELDS
 from exporter.model import WHOLE_DEVICE
 from exporter.sources import NoDriverError, NVMLSource
 from exporter.sources.nvml import error_reason
+from exporter.sources.nvml.xid import XidWaitError
 from tests.exporter.fake_pynvml import FakeGPU, FakeMIG, FakeNVML
+from tests.waiting import wait_until
 
 MIB = 1024 * 1024
 GPM_FULL = {
@@ -314,6 +317,47 @@ def test_xid_events_arrive_through_the_event_thread(monkeypatch: pytest.MonkeyPa
     assert fake.event_sets_freed == 1
     assert fake.freed_samples == fake.calls.count("nvmlGpmSampleAlloc") > 0
     assert fake.shutdowns == 1
+
+
+def drain_fails(src: NVMLSource) -> bool:
+    try:
+        src.drain_xid_events()
+    except XidWaitError:
+        return True
+    return False
+
+
+@pytest.mark.timeout(30)
+def test_a_failing_event_wait_is_counted_and_logged_once_by_the_collector(
+    fake: FakeNVML, source: NVMLSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [1000.0]
+    collector = Collector(source, lambda _: None, interval=1.0, deadline=1.0, clock=lambda: now[0])
+    try:
+        with caplog.at_level("INFO", logger="exporter"):
+            fake.fail("nvmlEventSetWait_v2", pynvml.NVML_ERROR_UNKNOWN)
+            wait_until(lambda: drain_fails(source), timeout=10, what="the event wait to fail")
+            for _ in range(3):
+                now[0] += 1
+                snap = collector.collect_once()
+            fake.heal("nvmlEventSetWait_v2")
+            wait_until(lambda: not drain_fails(source), timeout=10, what="the wait to recover")
+            fake.emit_xid(fake.gpus[0], 79)
+            wait_until(
+                lambda: collector.collect_once().devices[0].xid_counts[79] == 1,
+                timeout=10,
+                what="an Xid after the recovery",
+            )
+    finally:
+        collector.stop()
+    assert snap.errors_total[("", "xid_events", "unknown")] == 3
+    lines = [
+        (r.levelname, r.getMessage()) for r in caplog.records if "Xid events" in r.getMessage()
+    ]
+    assert lines == [
+        ("WARNING", "draining Xid events failed"),
+        ("INFO", "draining Xid events recovered"),
+    ]
 
 
 @pytest.mark.timeout(30)

@@ -12,8 +12,9 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.collector import DeviceSnapshot, Snapshot, device_key
+from exporter.collector import COLLECTION_SECONDS_BUCKETS, DeviceSnapshot, Snapshot, device_key
 from exporter.fields import BY_NAME, FIELDS, MIB, PROFILING_FIELDS
+from exporter.histogram import Histogram
 from exporter.model import DeviceInfo
 from exporter.render import escape_label_value, format_value, render, wants_openmetrics
 from tests.exporter.fakes import device
@@ -46,10 +47,16 @@ def dev_snapshot(
     )
 
 
-def snapshot(*devices: DeviceSnapshot, errors: dict | None = None) -> Snapshot:
+def snapshot(
+    *devices: DeviceSnapshot, errors: dict | None = None, durations: tuple[float, ...] = (0.002,)
+) -> Snapshot:
+    histogram = Histogram.empty(COLLECTION_SECONDS_BUCKETS)
+    for duration in durations:
+        histogram = histogram.observe(duration)
     return Snapshot(
         taken_at=NOW,
-        duration_seconds=0.002,
+        duration_seconds=durations[-1],
+        collection_seconds=histogram,
         devices=devices,
         collections_total=7,
         overruns_total=1,
@@ -191,9 +198,15 @@ def test_a_down_gpu_has_no_field_series_but_keeps_its_xid_history_and_up_zero():
 
 
 @pytest.mark.parametrize(
-    ("naming", "host_label"), [("dcgm", "Hostname"), ("prometheus", "hostname")]
+    ("naming", "host_label", "uuid_label", "instance_label"),
+    [
+        ("dcgm", "Hostname", "UUID", "GPU_I_ID"),
+        ("prometheus", "hostname", "uuid", "gpu_instance_id"),
+    ],
 )
-def test_per_gpu_health_series_name_the_node_like_the_gpu_series(naming, host_label):
+def test_per_gpu_health_series_name_the_node_like_the_gpu_series(
+    naming, host_label, uuid_label, instance_label
+):
     mig = device(1, mig_profile="1g.10gb", mig_instance_id=3, mig_uuid="MIG-3")
     exp = render(
         snapshot(dev_snapshot(device(0)), dev_snapshot(mig), errors={("0", "all", "timeout"): 1}),
@@ -205,9 +218,14 @@ def test_per_gpu_health_series_name_the_node_like_the_gpu_series(naming, host_la
     assert got[temperature][0][0][host_label] == "gpu-node-7"
     up = [labels for labels, _ in got["autoglm_exporter_gpu_up"]]
     assert up == [
-        {"gpu": "0", "uuid": device(0).uuid, host_label: "gpu-node-7"},
-        {"gpu": "1/3", "uuid": "MIG-3", host_label: "gpu-node-7"},
+        {"gpu": "0", uuid_label: device(0).uuid, host_label: "gpu-node-7"},
+        {"gpu": "1/3", uuid_label: device(1).uuid, instance_label: "3", host_label: "gpu-node-7"},
     ]
+    # Joinable with the GPU series, as `on(UUID, GPU_I_ID, Hostname)` does: the same label names
+    # with the same values, a MIG instance told apart by its instance id.
+    join = (uuid_label, instance_label, host_label)
+    gpu_series = {tuple(labels.get(k) for k in join) for labels, _ in got[temperature]}
+    assert {tuple(labels.get(k) for k in join) for labels in up} == gpu_series
     ((errors, _),) = got["autoglm_exporter_collect_errors_total"]
     assert errors[host_label] == "gpu-node-7"
     # Exporter-wide series stay without per-GPU labels.
@@ -287,3 +305,23 @@ def test_accept_header_negotiation():
     assert wants_openmetrics(prometheus_default)
     assert not wants_openmetrics("text/plain;version=0.0.4")
     assert not wants_openmetrics(None)
+
+
+def test_collection_durations_are_a_histogram_in_both_formats_beside_the_last_duration_gauge():
+    exp = render(snapshot(durations=(0.004, 0.03, 0.7, 0.004)), "dcgm", "h")
+    expected_buckets = {
+        "0.001": 0, "0.0025": 0, "0.005": 2, "0.01": 2, "0.025": 2, "0.05": 3, "0.1": 3,
+        "0.25": 3, "0.5": 3, "1.0": 4, "2.5": 4, "5.0": 4, "10.0": 4, "+Inf": 4,
+    }  # fmt: skip
+    for text, om in ((exp.text.decode(), False), (exp.openmetrics.decode() + "# EOF\n", True)):
+        assert types(text, om)["autoglm_exporter_collection_seconds"] == "histogram"
+        got = samples(text, om)
+        buckets = {
+            labels["le"]: value
+            for labels, value in got["autoglm_exporter_collection_seconds_bucket"]
+        }
+        assert buckets == expected_buckets
+        assert got["autoglm_exporter_collection_seconds_count"] == [({}, 4.0)]
+        assert got["autoglm_exporter_collection_seconds_sum"][0][1] == pytest.approx(0.738)
+        # The gauge keeps its name and meaning: the last collection only.
+        assert got["autoglm_exporter_collection_duration_seconds"] == [({}, 0.004)]

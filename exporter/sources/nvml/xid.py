@@ -2,6 +2,8 @@
 
 The thread waits on an NVML event set with a timeout, so :meth:`XidEvents.stop` can end it; an
 event names its GPU by UUID and, on a MIG GPU, its GPU instance, which picks the MIG device.
+A failing wait is not logged here: :meth:`XidEvents.drain` raises it, so the collector counts it
+and logs it once per outage, like every other failed read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ log = logging.getLogger(__name__)
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of an event not tied to a MIG instance
 
 
+class XidWaitError(RuntimeError):
+    """NVML's wait on the event set is failing; ``reason`` is the NVML error, as the collector
+    labels failures."""
+
+    def __init__(self, reason: str, error: str) -> None:
+        super().__init__(f"waiting for Xid events failed: {error}")
+        self.reason = reason
+
+
 class XidEvents:
     """The event set and its thread for ``devices``; ``on_exit`` runs when the thread ends."""
 
@@ -38,6 +49,7 @@ class XidEvents:
         self._clock = clock
         self._on_exit = on_exit
         self._events: list[tuple[DeviceInfo, XidEvent]] = []
+        self._wait_failure: tuple[str, str] | None = None  # (reason, error) of the last wait
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._event_set: Any = None
@@ -72,9 +84,15 @@ class XidEvents:
         self._thread.start()
 
     def drain(self) -> list[tuple[DeviceInfo, XidEvent]]:
+        """The events since the last drain. With none, and the last wait failed, raises
+        :class:`XidWaitError` instead: events already recorded are handed over first, never
+        held back behind the failure."""
         with self._lock:
             events, self._events = self._events, []
-            return events
+            failure = self._wait_failure
+        if failure is not None and not events:
+            raise XidWaitError(*failure)  # a new one each time: a re-raised one grows its trace
+        return events
 
     def stop(self) -> None:
         """Ask the thread to end and wait one timeout for it; it may still be inside NVML."""
@@ -102,17 +120,21 @@ class XidEvents:
                 try:
                     data = pynvml.nvmlEventSetWait_v2(self._event_set, self.timeout_ms)
                 except pynvml.NVMLError_Timeout:
+                    self._set_wait_failure(None)  # the wait works; there was just no event
                     continue
                 except pynvml.NVMLError as exc:
-                    log.warning(
-                        "waiting for Xid events failed", extra={"reason": error_reason(exc)}
-                    )
+                    self._set_wait_failure((error_reason(exc), str(exc)))
                     self._stop.wait(1.0)
                     continue
+                self._set_wait_failure(None)
                 if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
                     self._record(data)
         finally:
             self._on_exit()
+
+    def _set_wait_failure(self, failure: tuple[str, str] | None) -> None:
+        with self._lock:
+            self._wait_failure = failure
 
     def _record(self, data: Any) -> None:
         try:
