@@ -72,6 +72,10 @@ _ELEMENT_LENGTH = struct.Struct("<I")  # the length before each BYTES element in
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _LARGEST_ARRAY_BYTES = int(np.iinfo(np.intp).max)
 MICROSECONDS = 1e-6
+SIMDJSON_DEPTH_ERROR = "DEPTH_ERROR"  # how simdjson's error for a too-deep document starts
+TOO_DEEP = (
+    "request body is nested too deeply to read; a tensor's data needs one level per dimension"
+)
 
 
 class ProtocolError(ValueError):
@@ -467,10 +471,19 @@ def encode_binary_output(name: str, datatype: str, array: np.ndarray) -> bytes:
 
 def _read_request(header: bytes) -> Any:
     """The request's document, its inputs' numbers left for :func:`flat_numbers`
-    (:mod:`batcher.json_request`); what simdjson refuses is read by :func:`_loads`."""
+    (:mod:`batcher.json_request`); what else simdjson refuses is read by :func:`_loads`.
+
+    A document nested past simdjson's depth limit is refused here, not handed on: no request
+    needs that depth (a tensor's data takes one level per dimension), and a recursive parser
+    given hundreds of thousands of levels can exhaust the C stack and take the process down.
+    """
     try:
         return read_document(header)
-    except (ValueError, RuntimeError):  # not JSON simdjson reads, or nested past its depth limit
+    except RuntimeError as exc:  # past the depth limit, or an integer past 64 bits
+        if str(exc).startswith(SIMDJSON_DEPTH_ERROR):
+            raise ProtocolError(TOO_DEEP) from None
+        return _loads(header)
+    except ValueError:  # not JSON simdjson reads (NaN, Infinity)
         return _loads(header)
 
 
@@ -487,10 +500,7 @@ def _loads(header: bytes) -> Any:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"request body is not valid JSON: {exc}") from None
     except RecursionError:
-        raise ProtocolError(
-            "request body is nested too deeply to read; a tensor's data needs one level per "
-            "dimension"
-        ) from None
+        raise ProtocolError(TOO_DEEP) from None
 
 
 def _dumps(document: dict[str, Any], tensors: list[dict[str, Any]]) -> bytes:

@@ -203,6 +203,12 @@ MALFORMED = [
         json.dumps(json_request([[1, 2, 3]], [[1]], parameters={"timeout": -5})).encode(),
         "timeout must be a positive integer of microseconds",
     ),
+    (
+        # Past any tensor's depth, and deep enough to exhaust the C stack of a recursive parser.
+        "nested 200,000 levels deep",
+        b'{"inputs": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+        "nested too deeply",
+    ),
 ]
 
 
