@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import requests
@@ -34,6 +35,16 @@ from autoglm.config import ConfigError
 
 MAX_POINTS_PER_QUERY = 11000
 """Prometheus refuses range queries that would return more points than this per series."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may appear in a log line, an error or an Event: a password written into it
+    (``http://user:secret@host``) replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 class PrometheusError(Exception):
@@ -168,6 +179,7 @@ class PrometheusClient:
 
     def _post(self, path: str, form: dict[str, str]) -> dict[str, Any]:
         endpoint = self.url.rstrip("/") + path
+        shown = shown_url(endpoint)
         headers = {**self.headers, **self._auth_headers()}
         try:
             resp = self._session.post(
@@ -179,14 +191,14 @@ class PrometheusClient:
                 cert=self._cert,
             )
         except requests.RequestException as exc:
-            raise PrometheusError("unreachable", f"{endpoint}: {exc}") from exc
+            raise PrometheusError("unreachable", f"{shown}: {exc}") from exc
         try:
             body = resp.json()
         except ValueError:
             body = None
         if not isinstance(body, dict):
             kind = "http" if resp.status_code >= 400 else "response"
-            raise PrometheusError(kind, f"{endpoint}: HTTP {resp.status_code}, body is not JSON")
+            raise PrometheusError(kind, f"{shown}: HTTP {resp.status_code}, body is not JSON")
         if body.get("status") != "success":
             kind = "query" if resp.status_code in (400, 422) else "http"
             raise PrometheusError(
@@ -296,7 +308,14 @@ class PrometheusAccessConfig:
     def __post_init__(self) -> None:
         if not self.prometheus_url.startswith(("http://", "https://")):
             raise ConfigError(
-                f"prometheus_url {self.prometheus_url!r} must start with http:// or https://"
+                f"prometheus_url {shown_url(self.prometheus_url)!r} must start with http:// or "
+                "https://"
+            )
+        if urlsplit(self.prometheus_url).password is not None:
+            raise ConfigError(
+                f"prometheus_url {shown_url(self.prometheus_url)!r} carries a password, which "
+                "would show in logs, status and events: give it as prometheus_username and "
+                "prometheus_password_file (--prometheus-username, --prometheus-password-file)"
             )
         if self.prometheus_username and not self.prometheus_password_file:
             raise ConfigError("prometheus_username needs prometheus_password_file")

@@ -224,6 +224,18 @@ def test_a_closed_port_is_unreachable():
     assert err.value.kind == "unreachable"
 
 
+def test_a_password_in_the_url_never_reaches_an_error_text():
+    """The message of a failed query ends up in logs, the autoscaler's status and Kubernetes
+    Events; a password written into the URL must not."""
+    with (
+        PrometheusClient(f"http://admin:s3cret@127.0.0.1:{free_port()}", timeout=2) as client,
+        pytest.raises(PrometheusError) as err,
+    ):
+        client.query("vector(1)")
+    assert "s3cret" not in str(err.value)
+    assert "admin:***@127.0.0.1" in str(err.value)
+
+
 def test_a_success_status_without_json_is_a_response_error(recorder):
     with (
         PrometheusClient(recorder.server.url + "/broken") as client,
@@ -375,6 +387,10 @@ def test_predictor_and_autoscaler_flags_build_the_same_working_client(secured, t
     ("values", "message"),
     [
         ({"prometheus_url": "prometheus:9090"}, "must start with http://"),
+        (
+            {"prometheus_url": "http://admin:s3cret@prometheus:9090"},
+            r"'http://admin:\*\*\*@prometheus:9090' carries a password.*--prometheus-password-file",
+        ),
         ({"prometheus_username": USER}, "needs prometheus_password_file"),
         ({"prometheus_password_file": "p"}, "needs prometheus_username"),
         ({"prometheus_key_file": "k"}, "needs prometheus_cert_file"),
