@@ -50,7 +50,7 @@ from batcher.forwarding import (
     sent_in_binary,
 )
 from batcher.request_body import read_body
-from batcher.worker_pool import CHANNEL_SOCKET, HTTP_SOCKET, READY_LINE
+from batcher.worker_pool import CHANNEL_SOCKET, FORWARDED_GRPC, HTTP_SOCKET, READY_LINE
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Handler
@@ -66,6 +66,13 @@ _PASSED_ANSWER_HEADERS = ("Content-Type", "Retry-After", oip.HEADER_LENGTH)
 def _error(message: str, status: int) -> web.Response:
     return web.Response(
         status=status, body=oip.error_body(message), content_type="application/json"
+    )
+
+
+async def _no_route(request: web.Request) -> web.Response:
+    """What the engine answers a path it does not serve, for the paths only workers may use."""
+    return _error(
+        f"no route for {request.method} {request.path}; the KServe v2 API is under /v2", 404
     )
 
 
@@ -119,6 +126,8 @@ class FrontServer:
         )
         for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
             app.router.add_post(base + "/infer", self._infer)
+        # The engine's socket also answers the gRPC calls the workers pass on: not public.
+        app.router.add_route("*", FORWARDED_GRPC + "{method:.*}", _no_route)
         app.router.add_route("*", "/{path:.*}", self._pass_to_engine)
         return app
 

@@ -46,6 +46,7 @@ from batcher.grpc_face import (
 )
 from batcher.open_inference import predict_v2_pb2 as pb
 from batcher.open_inference import predict_v2_pb2_grpc as pb_grpc
+from batcher.worker_pool import FORWARDED_GRPC
 
 log = logging.getLogger(__name__)
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -141,7 +142,7 @@ class GrpcFront(GrpcFace):
     async def _ask_engine(self, method: str, request: Any) -> tuple[grpc.StatusCode, bytes, str]:
         """The engine's face's answer to ``request``: code, body, model label."""
         async with self.front.session.post(
-            f"http://engine/grpc/{method}", data=request.SerializeToString()
+            f"http://engine{FORWARDED_GRPC}{method}", data=request.SerializeToString()
         ) as answer:
             body = await answer.read()
             code = grpc.StatusCode[answer.headers[GRPC_CODE_HEADER]]

@@ -87,6 +87,7 @@ from batcher.repository_http import RepositoryRoutes
 from batcher.request_body import read_body
 from batcher.worker_pool import (
     CHANNEL_SOCKET,
+    FORWARDED_GRPC,
     HTTP_SOCKET,
     METRICS_FOLDER,
     WorkerPool,
@@ -266,7 +267,7 @@ class BatcherServer:
             app.router.add_get(base + "/ready", self._model_ready)
         RepositoryRoutes(self.models).register(app)
         if not guarded and self.grpc is not None:  # the gRPC calls the workers pass on
-            app.router.add_post("/grpc/{method}", self._grpc_forwarded)
+            app.router.add_post(FORWARDED_GRPC + "{method}", self._grpc_forwarded)
         if guarded and self.workers is None:
             self._count_requests(app, {route.resource for route in infer_routes})
         return app

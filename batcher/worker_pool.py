@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 READY_LINE = b"ready\n"  # what a worker writes on its stdout once it listens
 CHANNEL_SOCKET = "engine.sock"  # in the private folder: inference calls, as frames
 HTTP_SOCKET = "http.sock"  # in the private folder: the engine's routes, without the guard
+FORWARDED_GRPC = "/grpc/"  # on HTTP_SOCKET: the gRPC calls the workers pass on, never public
 START_TIMEOUT_S = 60.0
 # Pauses before a replacement: doubled while workers die within STABLE_S of starting.
 FIRST_RESTART_DELAY_S = 0.5

@@ -21,6 +21,7 @@ import pytest
 import requests
 import tritonclient.http as triton
 
+from batcher.open_inference import predict_v2_pb2 as pb
 from tests.batcher.test_batcher_cli import LogReader, batcher_process, series, start_up_error
 from tests.batcher.web_configs import ALICE, web_config_file
 from tests.selfsigned import ScratchCA
@@ -424,3 +425,9 @@ def test_grpc_is_served_by_the_workers_beside_rest(served: list[Served]) -> None
     assert series(text)["ok"] == 2
     grpc_calls = 'autoglm_batcher_worker_requests_total{code="OK",handler="grpc",worker="0"}'
     assert metric_values(text, grpc_calls)[grpc_calls] == 1
+    # The engine's own route for the calls the workers pass on is not on the public port: an
+    # unload sent there as raw protobuf is refused, and the model stays loaded.
+    unload = pb.RepositoryModelUnloadRequest(model_name="echo").SerializeToString()
+    passed = requests.post(f"{server.url}/grpc/RepositoryModelUnload", data=unload, timeout=30)
+    assert passed.status_code == 404 and "no route for POST" in passed.json()["error"]
+    assert client.is_model_ready("echo")
