@@ -8,10 +8,15 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+import requests
 import yaml
+from prometheus_client import CollectorRegistry
 
 from autoglm.config import ConfigError
+from autoglm.web.exposition import registry_route
+from autoglm.web.server import HTTPServer
 from autoglm.webconfig import WebConfig, basic_auth, loaded, reload
+from autoglm.webconfig.parse import Settings
 from tests.selfsigned import ScratchCA
 
 
@@ -19,9 +24,10 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def htpasswd_style_hash(password: str) -> str:
+def htpasswd_style_hash(password: str, cost: int = 4) -> str:
     """A ``$2y$`` hash as htpasswd writes it (cost 4 keeps the tests fast)."""
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode().replace("$2b$", "$2y$", 1)
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode()
+    return hashed.replace("$2b$", "$2y$", 1)
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +208,40 @@ def test_unknown_user_still_costs_a_bcrypt(
     config = load(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("wonderland")}})
     assert not config.authorized(basic("mallory", "wonderland"))
     assert len(bcrypt_checks) == 1
+
+
+def cost_of(hashed: bytes) -> int:
+    return int(hashed.split(b"$")[2])
+
+
+def test_unknown_users_cost_a_bcrypt_at_the_highest_cost_of_the_hashes_loaded(
+    tmp_path: Path, bcrypt_checks: list[tuple[bytes, bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stand-in of a fixed cost made an unknown user answer slower (or faster) than a wrong
+    password whenever the users' hashes had another cost: user names could be told apart."""
+    users = {"alice": htpasswd_style_hash("a", 4), "bob": htpasswd_style_hash("b", 6)}
+    path = write_config(tmp_path, {"basic_auth_users": users})
+    config, clock = watched(path)
+    assert "different bcrypt costs" in caplog.records[-1].getMessage()
+    assert caplog.records[-1].costs == [4, 6]
+    assert not config.authorized(basic("bob", "wrong"))
+    assert not config.authorized(basic("mallory", "b"))
+    (_, bob_hash), (_, stand_in) = bcrypt_checks
+    assert cost_of(stand_in) == cost_of(bob_hash) == 6
+    assert stand_in.decode() not in users.values()
+    # The stand-in follows the costs of the file in force.
+    rewrite(path, {"basic_auth_users": {"alice": htpasswd_style_hash("a", 5)}})
+    clock.tick()
+    assert config.reload_if_changed()
+    bcrypt_checks.clear()
+    assert not config.authorized(basic("alice", "wrong"))
+    assert not config.authorized(basic("mallory", "a"))
+    assert [cost_of(hashed) for _, hashed in bcrypt_checks] == [5, 5]
+    # Successes are still remembered, failures never.
+    assert config.authorized(basic("alice", "a"))
+    assert config.authorized(basic("alice", "a"))
+    assert not config.authorized(basic("mallory", "a"))
+    assert len(bcrypt_checks) == 4
 
 
 def test_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -536,3 +576,206 @@ def test_recently_authorized_knows_only_accepted_credentials_of_the_current_file
     clock.tick()
     assert config.reload_if_changed()
     assert not config.recently_authorized(basic("alice", "a"))
+
+
+# --- reloads that would open the door: a truncated or half-written file -------------------------
+
+
+def refusal(caplog: pytest.LogCaptureFixture) -> str:
+    """The error of the last refused reload, as logged."""
+    records = [
+        r
+        for r in caplog.records
+        if r.name == "autoglm.webconfig"
+        and r.getMessage() == "web config not reloaded; keeping the previous settings"
+    ]
+    assert records, "no refused reload was logged"
+    assert records[-1].levelname == "ERROR"
+    error: str = records[-1].error
+    assert "restart the component" in error, "says how to do it on purpose"
+    return error
+
+
+def truncate(path: Path) -> None:
+    """``: > web-config.yml``: the same file, emptied in place."""
+    with path.open("w"):
+        pass
+
+
+def test_a_truncated_file_keeps_basic_auth_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    truncate(path)
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.auth_required
+    assert not config.authorized(None)
+    assert config.authorized(basic("alice", "a"))
+    assert (config.reloads, config.reload_failures, config.last_reload_successful) == (0, 1, False)
+    assert "the file is empty or sets nothing" in refusal(caplog)
+    # Only comments is as empty; the failure is counted again, the previous settings stay.
+    path.write_text("# basic_auth_users:\n")
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.auth_required and config.reload_failures == 2
+
+
+def test_a_truncated_file_keeps_answering_401_over_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The audit's reproduction, through a real server: 401, truncate the file, still 401."""
+    monkeypatch.setattr(reload, "RELOAD_CHECK_SECONDS", 0.0)  # every request looks at the file
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    registry = CollectorRegistry()
+    routes = {"/metrics": registry_route(registry)}
+    with HTTPServer("127.0.0.1:0", routes, WebConfig.load(path), registry=registry) as srv:
+        assert requests.get(srv.url + "/metrics", timeout=10).status_code == 401
+        truncate(path)
+        assert requests.get(srv.url + "/metrics", timeout=10).status_code == 401
+        metrics = requests.get(srv.url + "/metrics", auth=("alice", "a"), timeout=10)
+    assert metrics.status_code == 200
+    assert 'autoglm_web_config_reloads_total{result="failure"} 1.0' in metrics.text
+    assert 'autoglm_web_config_reloads_total{result="success"} 0.0' in metrics.text
+    assert "autoglm_web_config_last_reload_successful 0.0" in metrics.text
+    assert "the file is empty or sets nothing" in refusal(caplog)
+
+
+@pytest.mark.parametrize("text", ["false\n", "[]\n", "0\n", "- basic_auth_users\n", "basic_auth\n"])
+def test_a_file_that_is_not_a_mapping_is_refused(
+    tmp_path: Path, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    path.write_text(text)
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.auth_required and config.reload_failures == 1
+    assert "the file must be a mapping of key: value" in caplog.records[-1].error
+    with pytest.raises(ConfigError, match="the file must be a mapping of key: value"):
+        WebConfig.load(path)
+
+
+@pytest.mark.parametrize(
+    "users", [{}, {"basic_auth_users": None}, {"basic_auth_users": {}}], ids=["gone", "null", "{}"]
+)
+@pytest.mark.parametrize("client_certificates", [False, True], ids=["tls", "mutual-tls"])
+def test_a_file_that_keeps_tls_but_loses_its_users_is_refused(
+    tmp_path: Path,
+    pki: dict[str, Path],
+    users: dict[str, object],
+    client_certificates: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Also where client certificates are required: they would be the only check left."""
+    tls = tls_block(pki, client_certificates)
+    path = write_config(
+        tmp_path,
+        {"tls_server_config": tls, "basic_auth_users": {"alice": htpasswd_style_hash("a")}},
+    )
+    config, clock = watched(path)
+    rewrite(path, {"tls_server_config": tls, **users})
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.auth_required and config.authorized(basic("alice", "a"))
+    assert not config.authorized(None)
+    assert config.reload_failures == 1
+    assert "basic_auth_users would be left with no users" in refusal(caplog)
+
+
+def tls_block(pki: dict[str, Path], client_certificates: bool = True) -> dict[str, object]:
+    tls: dict[str, object] = {"cert_file": str(pki["cert"]), "key_file": str(pki["key"])}
+    if client_certificates:
+        tls |= {
+            "client_auth_type": "RequireAndVerifyClientCert",
+            "client_ca_file": str(pki["ca"]),
+            "client_allowed_sans": ["prometheus.monitoring.svc", "scraper"],
+        }
+    return tls
+
+
+def peer(name: str) -> dict[str, object]:
+    return {"subjectAltName": (("DNS", name),)}
+
+
+def test_emptying_client_allowed_sans_is_refused_changing_them_is_not(
+    tmp_path: Path, pki: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    tls = tls_block(pki)
+    path = write_config(tmp_path, {"tls_server_config": tls})
+    config, clock = watched(path)
+    rewrite(path, {"tls_server_config": {**tls, "client_allowed_sans": ["scraper"]}})
+    clock.tick()
+    assert config.reload_if_changed()
+    assert not config.client_certificate_allowed(peer("prometheus.monitoring.svc"))
+    for emptied in (
+        {**tls, "client_allowed_sans": []},
+        {k: v for k, v in tls.items() if k != "client_allowed_sans"},
+    ):
+        rewrite(path, {"tls_server_config": emptied})
+        clock.tick()
+        assert not config.reload_if_changed()
+        assert not config.client_certificate_allowed(peer("intruder"))
+        assert "client_allowed_sans would be left empty" in refusal(caplog)
+    assert (config.reloads, config.reload_failures) == (1, 2)
+
+
+@pytest.mark.parametrize("users_first", [False, True], ids=["users-last", "users-first"])
+def test_no_part_of_a_file_being_written_opens_the_door(
+    tmp_path: Path, pki: dict[str, Path], users_first: bool
+) -> None:
+    """Whatever prefix of the file a reload reads: TLS stays on, a password is still needed and
+    the client certificates' names are still checked."""
+    data = {
+        "tls_server_config": tls_block(pki),
+        "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}},
+        "basic_auth_users": {"alice": htpasswd_style_hash("a"), "bob": htpasswd_style_hash("b")},
+    }
+    full = yaml.safe_dump(data, sort_keys=users_first)  # sorted: basic_auth_users comes first
+    path = tmp_path / "web-config.yml"
+    path.write_text(full)
+    config, clock = watched(path)
+    # Cut at and around every line end, key and list item, and every 16th character between.
+    cuts = set(range(0, len(full), 16)) | {len(full)}
+    for i, char in enumerate(full):
+        if char in "\n:-":
+            cuts |= {i, i + 1, i + 2}
+    for end in sorted(cuts):
+        path.write_text(full[:end])  # in place, as a writer that truncates, then writes
+        clock.tick()
+        config.reload_if_changed()
+        written = f"after a reload of {full[:end]!r}"
+        assert config.tls_material() is not None, written
+        assert config.auth_required and not config.authorized(None), written
+        assert not config.client_certificate_allowed(peer("intruder")), written
+    assert config.last_reload_successful  # the whole file, once written
+    assert config.authorized(basic("bob", "b"))
+
+
+def test_a_file_written_while_it_is_read_is_read_again_not_applied_half(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path, {"basic_auth_users": {"alice": htpasswd_style_hash("a")}})
+    config, clock = watched(path)
+    new_users = {"alice": htpasswd_style_hash("new"), "bob": htpasswd_style_hash("b")}
+    full = yaml.safe_dump({"basic_auth_users": new_users})
+    half = full[: full.index("  bob:")]  # alice's new line: a file that validates on its own
+    path.write_text(half)
+    real_read = loaded.read_settings
+
+    def read_while_the_writer_finishes(p: Path) -> Settings:
+        settings = real_read(p)
+        path.write_text(full)
+        return settings
+
+    monkeypatch.setattr(loaded, "read_settings", read_while_the_writer_finishes)
+    clock.tick()
+    assert not config.reload_if_changed()
+    assert config.authorized(basic("alice", "a")), "half the new file must not apply"
+    assert (config.reloads, config.reload_failures, config.last_reload_successful) == (0, 0, True)
+    monkeypatch.setattr(loaded, "read_settings", real_read)
+    clock.tick()
+    assert config.reload_if_changed()
+    assert config.authorized(basic("alice", "new")) and config.authorized(basic("bob", "b"))
+    assert not config.authorized(basic("alice", "a"))

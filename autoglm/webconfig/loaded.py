@@ -4,10 +4,21 @@ Renewed certificates are picked up without a restart, as exporter-toolkit does: 
 serving an expired certificate silently loses its scrapes. A config loaded from a file watches
 that file and the certificate, key and CA files it names (:mod:`autoglm.webconfig.reload`, on
 a TLS handshake or an auth check), and swaps in the new certificate, users and headers when they
-change. A changed file that does not validate, or that changes what only a restart can change
-(turning TLS on or off, TLS versions, ciphers, client authentication), is refused with a logged
-error and the previous settings stay in force: a typo during a rotation never opens or closes
-the door.
+change. A changed file that does not validate, or that changes what only a restart can change,
+is refused with a logged error and the previous settings stay in force: a typo during a rotation
+never opens or closes the door. Only a restart can (:func:`refused_change`):
+
+* turn TLS on or off, or change TLS versions, ciphers or client authentication;
+* take an empty file (or one that sets nothing) in place of one that set something;
+* leave ``basic_auth_users`` without users where it had some, turning basic auth off -- also
+  where client certificates are required, which would then be the only check left;
+* leave ``client_allowed_sans`` empty where it named some, letting in every certificate the
+  client CA signed.
+
+A truncated or half-written file is refused that way, or fails to validate, or (valid on its own:
+the first of two users) narrows who gets in until the rest is written and read at the next
+check; one that is written while it is read is read again at the next check
+(:meth:`~autoglm.webconfig.reload.FileWatch.still_as_seen`) rather than applied or refused.
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ class WebConfig:
         settings = read_settings(Path(path))
         config = cls(settings.tls, settings.users, settings.headers)
         config.watch(Path(path))
+        _warn_of_mixed_costs(config._auth, Path(path))
         return config
 
     # --- reloading ------------------------------------------------------------------------
@@ -85,19 +97,28 @@ class WebConfig:
         watch = self._watch
         if watch is None or not watch.changed(self._watched_files()):
             return False
-        return self._reload(watch.path)
+        return self._reload(watch)
 
     def _watched_files(self) -> tuple[Path, ...]:
         tls = self._settings.tls
         return tls.files if tls else ()
 
-    def _reload(self, path: Path) -> bool:
+    def _reload(self, watch: FileWatch) -> bool:
+        path = watch.path
+        fresh: Settings | None = None
         try:
             fresh = read_settings(path)
-            problem = restart_only_change(self._settings.tls, fresh.tls)
+            problem = refused_change(self._settings, fresh)
         except ConfigError as exc:
             problem = str(exc)
-        if problem:
+        if not watch.still_as_seen(self._watched_files()):
+            # Written while it was read: neither apply nor refuse half a file; read it again.
+            log.info(
+                "web config changed while it was read; reading it again at the next check",
+                extra={"path": str(path)},
+            )
+            return False
+        if problem or fresh is None:
             self.reload_failures += 1
             self.last_reload_successful = False
             log.error(
@@ -113,6 +134,7 @@ class WebConfig:
             "web config reloaded",
             extra={"path": str(path), "tls": fresh.tls is not None, "users": len(fresh.users)},
         )
+        _warn_of_mixed_costs(self._auth, path)
         return True
 
     def _on_handshake(self, connection: Any, _server_name: str | None, context: Any) -> None:
@@ -181,3 +203,41 @@ class WebConfig:
     def client_certificate_allowed(self, peer_certificate: Mapping[str, Any] | None) -> bool:
         """Check ``client_allowed_sans`` against a verified peer (``SSLSocket.getpeercert()``)."""
         return client_certificate_allowed(self._settings.tls, peer_certificate)
+
+
+def refused_change(old: Settings, new: Settings) -> str | None:
+    """Why a running server may not take ``new`` in place of ``old``, or None if it may; the
+    reason says how to apply it on purpose (restart the component with the new file)."""
+    problem = restart_only_change(old.tls, new.tls)
+    if problem:
+        return problem
+    if _sets_nothing(new) and not _sets_nothing(old):
+        return (
+            "the file is empty or sets nothing (a truncated or half-written file?); a reload "
+            "never turns basic auth or the headers off: to run without them on purpose, "
+            "restart the component with the new file"
+        )
+    if old.users and not new.users:
+        return (
+            "basic_auth_users would be left with no users, turning basic auth off (a truncated "
+            "or half-written file?); a reload never turns basic auth off: to do it on purpose, "
+            "restart the component with the new file"
+        )
+    return None
+
+
+def _sets_nothing(settings: Settings) -> bool:
+    return settings.tls is None and not settings.users and not settings.headers
+
+
+def _warn_of_mixed_costs(auth: BasicAuth, path: Path) -> None:
+    """Unknown users are checked at the highest cost: users whose hashes cost less answer
+    faster, which tells that they exist."""
+    costs = auth.costs
+    if len(costs) > 1:
+        log.warning(
+            "basic_auth_users hashes have different bcrypt costs; a wrong password for a user "
+            "whose hash costs less than the highest answers faster than an unknown user does, "
+            "which tells that the user exists: give every hash the same cost",
+            extra={"path": str(path), "costs": sorted(costs)},
+        )

@@ -153,7 +153,13 @@ class Settings:
 
 
 def read_settings(p: Path) -> Settings:
-    """Read and validate the web config file at ``p``."""
+    """Read and validate the web config file at ``p``.
+
+    A file without a YAML document (empty, or only comments) is a config that sets nothing:
+    plain HTTP without auth, as with exporter-toolkit. Anything else that is not a mapping
+    (a list, a lone word, ``false``) is a :class:`~autoglm.config.ConfigError`. Whether a
+    running server may take a file is :func:`autoglm.webconfig.loaded.refused_change`'s call.
+    """
     try:
         text = p.read_text()
     except OSError as exc:
@@ -165,7 +171,9 @@ def read_settings(p: Path) -> Settings:
         data = parse_settings_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"web config {str(p)!r} is not valid YAML: {exc}") from exc
-    return settings_from_mapping(data or {}, base_dir=p.parent, source=str(p))
+    # Only a missing document is an empty config: `false`, `[]` or `0` are not mappings.
+    data = {} if data is None else data
+    return settings_from_mapping(data, base_dir=p.parent, source=str(p))
 
 
 def settings_from_mapping(

@@ -3,6 +3,10 @@
 cert-manager and friends rewrite a certificate every few weeks, and a Secret update replaces the
 mounted files (a new inode or mtime). Looking costs a few ``stat`` calls, done at most once per
 :data:`RELOAD_CHECK_SECONDS` by whichever request or handshake comes first after that.
+
+A file written in place rather than renamed into place can be read half-written. The files are
+looked at again once they are read (:meth:`FileWatch.still_as_seen`): when they moved meanwhile,
+what was read is dropped and the next check reads them again.
 """
 
 from __future__ import annotations
@@ -44,6 +48,15 @@ class FileWatch:
             return True
         finally:
             self._lock.release()
+
+    def still_as_seen(self, files: Sequence[Path]) -> bool:
+        """Whether the file and ``files`` look as when :meth:`changed` last said they changed.
+
+        Asked after reading them: False means they were being written while they were read,
+        so what was read may be half of the new content; the look remembered is then older
+        than the files', and the next check reports them changed again.
+        """
+        return _stamp((self.path, *files)) == self._stamp
 
 
 def _stamp(files: Sequence[Path]) -> tuple[object, ...]:

@@ -11,7 +11,9 @@ cannot honour is refused rather than silently ignored:
 * ``curve_preferences`` is refused.
 
 What a running server may take from a changed file is the certificate, its key and
-``client_allowed_sans``; :func:`restart_only_change` says why anything else needs a restart.
+``client_allowed_sans`` (but not an empty list in place of a non-empty one, which would let in
+every certificate the client CA signed); :func:`restart_only_change` says why anything else
+needs a restart.
 """
 
 from __future__ import annotations
@@ -113,6 +115,13 @@ def restart_only_change(old: TLSSettings | None, new: TLSSettings | None) -> str
             "tls_server_config." + ", tls_server_config.".join(changed) + " changed: only "
             "the certificate, key, users and headers are reloaded; restart the component to "
             "apply the rest"
+        )
+    if old and new and old.client_allowed_sans and not new.client_allowed_sans:
+        return (
+            "tls_server_config.client_allowed_sans would be left empty, letting in every "
+            "certificate the client CA signed (a truncated or half-written file?); a reload "
+            "never widens who gets in: to drop the list on purpose, restart the component with "
+            "the new file"
         )
     return None
 
