@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if config.grpc_listen:
             check_can_listen(config.grpc_listen, "--grpc-listen")
         web_config = WebConfig.load(config.web_config_file or None)
+        if config.grpc_listen:
+            from batcher.grpc_face import check_grpc_can_enforce  # grpc, only when asked for
+
+            check_grpc_can_enforce(web_config.tls_material())
         device = usable_device(config.device)
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

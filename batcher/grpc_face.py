@@ -213,6 +213,32 @@ def peer_certificate(context: grpc.aio.ServicerContext) -> dict[str, Any] | None
     return {"subjectAltName": tuple(("DNS", name.decode()) for name in names)}
 
 
+def check_grpc_can_enforce(material: TLSMaterial | None) -> None:
+    """Refuse TLS settings the gRPC listener would silently ignore.
+
+    grpcio takes a certificate, a key and a client CA, and no TLS versions or ciphers: it
+    negotiates TLS 1.2 or 1.3 with its own cipher list. A web config that asks for less than
+    that (an older minimum) is served more strictly, which is safe; one that asks for more (a
+    TLS 1.3 minimum, a TLS 1.2 maximum, a cipher list) would hold on HTTP and not on gRPC, so it
+    is refused at start rather than half applied.
+    """
+    if material is None:
+        return
+    asked = []
+    if material.min_version == "TLS13":
+        asked.append("min_version TLS13")
+    if material.max_version != "TLS13":
+        asked.append(f"max_version {material.max_version}")
+    if material.cipher_suites:
+        asked.append("cipher_suites")
+    if asked:
+        raise ConfigError(
+            f"--grpc-listen: the web config's tls_server_config sets {', '.join(asked)}, which "
+            "the gRPC listener cannot enforce (grpcio negotiates TLS 1.2 or 1.3 with its own "
+            "ciphers); remove it from the web config, or serve REST only (no --grpc-listen)"
+        )
+
+
 def certificate_configuration(material: TLSMaterial) -> Any:
     return grpc.ssl_server_certificate_configuration(
         [(material.private_key, material.certificate_chain)],

@@ -87,6 +87,10 @@ class TLSMaterial:
     private_key: bytes
     client_ca: bytes | None = None
     client_auth_type: str = "NoClientCert"
+    # What such a server must refuse to serve if it cannot enforce it.
+    min_version: str = "TLS12"
+    max_version: str = "TLS13"
+    cipher_suites: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -275,7 +279,9 @@ def load_tls(section: dict[str, Any], base: Path, where: str) -> TLSSettings:
         client_allowed_sans=tuple(sans),
         restart_only=tuple(sorted((k, repr(v)) for k, v in section.items() if k not in reloadable)),
         files=tuple(resolve(base, name) for name in (cert_file, key_file, client_ca_file) if name),
-        material=TLSMaterial(chain, private_key, client_ca_pem, auth_type),
+        material=TLSMaterial(
+            chain, private_key, client_ca_pem, auth_type, min_name, max_name, tuple(suites)
+        ),
     )
 
 

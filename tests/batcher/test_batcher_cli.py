@@ -18,8 +18,11 @@ from pathlib import Path
 import pytest
 import requests
 import torch
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.batcher.web_configs import web_config_file
+from tests.selfsigned import ScratchCA
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,6 +113,34 @@ def start_up_error(*args: str) -> str:
     assert len(lines) == 1, err
     assert "model loaded" not in err and "Traceback" not in err
     return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("tls", "refused"),
+    [
+        ({"min_version": "TLS13"}, "min_version TLS13"),
+        ({"max_version": "TLS12"}, "max_version TLS12"),
+        ({"cipher_suites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]}, "cipher_suites"),
+    ],
+)
+def test_tls_settings_grpc_cannot_enforce_are_refused_with_grpc_listen(
+    tmp_path, tls: dict, refused: str
+) -> None:
+    """HTTP enforces TLS versions and ciphers; grpcio takes none, so a web config asking for
+    them would hold on one port and not the other: refused at start when gRPC is asked for."""
+    path = web_config_file(ScratchCA(tmp_path))
+    config = yaml.safe_load(path.read_text())
+    config["tls_server_config"] |= tls
+    path.write_text(yaml.safe_dump(config))
+    listen = ("--listen", "127.0.0.1:0", "--web-config-file", str(path))
+    line = start_up_error(*listen, "--grpc-listen", "127.0.0.1:0")
+    assert refused in line and "cannot enforce" in line and "--grpc-listen" in line
+    served = batcher_process(*listen, "--warmup-repeats", "0")  # REST alone enforces them
+    try:
+        assert LogReader(served).wait_for("serving", timeout=120)["port"]
+    finally:
+        served.kill()
+        served.wait()
 
 
 def test_missing_checkpoint_is_refused_before_the_model_loads(tmp_path) -> None:
