@@ -120,8 +120,9 @@ class FrontServer:
         return self._engine.closed
 
     def app(self) -> web.Application:
+        checked = guard(self.web_config, "autoglm-batcher", _unauthorized, oip.HEALTH_PATHS)
         app = web.Application(
-            middlewares=[self._count, guard(self.web_config, "autoglm-batcher", _unauthorized)],
+            middlewares=[self._count, checked],
             client_max_size=self.max_body_bytes,
         )
         for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):

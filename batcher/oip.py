@@ -72,6 +72,11 @@ _ELEMENT_LENGTH = struct.Struct("<I")  # the length before each BYTES element in
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _LARGEST_ARRAY_BYTES = int(np.iinfo(np.intp).max)
 MICROSECONDS = 1e-6
+LIVE_PATH = "/v2/health/live"
+READY_PATH = "/v2/health/ready"
+# Open without credentials, as the exporter's /healthz is: a kubelet probe carries none, and
+# they say only whether the server is up and ready.
+HEALTH_PATHS = (LIVE_PATH, READY_PATH)
 SIMDJSON_DEPTH_ERROR = "DEPTH_ERROR"  # how simdjson's error for a too-deep document starts
 TOO_DEEP = (
     "request body is nested too deeply to read; a tensor's data needs one level per dimension"

@@ -248,10 +248,9 @@ class BatcherServer:
     def app(self, guarded: bool = True) -> web.Application:
         """The routes; ``guarded``: behind basic auth and the configured headers (all but the
         private socket the front workers pass requests through)."""
+        checked = guard(self.web_config, "autoglm-batcher", _unauthorized, oip.HEALTH_PATHS)
         app = web.Application(
-            middlewares=[self._observe, guard(self.web_config, "autoglm-batcher", _unauthorized)]
-            if guarded
-            else [self._observe],
+            middlewares=[self._observe, checked] if guarded else [self._observe],
             client_max_size=self.max_body_bytes,
         )
         model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
@@ -259,8 +258,8 @@ class BatcherServer:
         # so the hot path matches on its first try
         infer_routes = [app.router.add_post(base + "/infer", self._infer) for base in model_paths]
         app.router.add_get("/v2", self._server_metadata)
-        app.router.add_get("/v2/health/live", self._live)
-        app.router.add_get("/v2/health/ready", self._ready)
+        app.router.add_get(oip.LIVE_PATH, self._live)
+        app.router.add_get(oip.READY_PATH, self._ready)
         app.router.add_get("/metrics", self._metrics)
         for base in model_paths:
             app.router.add_get(base, self._model_metadata)

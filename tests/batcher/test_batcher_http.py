@@ -491,6 +491,13 @@ def test_tls_and_basic_auth_from_the_web_config(serve, tmp_path) -> None:
     assert "autoglm_web_config_last_reload_successful 1.0" in metrics.text
     # The refused inference reached no model: counted as an HTTP request, the served one is not.
     assert http_requests(metrics.text) == {("/v2/models/{name}/infer", "401"): 1.0}
+    # Health stays open, as a kubelet probe sends no credentials; nothing else does.
+    base = url.removesuffix("/v2/models/echo/infer")
+    for path in ("/v2/health/live", "/v2/health/ready"):
+        assert requests.get(base + path, verify=str(ca.cert_file), timeout=10).status_code == 200
+    for path in ("/v2", "/v2/models/echo", "/v2/models/echo/ready", "/v2/repository/index"):
+        method = requests.post if path.endswith("index") else requests.get
+        assert method(base + path, verify=str(ca.cert_file), timeout=10).status_code == 401
 
 
 def test_client_certificates_and_headers_from_the_web_config(serve, tmp_path) -> None:

@@ -179,6 +179,10 @@ def test_tls_and_basic_auth_hold_at_the_workers(served: list[Served], tmp_path) 
             timeout=30,
         )
         assert allowed.status_code == 200 and allowed.json()["outputs"][1]["data"] == [7]
+    for path in ("/v2/health/live", "/v2/health/ready"):  # open to probes, at every worker
+        for _ in range(4):
+            probe = requests.get(f"{url}{path}", verify=str(ca.cert_file), timeout=30)
+            assert probe.status_code == 200
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{server.port}/v2/health/live", timeout=30)
 

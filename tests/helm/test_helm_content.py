@@ -8,11 +8,13 @@ import re
 import subprocess
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from tests.helm.chart import (
     CHART,
+    KUBE_VERSIONS,
     NAMESPACE,
     RELEASE,
     ROOT,
@@ -344,6 +346,58 @@ def test_network_policies_admit_prometheus_and_the_test_pod_only():
     assert not of_kind(render(), "NetworkPolicy")
 
 
+def test_the_batcher_gets_a_network_policy_only_when_asked():
+    """Its port serves inference clients the chart does not know: networkPolicy.enabled leaves
+    it open, batcher.networkPolicy.enabled closes it to all but Prometheus, the job and the
+    clients listed."""
+
+    def guarded(*sets: str) -> list[str]:
+        policies = of_kind(render(sets=("batcher.enabled=true", *sets)), "NetworkPolicy")
+        return sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in policies)
+
+    assert guarded() == []
+    assert guarded("networkPolicy.enabled=true") == ["autoscaler", "exporter", "predictor"]
+    assert guarded("batcher.networkPolicy.enabled=true") == ["batcher"]
+    assert "batcher" in guarded("networkPolicy.enabled=true", "batcher.networkPolicy.enabled=true")
+    assert guarded("batcher.enabled=false", "batcher.networkPolicy.enabled=true") == []
+
+
+def test_the_batcher_network_policy_admits_prometheus_the_job_and_its_clients():
+    objects = render(values=[CI / "batcher-job-secure-values.yaml"])
+    policy = one(objects, "NetworkPolicy", "-batcher")
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(policy, version, strict=True)
+    deployment = one(objects, "Deployment", "-batcher")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    prometheus, job, client = rule["from"]
+    assert prometheus["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    job_pod_labels = one(objects, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert job["podSelector"]["matchLabels"].items() <= job_pod_labels.items()
+    assert "namespaceSelector" not in job  # the release's namespace only
+    assert client == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ml"}}}
+
+
+def test_the_batcher_network_policy_never_admits_everyone():
+    """An ingress rule whose `from` is empty admits every source: with no Prometheus peers and
+    no clients the job's peer is still there."""
+    policy = one(
+        render(
+            sets=("batcher.enabled=true", "batcher.networkPolicy.enabled=true"),
+            extra=("--set-json", "networkPolicy.from=[]"),
+        ),
+        "NetworkPolicy",
+    )
+    (rule,) = policy["spec"]["ingress"]
+    assert [
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]
+    ] == ["job"]
+
+
 # --- labels, image, hooks -----------------------------------------------------------------------
 
 
@@ -416,6 +470,19 @@ def test_schema_rejects_bad_values_clearly(flag, message):
         (
             ("exporter.webConfig.enabled=true",),
             "exporter.webConfig.enabled is true but there is no web config",
+        ),
+        (
+            ("batcher.enabled=true", "batcher.webConfig.enabled=true"),
+            "batcher.webConfig.enabled is true but there is no web config",
+        ),
+        (
+            (
+                "batcher.enabled=true",
+                "batcher.webConfig.enabled=true",
+                "batcher.webConfig.existingSecret=web",
+                "batcher.webConfig.config.http_server_config.http2=true",
+            ),
+            "batcher.webConfig: set either existingSecret or config, not both",
         ),
         (
             ("autoscaler.replicas=2", "autoscaler.leaderElection.enabled=false"),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from autoglm.config import load_config
 from jobs.config import JobConfig
@@ -169,9 +171,218 @@ def test_inconsistent_job_values_fail_with_the_fix(flags: tuple[str, ...], messa
         ("job.completions=0", "at '/job/completions'"),
         ("job.input.path=/abs/requests.jsonl", "at '/job/input/path'"),
         ("job.resources=null", "at '/job': missing property 'resources'"),
+        ("job.endpointAuth.username=a:b", "at '/job/endpointAuth/username'"),
+        ("job.endpointAuth.password=secret", "additional properties 'password' not allowed"),
+        ("job.webConfig.config.rate_limit.burst=1", "at '/job/webConfig/config'"),
     ],
 )
 def test_schema_rejects_bad_job_values(flag: str, message: str) -> None:
     stderr = render_failure("--set", flag)
     assert "values don't meet the specifications of the schema" in stderr
     assert message in stderr
+
+
+# --- credentials toward the batcher, and the job's own /metrics behind a web config --------
+
+BCRYPT = "$2y$10$Y8bxkraO9eohc855OubO1e5vdVNt4JiSACI21myLen.eap9FzqVTS"
+TLS_FILES = {"cert_file": "/etc/autoglm/tls/tls.crt", "key_file": "/etc/autoglm/tls/tls.key"}
+BATCHER_TLS = (
+    "batcher.webConfig.enabled=true",
+    "batcher.webConfig.tlsSecret=batcher-tls",
+    f"batcher.webConfig.config.tls_server_config.cert_file={TLS_FILES['cert_file']}",
+    f"batcher.webConfig.config.tls_server_config.key_file={TLS_FILES['key_file']}",
+)
+PASSWORD = ("job.endpointAuth.username=job", "job.endpointAuth.passwordSecret=job-auth")
+
+
+def mounted_files(job: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """Path in the container -> (Secret or ConfigMap, its name, its key), for the projected
+    files of the container's mounts."""
+    pod = job["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    files = {}
+    for mount in container(job)["volumeMounts"]:
+        for source in volumes[mount["name"]].get("projected", {}).get("sources", []):
+            ((kind, ref),) = source.items()
+            for item in ref["items"]:
+                path = f"{mount['mountPath']}/{item['path']}"
+                files[path] = (kind, ref["name"], item["key"])
+    return files
+
+
+def test_the_client_credentials_reach_the_runner_as_its_flags() -> None:
+    job = one(
+        job_objects(
+            "batcher.enabled=false",
+            "job.endpoint=https://fleet.ml.svc:8443",
+            *PASSWORD,
+            "job.endpointAuth.passwordKey=pw",
+            "job.endpointAuth.caConfigMap=fleet-ca",
+            "job.endpointAuth.caKey=bundle.pem",
+            "job.endpointAuth.clientCertSecret=job-client",
+        ),
+        "Job",
+    )
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(job, version, strict=True)
+    config = load_config(JobConfig, container(job)["args"], prog="autoglm job run")
+    assert config.endpoint == "https://fleet.ml.svc:8443"
+    assert config.username == "job"
+    files = mounted_files(job)
+    assert files[config.password_file] == ("secret", "job-auth", "pw")
+    assert files[config.ca_file] == ("configMap", "fleet-ca", "bundle.pem")
+    assert files[config.cert_file] == ("secret", "job-client", "tls.crt")
+    assert files[config.key_file] == ("secret", "job-client", "tls.key")
+    assert len(files) == 4
+    (mount,) = [m for m in container(job)["volumeMounts"] if m["name"] == "endpoint-auth"]
+    assert mount["readOnly"] is True and "subPath" not in mount  # a rotated Secret reaches it
+
+
+def test_without_credentials_the_job_sends_plain_http_and_mounts_nothing() -> None:
+    job = one(job_objects(), "Job")
+    config = load_config(JobConfig, container(job)["args"], prog="autoglm job run")
+    assert config.endpoint.startswith("http://")
+    assert not (config.username or config.password_file or config.ca_file or config.cert_file)
+    assert not mounted_files(job)
+    assert not config.web_config_file
+
+
+def test_toward_the_releases_batcher_with_tls_the_job_uses_https_and_its_ca_only() -> None:
+    """The batcher's tlsSecret holds its private key: only ca.crt is projected to the job."""
+    objects = render(sets=(*JOB, *BATCHER_TLS, *PASSWORD))
+    job = one(objects, "Job")
+    config = load_config(JobConfig, container(job)["args"], prog="autoglm job run")
+    service = one(objects, "Service", "-batcher")["metadata"]["name"]
+    assert config.endpoint == f"https://{service}.{NAMESPACE}.svc:8000"
+    assert mounted_files(job)[config.ca_file] == ("secret", "batcher-tls", "ca.crt")
+    assert ("secret", "batcher-tls", "tls.key") not in mounted_files(job).values()
+    # A CA of the user's wins over the batcher's.
+    job = one(render(sets=(*JOB, *BATCHER_TLS, *PASSWORD, "job.endpointAuth.caSecret=ca")), "Job")
+    config = load_config(JobConfig, container(job)["args"], prog="autoglm job run")
+    assert mounted_files(job)[config.ca_file] == ("secret", "ca", "ca.crt")
+    # The chart cannot read an existingSecret: webConfig.tls says it serves TLS.
+    job = one(
+        render(
+            sets=(
+                *JOB,
+                "batcher.webConfig.enabled=true",
+                "batcher.webConfig.existingSecret=batcher-web",
+                "batcher.webConfig.tls=true",
+            )
+        ),
+        "Job",
+    )
+    config = load_config(JobConfig, container(job)["args"], prog="autoglm job run")
+    assert config.endpoint.startswith("https://") and not config.ca_file  # the system CAs
+
+
+def test_the_jobs_metrics_web_config_is_mounted_passed_and_scraped_over_https() -> None:
+    tls = (
+        "job.webConfig.enabled=true",
+        "job.webConfig.tlsSecret=job-tls",
+        f"job.webConfig.config.tls_server_config.cert_file={TLS_FILES['cert_file']}",
+        f"job.webConfig.config.tls_server_config.key_file={TLS_FILES['key_file']}",
+        f"job.webConfig.config.basic_auth_users.prometheus={BCRYPT}",
+    )
+    objects = job_objects(*tls, monitoring_api=True)
+    job = one(objects, "Job")
+    config = load_config(JobConfig, container(job)["args"], prog="autoglm job run")
+    assert config.web_config_file == "/etc/autoglm/web/web-config.yml"
+    secret = one(objects, "Secret", "-job-web-config")
+    web_config = yaml.safe_load(secret["stringData"]["web-config.yml"])
+    assert web_config["tls_server_config"] == TLS_FILES
+    pod = job["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in container(job)["volumeMounts"]}
+    assert (
+        volumes[mounts["/etc/autoglm/web"]["name"]]["secret"]["secretName"]
+        == (secret["metadata"]["name"])
+    )
+    assert volumes[mounts["/etc/autoglm/tls"]["name"]]["secret"]["secretName"] == "job-tls"
+    assert mounts["/etc/autoglm/web"]["readOnly"] and mounts["/etc/autoglm/tls"]["readOnly"]
+
+    monitor = one(objects, "PodMonitor")
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {
+        "serverName": f"{job['metadata']['name']}.{NAMESPACE}.svc",
+        "ca": {"secret": {"name": "job-tls", "key": "ca.crt"}},
+    }
+    # The user's endpoint fields are merged (basic auth) or replace the chart's (tlsConfig).
+    auth = {"username": {"name": "scrape", "key": "u"}, "password": {"name": "scrape", "key": "p"}}
+    mine = {"serverName": "job.example", "insecureSkipVerify": False}
+    objects = render(
+        sets=(*JOB, *tls),
+        monitoring_api=True,
+        extra=(
+            "--set-json",
+            f"job.podMonitor.endpoint={json.dumps({'basicAuth': auth, 'tlsConfig': mine})}",
+        ),
+    )
+    monitor = one(objects, "PodMonitor")
+    model = prometheus_operator().PodMonitor.model_validate(monitor)
+    dumped = model.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
+    assert dumped == monitor, "the PodMonitor has fields the operator does not know"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["basicAuth"] == auth and endpoint["tlsConfig"] == mine
+    assert endpoint["scheme"] == "https" and endpoint["port"] == "metrics"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("job.endpointAuth.username=job",), "basic auth needs both username and passwordSecret"),
+        (
+            ("job.endpointAuth.passwordSecret=auth",),
+            "basic auth needs both username and passwordSecret",
+        ),
+        (
+            ("job.endpointAuth.caSecret=ca",),
+            "but the job sends to http://gpu-open-autoglm-batcher.autoglm.svc:8000",
+        ),
+        (
+            ("job.endpointAuth.clientCertSecret=me", "job.endpoint=http://fleet:8000"),
+            "use an https:// job.endpoint",
+        ),
+        (
+            (*BATCHER_TLS, "job.endpointAuth.caSecret=a", "job.endpointAuth.caConfigMap=b"),
+            "set either caSecret or caConfigMap, not both",
+        ),
+        (
+            (f"batcher.webConfig.config.basic_auth_users.job={BCRYPT}", *BATCHER_TLS),
+            "sets basic_auth_users but job.endpointAuth.username is empty",
+        ),
+        (
+            (
+                *BATCHER_TLS,
+                "batcher.webConfig.config.tls_server_config.client_auth_type="
+                "RequireAndVerifyClientCert",
+            ),
+            "job.endpointAuth.clientCertSecret is empty",
+        ),
+        (
+            ("job.webConfig.enabled=true",),
+            "job.webConfig.enabled is true but there is no web config",
+        ),
+    ],
+)
+def test_credentials_the_runner_or_the_batcher_would_refuse_fail_with_the_fix(
+    flags: tuple[str, ...], message: str
+) -> None:
+    args: list[str] = []
+    for flag in (*JOB, *flags):
+        args += ["--set", flag]
+    assert message in render_failure(*args)
+
+
+def test_a_batcher_that_asks_credentials_of_another_endpoint_is_not_checked() -> None:
+    """The checks read only this release's batcher: the job may send elsewhere."""
+    job = one(
+        job_objects(
+            f"batcher.webConfig.config.basic_auth_users.job={BCRYPT}",
+            *BATCHER_TLS,
+            "job.endpoint=http://other.ml.svc:8000",
+        ),
+        "Job",
+    )
+    assert "--endpoint=http://other.ml.svc:8000" in container(job)["args"]

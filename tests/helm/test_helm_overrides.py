@@ -398,6 +398,132 @@ def test_an_existing_secret_serves_tls_only_when_tls_says_so():
         assert container["livenessProbe"]["httpGet"]["scheme"] == scheme
 
 
+BCRYPT = "$2y$10$Y8bxkraO9eohc855OubO1e5vdVNt4JiSACI21myLen.eap9FzqVTS"
+
+
+def _batcher_web_config_values(tmp_path: Path, **web_config: object) -> Path:
+    return _values_file(
+        tmp_path,
+        {
+            "batcher": {
+                "enabled": True,
+                "webConfig": {
+                    "enabled": True,
+                    "tlsSecret": "batcher-tls",
+                    "config": {
+                        "tls_server_config": TLS_FILES,
+                        "basic_auth_users": {"prometheus": BCRYPT},
+                    },
+                    **web_config,
+                },
+            }
+        },
+    )
+
+
+def test_the_batchers_web_config_is_mounted_and_passed(tmp_path):
+    objects = render(values=[_batcher_web_config_values(tmp_path)], monitoring_api=True)
+    deployment = _workload(objects, "batcher")
+    spec = pod_spec(deployment)
+    (container,) = spec["containers"]
+    assert "--web-config-file=/etc/autoglm/web/web-config.yml" in container["args"]
+    secret = one(objects, "Secret", "-batcher-web-config")
+    web_config = yaml.safe_load(secret["stringData"]["web-config.yml"])
+    assert web_config == {
+        "tls_server_config": TLS_FILES,
+        "basic_auth_users": {"prometheus": BCRYPT},
+    }
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert (
+        volumes[mounts["/etc/autoglm/web"]["name"]]["secret"]["secretName"]
+        == (secret["metadata"]["name"])
+    )
+    assert volumes[mounts["/etc/autoglm/tls"]["name"]]["secret"]["secretName"] == "batcher-tls"
+    for path in ("/etc/autoglm/web", "/etc/autoglm/tls"):  # a renewed certificate reaches them
+        assert mounts[path]["readOnly"] and "subPath" not in mounts[path], path
+    # A change of the inline web config rolls the pods, as for the other components.
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    other = render(
+        values=[_batcher_web_config_values(tmp_path, config={"tls_server_config": TLS_FILES})]
+    )
+    assert (
+        annotations["checksum/web-config"]
+        != (
+            _workload(other, "batcher")["spec"]["template"]["metadata"]["annotations"][
+                "checksum/web-config"
+            ]
+        )
+    )
+
+
+def test_the_batchers_probes_need_no_credentials_once_it_asks_for_them(tmp_path):
+    """The batcher leaves its KServe v2 health endpoints open (the kubelet has no
+    credentials), so the probes ask them behind a web config too, over HTTPS once it sets TLS."""
+    probes = ("startupProbe", "livenessProbe", "readinessProbe")
+    basic_auth_only = {"basic_auth_users": {"p": BCRYPT}}
+    for config, scheme in (({}, "HTTPS"), ({"config": basic_auth_only}, "HTTP")):
+        folder = tmp_path / scheme  # a file of its own: renders are cached by their arguments
+        folder.mkdir()
+        values = [_batcher_web_config_values(folder, **config)]
+        (container,) = pod_spec(_workload(render(values=values), "batcher"))["containers"]
+        for probe in probes:
+            assert container[probe]["httpGet"]["scheme"] == scheme, probe
+            assert container[probe]["httpGet"]["path"].startswith("/v2/health/"), probe
+    existing = render(
+        sets=(
+            "batcher.enabled=true",
+            "batcher.webConfig.enabled=true",
+            "batcher.webConfig.existingSecret=web",
+            "batcher.webConfig.tls=true",
+        )
+    )
+    (container,) = pod_spec(_workload(existing, "batcher"))["containers"]
+    assert all(container[probe]["httpGet"]["scheme"] == "HTTPS" for probe in probes)
+    (container,) = pod_spec(_workload(render(sets=("batcher.enabled=true",)), "batcher"))[
+        "containers"
+    ]
+    paths = {probe: container[probe]["httpGet"]["path"] for probe in probes}
+    assert paths == {
+        "startupProbe": "/v2/health/ready",
+        "livenessProbe": "/v2/health/live",
+        "readinessProbe": "/v2/health/ready",
+    }
+
+
+def test_the_batchers_service_monitor_scrapes_over_https_with_the_users_basic_auth(tmp_path):
+    auth = {"username": {"name": "scrape", "key": "u"}, "password": {"name": "scrape", "key": "p"}}
+    objects = render(
+        values=[_batcher_web_config_values(tmp_path)],
+        monitoring_api=True,
+        extra=("--set-json", f"batcher.serviceMonitor.endpoint={json.dumps({'basicAuth': auth})}"),
+    )
+    monitor = one(objects, "ServiceMonitor", "-batcher")
+    validate_operator_object(monitor)
+    (endpoint,) = monitor["spec"]["endpoints"]
+    service = one(objects, "Service", "-batcher")
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["scheme"] == "https" and endpoint["basicAuth"] == auth
+    assert endpoint["tlsConfig"] == {
+        "serverName": f"{service['metadata']['name']}.{NAMESPACE}.svc",
+        "ca": {"secret": {"name": "batcher-tls", "key": "ca.crt"}},
+    }
+    plain = one(
+        render(sets=("batcher.enabled=true",), monitoring_api=True), "ServiceMonitor", "-batcher"
+    )
+    (endpoint,) = plain["spec"]["endpoints"]
+    assert endpoint["scheme"] == "http" and "tlsConfig" not in endpoint
+
+
+def test_notes_say_whether_the_batcher_asks_credentials(tmp_path):
+    notes = render_notes(values=[_batcher_web_config_values(tmp_path)])
+    assert f"https://{RELEASE}-open-autoglm-batcher.{NAMESPACE}.svc:8000" in notes
+    assert "every path but /v2/health/live and /v2/health/ready" in notes
+    open_notes = render_notes(sets=("batcher.enabled=true",))
+    assert "without TLS or auth" in open_notes and "batcher.webConfig" in open_notes
+    assert "Batcher:" not in render_notes()
+
+
 # --- 7. relabelings of the user's are appended to the chart's ----------------------------------
 
 

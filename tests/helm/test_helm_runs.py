@@ -1,6 +1,7 @@
 """The chart's containers run: their commands exist, their arguments parse, the `helm test`
-pod passes against the exporter the chart starts, and the autoscaler works with exactly the
-RBAC the chart grants.
+pod passes against the exporter the chart starts, the job gets its answers from the batcher
+the chart starts behind TLS and basic auth, and the autoscaler works with exactly the RBAC the
+chart grants.
 
 Commands and arguments are taken from the rendered manifests and run as they would in the pod,
 with only what a cluster provides swapped for local stand-ins: listen addresses on 127.0.0.1,
@@ -11,6 +12,7 @@ autoscaler's own tests use (they speak the real HTTP APIs, driven by the real cl
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -29,12 +31,13 @@ from autoglm.config import ConfigError, add_config_arguments, config_from_args
 from autoscaler.config import AutoscalerConfig
 from batcher.config import BatcherConfig
 from exporter.config import ExporterConfig
+from jobs.config import JobConfig
 from predictor.config import PredictorConfig
 from tests.autoscaler.fake_kube import FakeKubeServer
 from tests.autoscaler.fake_prometheus import FakePrometheus
 from tests.exporter.processes import ExporterProcess
 from tests.helm.chart import CHART, NAMESPACE, ROOT, ci_values_files, one, pod_spec, render
-from tests.live import free_port
+from tests.live import LiveProcess, free_port
 from tests.selfsigned import ScratchCA
 from tests.waiting import wait_until
 
@@ -47,6 +50,7 @@ CLIS: dict[str, tuple[str | None, type]] = {
     "autoglm-predictor": ("serve", PredictorConfig),
     "autoglm-autoscaler": ("run", AutoscalerConfig),
     "autoglm-batcher": (None, BatcherConfig),
+    "autoglm-job": ("run", JobConfig),
 }
 
 
@@ -54,7 +58,7 @@ def _containers(objects: list[dict]) -> list[tuple[dict, dict]]:
     return [
         (obj, c)
         for obj in objects
-        if obj["kind"] in ("Deployment", "DaemonSet")
+        if obj["kind"] in ("Deployment", "DaemonSet", "Job")
         for c in pod_spec(obj)["containers"]
     ]
 
@@ -64,20 +68,45 @@ def _expand(arg: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
 
 
-def _mounted_files(objects: list[dict], obj: dict, container: dict, folder: Path) -> dict[str, str]:
-    """Write the ConfigMaps/Secrets the container mounts; returns mount path -> local folder."""
+def _rendered_data(objects: list[dict], kind: str, name: str) -> dict[str, str] | None:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found[0]["stringData" if kind == "Secret" else "data"] if found else None
+
+
+def _mounted_files(
+    objects: list[dict],
+    obj: dict,
+    container: dict,
+    folder: Path,
+    yours: dict[str, dict[str, str]] | None = None,
+) -> dict[str, str]:
+    """Write the ConfigMaps/Secrets the container mounts, as the kubelet would; returns mount
+    path -> local folder. ``yours``: the ConfigMaps and Secrets the user made (name -> data),
+    which the chart only names (one not given is left out); a projected volume takes each item's
+    key from them. A claim
+    becomes an empty folder; other volumes are left out."""
+    yours = yours or {}
     volumes = {v["name"]: v for v in pod_spec(obj).get("volumes", [])}
     rewrites = {}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
         if "configMap" in volume:
-            data = one(objects, "ConfigMap", volume["configMap"]["name"])["data"]
-        elif "secret" in volume and any(
-            o["kind"] == "Secret" and o["metadata"]["name"] == volume["secret"]["secretName"]
-            for o in objects
-        ):
-            data = one(objects, "Secret", volume["secret"]["secretName"])["stringData"]
+            name = volume["configMap"]["name"]
+            data = _rendered_data(objects, "ConfigMap", name) or yours.get(name)
+        elif "secret" in volume:
+            name = volume["secret"]["secretName"]
+            data = _rendered_data(objects, "Secret", name) or yours.get(name)
+        elif "projected" in volume:
+            data = {}
+            for source in volume["projected"]["sources"]:
+                ((_, ref),) = source.items()
+                given = yours.get(ref["name"], {})
+                data |= {i["path"]: given[i["key"]] for i in ref["items"] if i["key"] in given}
+        elif "persistentVolumeClaim" in volume:
+            data = {}
         else:
+            continue
+        if data is None:
             continue
         local = folder / mount["name"]
         local.mkdir(parents=True, exist_ok=True)
@@ -223,6 +252,142 @@ def test_helm_test_pod_passes_against_an_exporter_behind_tls_and_basic_auth(tmp_
         exporter.stop()
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"GET {https}/healthz -> 200" in result.stdout
+
+
+# --- the job against the batcher, both behind TLS and basic auth -----------------------------
+
+FEATURES = 16  # the demo model's input width
+# The console scripts' entry points (pyproject.toml), run by this interpreter.
+BATCHER_MAIN = "import sys; from batcher.cli import main; sys.exit(main())"
+JOB_MAIN = "import sys; from jobs.cli import main; sys.exit(main())"
+
+
+def _secure_batcher_and_job(tmp_path: Path, ca: ScratchCA, password_hash: str) -> Path:
+    """Values of a batcher behind TLS and basic auth and of a job sending to it, with a web
+    config of its own on its metrics; certificates on local paths (the pods' would be in
+    tlsSecret), the CA in the batcher's tlsSecret as cert-manager writes it."""
+    batcher_cert = ca.issue("batcher", dns=["localhost"], ips=["127.0.0.1"], client=False)
+    job_cert = ca.issue("job", dns=["localhost"], ips=["127.0.0.1"], client=False)
+
+    def web_config(cert, users: dict[str, str]) -> dict:
+        tls = {"cert_file": str(cert.cert), "key_file": str(cert.key)}
+        return {
+            "enabled": True,
+            "tlsSecret": f"{cert.cert.stem}-tls",
+            "config": {"tls_server_config": tls, "basic_auth_users": users},
+        }
+
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "batcher": {
+                    "enabled": True,
+                    "webConfig": web_config(batcher_cert, {"job": password_hash}),
+                },
+                "job": {
+                    "enabled": True,
+                    "input": {"configMap": "requests"},
+                    "output": {"persistentVolumeClaim": "answers"},
+                    "endpointAuth": {"username": "job", "passwordSecret": "job-auth"},
+                    "webConfig": web_config(job_cert, {"prometheus": password_hash}),
+                },
+            }
+        )
+    )
+    return values
+
+
+def test_the_charts_job_gets_its_answers_from_the_charts_batcher_behind_tls_and_basic_auth(
+    tmp_path,
+):
+    """What the chart renders works together: the batcher serves its web config, asks
+    credentials on every path but the health ones its probes ask, and the job finds the
+    https endpoint, the password and the batcher's CA where the chart mounts them."""
+    ca = ScratchCA(tmp_path)
+    password_hash = bcrypt.hashpw(b"job-secret", bcrypt.gensalt(4)).decode()
+    objects = render(values=[_secure_batcher_and_job(tmp_path, ca, password_hash)])
+    ca_pem = ca.cert_file.read_text()
+    rows = [[round(0.01 * (i + j), 3) for j in range(FEATURES)] for i in range(12)]
+    lines = [
+        json.dumps(
+            {
+                "id": f"r{i}",
+                "inputs": [
+                    {"name": "input", "shape": [1, FEATURES], "datatype": "FP32", "data": row}
+                ],
+            }
+        )
+        for i, row in enumerate(rows)
+    ]
+    yours = {
+        # what cert-manager and the user put in the Secrets and the ConfigMap the chart names
+        "batcher-tls": {"ca.crt": ca_pem, "tls.crt": "unused", "tls.key": "never projected"},
+        "job-tls": {"ca.crt": ca_pem},
+        "job-auth": {"password": "job-secret\n"},
+        "requests": {"requests.jsonl": "\n".join(lines) + "\n"},
+    }
+
+    deployment = one(objects, "Deployment", "-batcher")
+    (batcher,) = pod_spec(deployment)["containers"]
+    assert batcher["command"] == ["autoglm-batcher"]
+    assert SCRIPTS["autoglm-batcher"] == "batcher.cli:main"
+    port = free_port()
+    rewrites = _mounted_files(objects, deployment, batcher, tmp_path / "batcher", yours)
+    args = [
+        f"--listen=127.0.0.1:{port}" if a.startswith("--listen=") else a
+        for a in _local_args(batcher["args"], rewrites)
+    ]
+    url = f"https://localhost:{port}"
+    server = LiveProcess(
+        [sys.executable, "-c", BATCHER_MAIN, *args],
+        ready_url=url + "/v2/health/ready",
+        log_path=tmp_path / "batcher.log",
+        request_options={"verify": str(ca.cert_file), "auth": ("job", "job-secret")},
+    )
+    server.start(ready_timeout=90)
+    try:
+        # The kubelet has no credentials: what the probes ask answers without them, and
+        # nothing else does.
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            asked = batcher[probe]["httpGet"]
+            assert asked["scheme"] == "HTTPS", probe
+            anonymous = requests.get(url + asked["path"], verify=str(ca.cert_file), timeout=5)
+            assert anonymous.status_code == 200, probe
+        assert requests.get(url + "/v2", verify=str(ca.cert_file), timeout=5).status_code == 401
+
+        job = one(objects, "Job")
+        (runner,) = pod_spec(job)["containers"]
+        assert runner["command"] == ["autoglm-job", "run"]
+        assert SCRIPTS["autoglm-job"] == "jobs.cli:main"
+        service = one(objects, "Service", "-batcher")["metadata"]["name"]
+        endpoint = f"--endpoint=https://{service}.{NAMESPACE}.svc:8000"
+        assert endpoint in runner["args"]
+        rewrites = _mounted_files(objects, job, runner, tmp_path / "job", yours)
+        metrics_port = free_port()
+        args = []
+        for arg in _local_args(runner["args"], rewrites):
+            if arg == endpoint:
+                arg = f"--endpoint={url}"
+            elif arg.startswith("--metrics-listen="):
+                arg = f"--metrics-listen=127.0.0.1:{metrics_port}"
+            args.append(arg)
+        run = subprocess.run(
+            [sys.executable, "-c", JOB_MAIN, "run", *args],
+            env={**os.environ, "JOB_COMPLETION_INDEX": "0"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stdout + run.stderr
+    answers = (Path(rewrites["/output"]) / "answers.jsonl").read_text().splitlines()
+    assert len(answers) == len(lines)
+    assert all(json.loads(a)["outputs"] for a in answers)
+    ca_file = Path(rewrites["/etc/autoglm/endpoint"]) / "ca.crt"
+    assert ca_file.read_text() == ca_pem  # only ca.crt of the batcher's TLS Secret
+    assert sorted(p.name for p in ca_file.parent.iterdir()) == ["ca.crt", "password"]
 
 
 # --- the autoscaler with exactly the chart's RBAC -------------------------------------------

@@ -134,7 +134,10 @@ def _without_descriptions(node: object) -> object:
     return node
 
 
-@pytest.mark.parametrize("component", ["exporter", "predictor", "autoscaler"])
+WEB_CONFIG_COMPONENTS = ["exporter", "predictor", "autoscaler", "batcher", "job"]
+
+
+@pytest.mark.parametrize("component", WEB_CONFIG_COMPONENTS)
 def test_the_web_config_values_have_the_web_config_schema(component):
     """``<component>.webConfig.config`` becomes the --web-config-file the servers read: the
     chart constrains it as the servers' schema does (sections, header names and values, user
@@ -150,6 +153,16 @@ def test_the_web_config_values_have_the_web_config_schema(component):
     assert "rate_limit" not in config["properties"]
     with pytest.raises(ConfigError, match="rate_limit"):
         settings_from_mapping({"rate_limit": {}})
+
+
+def test_every_components_web_config_block_has_the_same_shape():
+    """One webConfig block for all: the templates read every one with the same helpers."""
+    schema = _values_schema()["properties"]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    block = schema["exporter"]["properties"]["webConfig"]
+    for component in WEB_CONFIG_COMPONENTS:
+        assert schema[component]["properties"]["webConfig"] == block, component
+        assert values[component]["webConfig"] == values["exporter"]["webConfig"], component
 
 
 def test_a_bcrypt_hash_the_servers_take_fits_the_chart_pattern():

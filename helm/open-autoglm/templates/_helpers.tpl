@@ -371,6 +371,21 @@ imagePullSecrets:
 {{- end }}
 
 {{/*
+The tlsConfig of a scrape over https that the user did not write: Prometheus checks the
+certificate for serverName, against the CA of webConfig.tlsSecret (its ca.crt, as cert-manager
+writes it for a CA issuer) when there is one, else the system CAs. YAML.
+Usage: include "autoglm.scrapeTLSConfig" (list $values "<service>.<namespace>.svc") | fromYaml
+*/}}
+{{- define "autoglm.scrapeTLSConfig" -}}
+{{- $values := index . 0 }}
+{{- $tlsConfig := dict "serverName" (index . 1) }}
+{{- with $values.webConfig.tlsSecret }}
+{{- $_ := set $tlsConfig "ca" (dict "secret" (dict "name" . "key" "ca.crt")) }}
+{{- end }}
+{{- toYaml $tlsConfig }}
+{{- end }}
+
+{{/*
 The ServiceMonitor endpoint of a component, as a dict, with <component>.serviceMonitor.endpoint
 merged over it (so users can add tlsConfig, basicAuth, metricRelabelings). The chart's
 relabelings come first, then <component>.serviceMonitor.extraRelabelings; an
@@ -386,15 +401,8 @@ Usage: include "autoglm.serviceMonitorEndpoint" (list $ "exporter" "metrics")
 {{- $endpoint := dict "port" $port "path" "/metrics" "scheme" $scheme }}
 {{- $endpoint = merge $endpoint (include "autoglm.scrapeTiming" (list $root $values.serviceMonitor.interval $values.serviceMonitor.scrapeTimeout) | fromYaml) }}
 {{- if and (eq $scheme "https") (not (hasKey $values.serviceMonitor.endpoint "tlsConfig")) }}
-{{- /*
-Prometheus checks the certificate for the Service's name, against the CA of webConfig.tlsSecret
-(its ca.crt, as cert-manager writes it for a CA issuer) when there is one, else the system CAs.
-*/}}
-{{- $tlsConfig := dict "serverName" (printf "%s.%s.svc" (include "autoglm.componentName" (list $root $component)) $root.Release.Namespace) }}
-{{- with $values.webConfig.tlsSecret }}
-{{- $_ := set $tlsConfig "ca" (dict "secret" (dict "name" . "key" "ca.crt")) }}
-{{- end }}
-{{- $_ := set $endpoint "tlsConfig" $tlsConfig }}
+{{- $serverName := printf "%s.%s.svc" (include "autoglm.componentName" (list $root $component)) $root.Release.Namespace }}
+{{- $_ := set $endpoint "tlsConfig" (include "autoglm.scrapeTLSConfig" (list $values $serverName) | fromYaml) }}
 {{- end }}
 {{- /*
 job is "autoglm-<component>" whatever the release is called, as with a plain scrape config
