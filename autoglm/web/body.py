@@ -23,9 +23,15 @@ class UnreadableBody(ValueError):
 
 
 async def read_whole(request: web.Request) -> bytes:
-    """``request.read()``; :class:`UnreadableBody` when the body does not decode."""
+    """``request.read()``; :class:`UnreadableBody` when the body does not decode, or the client
+    closed the connection before its end (which aiohttp would log as an error with a traceback,
+    for what is a client going away)."""
     try:
         return await request.read()
+    except ConnectionResetError:  # the client left mid-body: nothing to answer, nothing broken
+        raise UnreadableBody(
+            "the client closed the connection before the end of the request body"
+        ) from None
     except web.RequestPayloadError as exc:
         cause = getattr(exc.__cause__, "message", None) or " ".join(str(exc).split())
         raise UnreadableBody(

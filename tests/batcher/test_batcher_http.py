@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -230,6 +231,28 @@ def test_malformed_requests_get_400_and_never_reach_the_model(
     assert reply.status_code == 400
     assert reason in reply.json()["error"]
     assert model.calls == warmed_up
+
+
+def test_a_client_leaving_mid_body_is_no_error_and_the_server_serves_on(serve, caplog) -> None:
+    """A client that closes its connection before the end of the body has gone away; aiohttp
+    would log that as an error with a traceback, a page for nothing broken."""
+    model = EchoModel()
+    server = serve(model)
+    warmed_up = model.calls
+    host, port = server.url.removeprefix("http://").split(":")
+    with caplog.at_level("INFO"), socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+            b'Content-Type: application/json\r\n\r\n{"inputs": ['
+        )
+    body = json_request([[1, 2, 3]], [[1]])
+    wait_until(
+        lambda: requests.post(f"{server.url}/v2/models/echo/infer", json=body, timeout=10).ok,
+        timeout=30,
+        what="the next request to be served",
+    )
+    assert model.calls == warmed_up + 1
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
 
 
 def test_binary_sizes_that_do_not_add_up_get_400(serve) -> None:
