@@ -14,16 +14,25 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import socket
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from autoglm.config import ConfigError, add_config_arguments, config_or_exit
+from autoglm.config import (
+    ConfigError,
+    OneLineErrorParser,
+    add_config_arguments,
+    check_can_listen,
+    config_or_exit,
+    read_yaml_file,
+)
 from autoglm.logs import setup_logging
 from autoglm.pipes import stdout_may_close
 from autoglm.signals import stop_on_signals
+from autoglm.version import add_version_argument
 from autoglm.web.exchange import Response
 from autoglm.web.exposition import registry_route
 from autoglm.web.server import HTTPServer
@@ -62,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"{PROG} run", description="run the controller")
+    parser = OneLineErrorParser(prog=f"{PROG} run", description="run the controller")
     add_config_arguments(parser, AutoscalerConfig)
     cfg = config_or_exit(AutoscalerConfig, parser.parse_args(argv), f"{PROG} run")
     setup_logging("autoscaler", cfg.log_level, cfg.log_format)
@@ -78,9 +87,21 @@ def _kube_api_client(cfg: AutoscalerConfig):
     import kubernetes.config
 
     configuration = kubernetes.client.Configuration()
+    if cfg.kubeconfig:
+        _check_kubeconfig(cfg.kubeconfig)
     try:
         if cfg.kubeconfig:
-            kubernetes.config.load_kube_config(cfg.kubeconfig, client_configuration=configuration)
+            try:
+                kubernetes.config.load_kube_config(
+                    cfg.kubeconfig, client_configuration=configuration
+                )
+            except (kubernetes.config.ConfigException, OSError):
+                raise
+            except Exception as exc:  # a mapping of the wrong shape (a list where one is due)
+                raise ConfigError(
+                    f"--kubeconfig {cfg.kubeconfig!r} is not a usable kubeconfig ({exc}); "
+                    "give the file kubectl uses (e.g. ~/.kube/config)"
+                ) from exc
         else:
             try:
                 kubernetes.config.load_incluster_config(client_configuration=configuration)
@@ -91,6 +112,20 @@ def _kube_api_client(cfg: AutoscalerConfig):
             f"no Kubernetes configuration ({exc}); run in a pod or pass --kubeconfig FILE"
         ) from exc
     return kubernetes.client.ApiClient(configuration)
+
+
+def _check_kubeconfig(path: str) -> None:
+    """One line naming --kubeconfig when the file is missing, not text, or not a YAML mapping."""
+    try:
+        data = read_yaml_file(path, "--kubeconfig file")
+    except ConfigError as exc:
+        problem = " ".join(str(exc).split())  # a YAML error spans lines; one line here
+        raise ConfigError(f"{problem}; give the file kubectl uses (e.g. ~/.kube/config)") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"--kubeconfig file {path!r} is not a kubeconfig (a YAML mapping with clusters, "
+            "users and contexts); give the file kubectl uses (e.g. ~/.kube/config)"
+        )
 
 
 def _hpa_flags(cfg: AutoscalerConfig) -> dict[str, Any]:
@@ -114,6 +149,8 @@ def _run(cfg: AutoscalerConfig) -> int:
     from autoscaler.controller.service_model import PrometheusServiceModels
     from autoscaler.local import LocalProcessGroup
 
+    # A busy --listen port is one line now, not after workers have started (or a lease is held).
+    check_can_listen(cfg.listen)
     metrics = AutoscalerMetrics()
     client = cfg.prometheus_client(cfg.prometheus_timeout)
     web_config = WebConfig.load(cfg.web_config_file or None)
@@ -154,6 +191,12 @@ def _run(cfg: AutoscalerConfig) -> int:
         controller = budgets
     else:
         spec = load_spec_file(cfg.spec_file)
+        if cfg.worker_base_port and cfg.worker_base_port + spec.max_replicas - 1 > 65535:
+            raise ConfigError(
+                f"--worker-base-port {cfg.worker_base_port} leaves no port for worker "
+                f"{spec.max_replicas} (maxReplicas); give at most {65536 - spec.max_replicas}, "
+                "or 0 to pick free ports"
+            )
         group = LocalProcessGroup(
             cfg.worker_command,
             base_port=cfg.worker_base_port,
@@ -214,12 +257,15 @@ def _run(cfg: AutoscalerConfig) -> int:
 
 def decide_main(argv: Sequence[str]) -> int:
     """One decision from a spec and metric values given on the command line (no state, no I/O)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog=f"{PROG} decide",
         description="what would the autoscaler do with these readings? (no history)",
     )
+    add_version_argument(parser)
     parser.add_argument("--spec", required=True, help="GPUAutoscaler YAML (object or spec)")
-    parser.add_argument("--current", type=int, required=True, help="current replicas")
+    parser.add_argument(
+        "--current", type=_replicas, required=True, help="current replicas (0 or more)"
+    )
     parser.add_argument(
         "--metrics",
         required=True,
@@ -237,11 +283,11 @@ def decide_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     try:
         spec = load_spec_file(args.spec)
-        readings = json.loads(args.metrics)
+        readings = _json_argument("--metrics", args.metrics)
         if not isinstance(readings, dict):
             raise ValueError("--metrics must be a JSON object keyed by metric name")
         inputs = [_input_from_json(m, readings.get(m.name)) for m in spec.metrics]
-        slo = _slo_from_json(json.loads(args.slo)) if args.slo is not None else None
+        slo = _slo_from_json(_json_argument("--slo", args.slo)) if args.slo is not None else None
     except (SpecError, ValueError) as exc:
         print(f"{PROG} decide: error: {exc}", file=sys.stderr)
         return 2
@@ -271,6 +317,54 @@ def decide_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _replicas(text: str) -> int:
+    """argparse ``type=`` for --current: a whole number of replicas, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (a replica count), got {value}")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _json_argument(flag: str, text: str) -> Any:
+    """``text`` parsed as JSON; NaN and Infinity (which Python's json accepts) are refused."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:  # json.JSONDecodeError is one
+        raise ValueError(f"{flag} is not valid JSON: {exc}") from None
+
+
+def _number(raw: Any, where: str, *, minimum: float | None = None) -> float:
+    """``raw`` as a finite float (a JSON number, not true/false), at least ``minimum``."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise ValueError(f"{where} must be a number, got {json.dumps(raw)}")
+    try:
+        value = float(raw)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{where} must be >= {minimum:g}, got {raw!r}")
+    return value
+
+
+def _whole(raw: Any, where: str, *, minimum: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
+        raise ValueError(f"{where} must be a whole number >= {minimum}, got {json.dumps(raw)}")
+    return raw
+
+
+def _optional_number(raw: Any, where: str, *, minimum: float | None = None) -> float | None:
+    return None if raw is None else _number(raw, where, minimum=minimum)
+
+
 def _slo_from_json(raw: Any) -> SloInput:
     if not isinstance(raw, dict) or "rate" not in raw:
         raise ValueError('--slo must be a JSON object with "rate" (and "serviceModel")')
@@ -279,19 +373,21 @@ def _slo_from_json(raw: Any) -> SloInput:
     if model is not None:
         if not isinstance(model, dict):
             raise ValueError("--slo: serviceModel must be an object")
+        where = "--slo: serviceModel."
         service_model = ServiceModel(
-            float(model.get("fixedSeconds", 0.0)),
-            float(model.get("perItemSeconds", 0.0)),
-            int(model.get("maxBatch", 1)),
-            float(model.get("serviceScv", 0.0)),
+            _number(model.get("fixedSeconds", 0.0), where + "fixedSeconds", minimum=0),
+            _number(model.get("perItemSeconds", 0.0), where + "perItemSeconds", minimum=0),
+            _whole(model.get("maxBatch", 1), where + "maxBatch", minimum=1),
+            _number(model.get("serviceScv", 0.0), where + "serviceScv", minimum=0),
         )
-    forecast = raw.get("forecast")
     quantum = (model or {}).get("bestEffortQuantumSeconds")
     return SloInput(
-        float(raw["rate"]),
-        None if forecast is None else float(forecast),
+        _number(raw["rate"], "--slo: rate", minimum=0),
+        _optional_number(raw.get("forecast"), "--slo: forecast", minimum=0),
         service_model,
-        best_effort_quantum_seconds=None if quantum is None else float(quantum),
+        best_effort_quantum_seconds=_optional_number(
+            quantum, "--slo: serviceModel.bestEffortQuantumSeconds", minimum=0
+        ),
     )
 
 
@@ -318,7 +414,9 @@ def _input_from_json(metric, raw: Any) -> MetricInput:
         return MetricInput(metric, error="no reading given")
     if not isinstance(raw, dict):
         raise ValueError(f"--metrics: {metric.name} must be an object with pods or value")
-    forecast = raw.get("forecast")
+    forecast = _optional_number(
+        raw.get("forecast"), f"--metrics: {metric.name}.forecast", minimum=0
+    )
     if metric.source == "Pods":
         pods = raw.get("pods")
         if not isinstance(pods, dict):
@@ -328,7 +426,9 @@ def _input_from_json(metric, raw: Any) -> MetricInput:
         samples = tuple(
             PodSample(
                 name,
-                None if v is None else float(v),
+                None
+                if v is None
+                else _number(v, f"--metrics: {metric.name}.pods.{name}", minimum=0),
                 ready=True,
                 started_at=0.0,
                 containers={"main": {metric.resource: 1.0}},
@@ -338,7 +438,8 @@ def _input_from_json(metric, raw: Any) -> MetricInput:
         return MetricInput(metric, pods=samples, forecast_upper=forecast)
     if "value" not in raw:
         raise ValueError(f"--metrics: {metric.name} is an {metric.source} metric; give 'value'")
-    return MetricInput(metric, value=float(raw["value"]), forecast_upper=forecast)
+    value = _number(raw["value"], f"--metrics: {metric.name}.value")
+    return MetricInput(metric, value=value, forecast_upper=forecast)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ the Helm chart's values schema; the checks that join fields are in ``__post_init
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from autoglm.config import ConfigError, check_fields, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
@@ -22,6 +24,17 @@ from autoscaler.core.replica_calculator import (
 
 Seconds = Annotated[float, Field(ge=0)]
 PositiveSeconds = Annotated[float, Field(gt=0)]
+
+
+def _no_bool(value: Any) -> Any:
+    """YAML ``true`` is not a port: pydantic would read it as 1."""
+    if isinstance(value, bool):
+        raise ValueError("give a whole number, not true/false")
+    return value
+
+
+# A TCP port, as parse_listen bounds one; 0 asks the kernel for a free one.
+Port = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=65535)]
 
 
 @dataclass(frozen=True)
@@ -49,8 +62,9 @@ class AutoscalerConfig(PrometheusAccessConfig):
         default_factory=list,
         metadata={"help": "local mode: one argument of the worker command; {port} is replaced"},
     )
-    worker_base_port: int = field(
-        default=0, metadata={"help": "local mode: first worker port (0: pick free ports)"}
+    worker_base_port: Port = field(
+        default=0,
+        metadata={"help": "local mode: first worker port, 0..65535 (0: pick free ports)"},
     )
     worker_port_env: str = field(
         default="PORT", metadata={"help": "local mode: env variable that carries a worker's port"}
@@ -140,3 +154,24 @@ class AutoscalerConfig(PrometheusAccessConfig):
                     "local mode needs the worker command, one --worker-command per argument, "
                     "e.g. --worker-command autoglm-batcher --worker-command --listen=:{port}"
                 )
+            _check_program(self.worker_command[0])
+
+
+def _check_program(program: str) -> None:
+    """ConfigError unless ``program`` (the worker command's first argument) can be started:
+    a bare name found on PATH, or a path to an executable file."""
+    if os.sep in program or (os.altsep and os.altsep in program):
+        if not os.path.isfile(program):
+            raise ConfigError(
+                f"--worker-command {program!r}: no such file; give the worker program's path "
+                "or a name on PATH"
+            )
+        if not os.access(program, os.X_OK):
+            raise ConfigError(
+                f"--worker-command {program!r} is not executable; chmod +x it or give another "
+                "program"
+            )
+    elif shutil.which(program) is None:
+        raise ConfigError(
+            f"--worker-command {program!r} is not on PATH; install it, or give its full path"
+        )

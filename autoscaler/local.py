@@ -122,6 +122,11 @@ class LocalProcessGroup:
         self.restarts += restarted
         return restarted
 
+    def exit_statuses(self) -> list[int]:
+        """The exit status of each worker process that has exited (and not been restarted)."""
+        with self._lock:
+            return [code for w in self._workers if (code := w.process.poll()) is not None]
+
     def pids(self) -> list[int]:
         with self._lock:
             return [w.process.pid for w in self._workers]

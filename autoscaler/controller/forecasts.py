@@ -5,8 +5,11 @@ Two sources give the same answer. In one process (local stack, simulator) the pr
 its forecasts as ``autoglm_forecast_*`` series and the controller reads them from Prometheus, so
 the predictor can be replaced by anything that publishes the same series.
 
-A missing, stale, too-short or non-finite forecast gives no predictive candidate (None): the
-decision then rests on the reactive proposal alone, exactly the HPA's. Prediction can only add
+A missing, stale, too-short, negative or non-finite forecast gives no predictive candidate (None):
+the decision then rests on the reactive proposal alone, exactly the HPA's. (No load is below zero,
+so a negative upper bound means the forecaster is broken, not that the load will vanish.) A finite
+forecast above what maxReplicas can serve is kept: it asks for maxReplicas, as the same reading
+would of the HPA, and behavior's scale-up policies still pace the climb. Prediction can only add
 replicas, so losing it never makes things worse than the HPA.
 """
 
@@ -86,6 +89,9 @@ class ProviderForecasts:
         if not math.isfinite(forecast.upper):
             count_error("forecast_nan")
             return None
+        if forecast.upper < 0:
+            count_error("forecast_negative")
+            return None
         return forecast.upper
 
 
@@ -131,6 +137,9 @@ class PrometheusForecasts:
             return None
         if not all(math.isfinite(s.value) for s in candidates):
             count_error("forecast_nan")
+            return None
+        if any(s.value < 0 for s in candidates):
+            count_error("forecast_negative")
             return None
         return max(s.value for s in candidates)
 

@@ -7,12 +7,15 @@ Object metric's query must return one value; an External metric's query may retu
 which are summed, as the HPA sums an external metric's matching series.
 
 Anything that is not a trustworthy number becomes ``MetricInput.error``: Prometheus unreachable,
-an HTTP or query error, an empty answer, NaN or infinity, a Pods answer without the pod label. The
-core never scales down while any metric has an error, so a broken query can never shrink a fleet.
+an HTTP or query error, an empty answer, NaN or infinity, a Pods answer without the pod label, a
+negative value for a pod (no per-pod load or share of a request is below zero; taken at face value,
+one would shrink the fleet). The core never scales down while any metric has an error, so a broken
+query can never shrink a fleet.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -22,6 +25,8 @@ from autoglm.prometheus_api import PrometheusClient, PrometheusError, QueryResul
 from autoscaler.core import MetricInput
 from autoscaler.core.replica_calculator import PodSample
 from autoscaler.spec import MetricSpec
+
+log = logging.getLogger(__name__)
 
 ErrorCounter = Callable[[str], None]
 
@@ -52,6 +57,7 @@ class PrometheusMetricsSource:
     def __init__(self, client: PrometheusClient, pod_label: str = "pod") -> None:
         self.client = client
         self.pod_label = pod_label
+        self._warned_negative: set[str] = set()  # metrics whose negative reading was logged
 
     def read(
         self,
@@ -104,6 +110,16 @@ class PrometheusMetricsSource:
                     f"aggregate it, e.g. avg by ({self.pod_label}) (...)",
                 )
             values[pod] = sample.value
+        negative = sorted(p for p, v in values.items() if v < 0)
+        if negative:
+            message = (
+                f"query returned a negative value for {self.pod_label}={negative[0]!r} "
+                f"({values[negative[0]]:g}); a Pods metric must be >= 0: check {metric.query!r}"
+            )
+            if metric.name not in self._warned_negative:  # once per metric, not every reconcile
+                self._warned_negative.add(metric.name)
+                log.warning("negative Pods metric held", extra={"metric": metric.name})
+            raise _Unusable("metric_negative", message)
         filled = tuple(replace(p, value=values.get(p.name)) for p in pods)
         return MetricInput(spec=metric, pods=filled)
 

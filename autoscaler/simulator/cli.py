@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
@@ -191,7 +192,9 @@ class SimulateSettings:
     )
     json: str = field(default="", metadata={"help": "write the summary as JSON here"})
     plot: str = field(default="", metadata={"help": "write a PNG plot here"})
-    log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
+    log_level: Literal["debug", "info", "warning", "error"] = field(
+        default="info", metadata={"help": "log level"}
+    )
     log_format: Literal["json", "text"] = field(default="text", metadata={"help": "log format"})
 
     def __post_init__(self) -> None:
@@ -300,7 +303,7 @@ def simulate_main(argv: list[str] | None) -> int:
             ),
         )
     except (TraceError, ValueError) as exc:
-        print(f"autoglm-autoscaler simulate: error: {exc}")
+        print(f"autoglm-autoscaler simulate: error: {exc}", file=sys.stderr)
         return 2
     if settings.tenant:
         return _simulate_tenants(settings, trace, config)

@@ -397,7 +397,7 @@ def test_simulate_takes_a_dataset_name(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("AUTOGLM_TRACES_DIR", str(tmp_path / "empty"))
     capsys.readouterr()
     assert simulate_main(["--trace", "azure-llm-conv"]) == 2
-    assert "autoglm datasets fetch azure-llm-conv" in capsys.readouterr().out
+    assert "autoglm datasets fetch azure-llm-conv" in capsys.readouterr().err
 
 
 def small_forecast_config(**changes) -> SimulationConfig:
