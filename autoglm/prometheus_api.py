@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,7 +191,10 @@ class PrometheusClient:
                 verify=self._verify,
                 cert=self._cert,
             )
-        except requests.RequestException as exc:
+        except (requests.RequestException, OSError) as exc:
+            # OSError (ssl.SSLError among them): requests loads the CA bundle and the client
+            # certificate at each request, and one removed or unreadable since startup raises
+            # a plain OSError there, not a RequestException.
             raise PrometheusError("unreachable", f"{shown}: {exc}") from exc
         try:
             body = resp.json()
@@ -327,6 +331,12 @@ class PrometheusAccessConfig:
             )
         if self.prometheus_key_file and not self.prometheus_cert_file:
             raise ConfigError("prometheus_key_file needs prometheus_cert_file")
+        for name, what in (
+            ("prometheus_ca_file", "a CA bundle (PEM)"),
+            ("prometheus_cert_file", "a client certificate (PEM)"),
+            ("prometheus_key_file", "the client certificate's key (PEM)"),
+        ):
+            _check_readable_file(getattr(self, name), name, what)
         if not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.prometheus_headers.items()
         ):
@@ -352,3 +362,26 @@ class PrometheusAccessConfig:
             client.close()
             raise ConfigError(f"{exc}; fix the path or the file's permissions") from exc
         return client
+
+
+def _check_readable_file(path: str, name: str, what: str) -> None:
+    """:class:`ConfigError` naming the flag when ``path`` (if set) is not a file this process can
+    read: requests opens it only at the first query, where the fault would recur every query."""
+    if not path:
+        return
+    flag = "--" + name.replace("_", "-")
+    problem = ""
+    try:
+        if os.path.isdir(path):
+            problem = "is a directory"
+        else:
+            with open(path, "rb"):
+                pass
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    except ValueError as exc:  # a NUL byte in the path
+        problem = str(exc)
+    if problem:
+        raise ConfigError(
+            f"{flag} ({name}) {path!r}: {problem}; give the path of {what} this process can read"
+        )

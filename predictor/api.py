@@ -25,7 +25,7 @@ __all__ = ["Forecast", "ForecastProvider", "InProcessPredictor", "model_names"]
 
 def model_names(seasons_seconds: Sequence[float]) -> list[str]:
     """Every model name the predictor can offer for these seasons, given enough history."""
-    from predictor.models.catalog import known_models
+    from predictor.model_names import known_models
 
     return known_models(seasons_seconds)
 

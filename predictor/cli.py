@@ -26,6 +26,7 @@ from autoglm.config import (
     ConfigError,
     OneLineErrorParser,
     add_config_arguments,
+    check_can_listen,
     config_or_exit,
     finite_float_argument,
 )
@@ -76,22 +77,26 @@ def serve_main(argv: Sequence[str]) -> int:
     add_config_arguments(parser, PredictorConfig)
     config = config_or_exit(PredictorConfig, parser.parse_args(argv), f"{PROG} serve")
     setup_logging("predictor", config.log_level, config.log_format)
-
-    import torch
-
-    from autoglm.web.exposition import registry_route
-    from autoglm.web.server import HTTPServer
+    # Every check a setting can fail runs before torch and the models load (seconds), so a
+    # busy port, a bad web config or an unreadable token file answers at once.
     from autoglm.webconfig import WebConfig
-    from predictor.metrics import PredictorMetrics
-    from predictor.service import PredictorService
 
-    torch.set_num_threads(config.torch_threads)
     try:
+        check_can_listen(config.listen)
         web_config = WebConfig.load(config.web_config_file or None)
         source = config.prometheus_client(config.timeout_seconds)
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+
+    import torch
+
+    from autoglm.web.exposition import registry_route
+    from autoglm.web.server import HTTPServer
+    from predictor.metrics import PredictorMetrics
+    from predictor.service import PredictorService
+
+    torch.set_num_threads(config.torch_threads)
     metrics = PredictorMetrics()
     service = PredictorService(config.target_configs, source=source, metrics=metrics)
     server = HTTPServer(
@@ -103,7 +108,8 @@ def serve_main(argv: Sequence[str]) -> int:
     )
     try:
         server.start()
-    except ConfigError as exc:
+    except ConfigError as exc:  # the port was taken after check_can_listen
+        source.close()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     service.start(config.refit_seconds, config.update_seconds)
@@ -172,21 +178,107 @@ def _backtest_parser() -> argparse.ArgumentParser:
 
 def test_size_bins(text: str, n_bins: int, step_seconds: float) -> int:
     """Bins in the test window from a fraction, a count or a duration."""
+    kind, value = parse_test_size(text)
+    if kind == "fraction":
+        return int(n_bins * value)
+    if kind == "bins":
+        return int(value)
+    return int(value // step_seconds)
+
+
+def parse_test_size(text: str) -> tuple[str, float]:
+    """``("fraction", 0.2)``, ``("bins", 168)`` or ``("seconds", 604800)`` from --test-size."""
     try:
         value = float(text)
     except ValueError:
         value = None
-    if value is not None and 0 < value < 1:
-        bins = int(n_bins * value)
-    elif value is not None and value >= 1 and value.is_integer():
-        bins = int(value)
-    else:
-        bins = int(parse_duration(text, "--test-size") // step_seconds)
-    return bins
+    if value is not None and math.isfinite(value):
+        if 0 < value < 1:
+            return "fraction", value
+        if value >= 1 and value.is_integer():
+            return "bins", value
+    try:
+        return "seconds", parse_duration(text, "--test-size")
+    except ConfigError:
+        raise ConfigError(
+            f"--test-size {text!r} is not a test window; give a fraction of the bins (0.2), "
+            "a bin count (168) or a duration (7d)"
+        ) from None
+
+
+def check_backtest_args(args: argparse.Namespace) -> float:
+    """Check every flag that needs no data; the bin size in seconds. Run before torch loads and
+    the CSV is read, so a bad flag answers at once, and before the backtest, so a --json path
+    that cannot be written does not lose its result."""
+    import pandas as pd
+
+    csv = Path(args.csv)
+    if not csv.is_file():
+        problem = "is a directory" if csv.is_dir() else "no such file"
+        raise ConfigError(f"--csv {args.csv!r}: {problem}; give the path of a CSV file")
+    try:
+        step = pd.Timedelta(args.freq).total_seconds()
+        pd.tseries.frequencies.to_offset(args.freq)  # what resampling takes
+    except (ValueError, TypeError, OverflowError):
+        raise ConfigError(
+            f"--freq {args.freq!r} is not a bin size; use a pandas offset like 10s, 15min, 1h"
+        ) from None
+    if not step > 0:
+        raise ConfigError(f"--freq {args.freq!r}: a bin must be longer than 0; e.g. 10s, 1h")
+    if args.horizon < 1:
+        raise ConfigError(f"--horizon must be >= 1 bin, got {args.horizon}")
+    if not 0 < args.quantile < 1:
+        raise ConfigError(f"--quantile must be in (0, 1), got {args.quantile:g}; e.g. 0.9")
+    if args.refit_every < 0:
+        raise ConfigError(f"--refit-every must be >= 0 (0: never), got {args.refit_every}")
+    parse_test_size(args.test_size)
+    seasons = backtest_seasons(args.seasons)
+    from predictor.model_names import known_models
+
+    known = known_models(seasons)
+    unknown = [m for m in backtest_models(args.models) if m not in known]
+    if unknown:
+        raise ConfigError(
+            f"--models: unknown model {unknown[0]!r}; choose from: {', '.join(known)}"
+        )
+    if args.json:
+        check_writable(args.json, "--json")
+    return step
+
+
+def backtest_seasons(text: str) -> list[float]:
+    return [parse_duration(s.strip(), "--seasons") for s in text.split(",") if s.strip()]
+
+
+def backtest_models(text: str) -> list[str]:
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+def check_writable(path: str, flag: str) -> None:
+    """:class:`ConfigError` naming ``flag`` unless a file can be written at ``path``; makes its
+    folder."""
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{flag} {path!r} is a directory; give a file path, e.g. {path}/out.json")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"{flag} {path!r}: cannot make its folder ({reason})") from None
+    import os
+
+    writable = os.access(target, os.W_OK) if target.exists() else os.access(target.parent, os.W_OK)
+    if not writable:
+        raise ConfigError(f"{flag} {path!r}: permission denied; give a path you can write")
 
 
 def backtest_main(argv: Sequence[str]) -> int:
     args = _backtest_parser().parse_args(argv)
+    try:
+        check_backtest_args(args)
+    except ConfigError as exc:
+        print(f"{PROG} backtest: error: {exc}", file=sys.stderr)
+        return 2
     import torch
 
     torch.set_num_threads(1)
@@ -198,8 +290,16 @@ def backtest_main(argv: Sequence[str]) -> int:
     selection, results = report
     print(format_table(selection, results))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(backtest_json(selection, results), indent=2) + "\n")
+        try:
+            Path(args.json).write_text(
+                json.dumps(backtest_json(selection, results), indent=2) + "\n"
+            )
+        except OSError as exc:
+            print(
+                f"{PROG} backtest: error: cannot write --json {args.json!r}: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 1
     return 0
 
 
@@ -218,6 +318,8 @@ def load_csv_series(
     columns = [time_column] + ([value_column] if value_column else [])
     try:
         frame = pd.read_csv(path, usecols=columns)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"--csv {path!r}: no such file; give the path of a CSV file") from exc
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}; check --time-column/--value-column") from exc
     aggregate = aggregate or ("mean" if value_column else "count")
@@ -231,29 +333,23 @@ def load_csv_series(
 
 
 def run_backtest(args: argparse.Namespace) -> tuple[Selection, dict[str, BacktestResult]]:
-    import pandas as pd
-
     from predictor.backtest import rolling_origin
     from predictor.models import candidate_factories, shortest_cycle
     from predictor.selection import select_model
 
+    step = check_backtest_args(args)
     series = load_csv_series(
         args.csv, args.time_column, args.freq, args.value_column, args.aggregate
     )
-    step = pd.Timedelta(args.freq).total_seconds()
     y = series.to_numpy()
     test = test_size_bins(args.test_size, len(y), step)
-    if args.horizon < 1:
-        raise ConfigError("--horizon must be >= 1")
     if not 2 * args.horizon <= test < len(y) - 10:
         raise ConfigError(
             f"test window of {test} bins does not fit {len(y)} bins; "
             f"it needs at least 2 x horizon and must leave 10 bins of history"
         )
-    if not 0 < args.quantile < 1:
-        raise ConfigError("--quantile must be in (0, 1)")
-    seasons = [parse_duration(s, "--seasons") for s in args.seasons.split(",") if s.strip()]
-    include = [m.strip() for m in args.models.split(",") if m.strip()]
+    seasons = backtest_seasons(args.seasons)
+    include = backtest_models(args.models)
     horizons = list(range(1, args.horizon + 1))
     test_start = len(y) - test
     history = y[:test_start]

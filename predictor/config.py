@@ -130,7 +130,7 @@ class TargetSettings(BaseModel):
     @classmethod
     def _known(cls, models: list[str], info: ValidationInfo) -> list[str]:
         # Imported here: the model catalogue loads torch and statsmodels, which --help need not.
-        from predictor.models.catalog import known_models
+        from predictor.model_names import known_models
 
         known = known_models(tuple(info.data.get("seasons", ())))
         unknown = [m for m in models if m not in known]

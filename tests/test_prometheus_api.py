@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 from pathlib import Path
 
 import bcrypt
@@ -224,6 +225,21 @@ def test_a_closed_port_is_unreachable():
     assert err.value.kind == "unreachable"
 
 
+@pytest.mark.parametrize("option", ["ca_file", "cert_file"])
+def test_a_tls_file_gone_since_startup_is_unreachable_not_an_oserror(tmp_path, option):
+    """requests loads the CA bundle and client certificate per request and raises a plain
+    OSError when one is missing: a counted error, not a traceback in the caller's loop."""
+    with (
+        PrometheusClient(
+            f"https://127.0.0.1:{free_port()}", timeout=2, **{option: str(tmp_path / "gone")}
+        ) as client,
+        pytest.raises(PrometheusError) as err,
+    ):
+        client.query("vector(1)")
+    assert err.value.kind == "unreachable"
+    assert "gone" in str(err.value)
+
+
 def test_a_password_in_the_url_never_reaches_an_error_text():
     """The message of a failed query ends up in logs, the autoscaler's status and Kubernetes
     Events; a password written into the URL must not."""
@@ -414,3 +430,49 @@ def test_an_unreadable_token_file_stops_the_component_at_startup(tmp_path):
     config = PrometheusAccessConfig(prometheus_bearer_token_file=str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match=r"cannot read bearer token file .*missing"):
         config.prometheus_client(timeout=5)
+
+
+@pytest.mark.parametrize(
+    "name", ["prometheus_ca_file", "prometheus_cert_file", "prometheus_key_file"]
+)
+@pytest.mark.parametrize("problem", ["missing", "directory", "unreadable"])
+def test_a_tls_file_that_cannot_be_read_is_refused_at_startup(tmp_path, name, problem):
+    path = tmp_path / "tls.pem"
+    if problem == "directory":
+        path.mkdir()
+    elif problem == "unreadable":
+        path.write_text("x")
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            pytest.skip("running as root: every file is readable")
+    values = {name: str(path)}
+    if name == "prometheus_key_file":
+        cert = tmp_path / "cert.pem"
+        cert.write_text("x")
+        values["prometheus_cert_file"] = str(cert)
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(ConfigError, match=rf"^{flag} \({name}\) '.*tls.pem': .*can read$"):
+        PrometheusAccessConfig(**values)
+
+
+@pytest.mark.parametrize(
+    ("component", "flags"),
+    [
+        ("predictor", ["--config", "CONFIG"]),
+        ("autoscaler", []),
+    ],
+)
+def test_a_missing_ca_file_stops_the_component_with_one_line(tmp_path, capsys, component, flags):
+    config = tmp_path / "predictor.yaml"
+    config.write_text(yaml.safe_dump({"targets": [{"name": "r", "query": "vector(1)"}]}))
+    argv = [str(config) if f == "CONFIG" else f for f in flags]
+    argv += ["--prometheus-ca-file", str(tmp_path / "nope")]
+    if component == "predictor":
+        from predictor.cli import main
+    else:
+        from autoscaler.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "--prometheus-ca-file" in line and "nope" in line

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
+from predictor.model_names import DAY, known_models, season_name
 from predictor.models.autoregressive import RECENT_WINDOWS, AutoregressiveModel
 from predictor.models.base import ForecastModel
 from predictor.models.boosted import BoostedTreesModel
@@ -22,31 +23,11 @@ from predictor.models.seasonal_mean import SeasonalMeanModel
 from predictor.models.sequence import SequenceModel
 from predictor.models.tracking import TrackingCombination
 
-DAY = 86400.0
-WEEK = 7 * DAY
-SEASON_NAMES = {DAY: "daily", WEEK: "weekly"}
 BASELINES = ("naive", "seasonal_naive_daily", "seasonal_naive_weekly")
 MAX_ETS_PERIOD = 200
 MAX_SEQUENCE_WINDOW = 24
 
 ModelFactory = Callable[[], ForecastModel]
-LEARNED = (
-    "seasonal_level",
-    "seasonal_blend",
-    "seasonal_mean",
-    "recent_level",
-    "ets_log",
-    "mstl",
-    "autoregressive",
-    "calendar",
-    "boosted",
-    "hierarchy",
-    "gru",
-    "ensemble",
-    "ensemble_trimmed",
-    "combination",
-    "tracking",
-)
 # Members of the median ensemble that count more than once.
 MEDIAN_VOTES = {"seasonal_mean": 2}
 # Offered only when a target names it: a GRU fit costs far more than any other model's and,
@@ -58,10 +39,6 @@ MEDIAN_VOTES = {"seasonal_mean": 2}
 ON_REQUEST = ("gru", "tracking", "boosted", "hierarchy")
 
 log = logging.getLogger(__name__)
-
-
-def season_name(seconds: float) -> str:
-    return SEASON_NAMES.get(float(seconds), f"{int(seconds)}s")
 
 
 def usable_seasons(
@@ -89,12 +66,6 @@ def shortest_cycle(step_seconds: float, seasons_seconds: Sequence[float], n_poin
 def is_baseline(name: str) -> bool:
     """The last value and the seasonal copies: always computed, whatever ``models`` says."""
     return name == "naive" or name.startswith("seasonal_naive_")
-
-
-def known_models(seasons_seconds: Sequence[float]) -> list[str]:
-    """Every model name the catalog can offer for these seasons, given enough history."""
-    seasonal = [f"seasonal_naive_{season_name(s)}" for s in sorted(seasons_seconds)]
-    return ["naive", *seasonal, *LEARNED]
 
 
 def candidate_factories(
