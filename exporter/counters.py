@@ -89,4 +89,9 @@ def load_counters(path: str | None) -> CounterSelection:
             f"--collectors {path!r}: cannot read it ({exc.strerror}); give the path of a "
             "dcgm-exporter counters CSV"
         ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"--collectors {path!r} is not UTF-8 text; give the path of a dcgm-exporter "
+            "counters CSV"
+        ) from None
     return parse_counters(text, source=f"--collectors {path!r}")

@@ -23,6 +23,15 @@ from autoglm.config import ConfigError, check_fields, parse_listen
 
 SHARD_INDEX_ENV = "JOB_COMPLETION_INDEX"
 BEST_EFFORT = "best-effort"
+#: The request classes the batcher takes by name (batcher/best_effort.py PRIORITY_NAMES).
+PRIORITY_NAMES = ("online", BEST_EFFORT)
+
+
+def _valid_priority(value: str) -> bool:
+    """Whether ``value`` is what batcher/oip.py ``request_priority`` accepts once jobs/input.py
+    has sent it: empty (none sent), a class name, or ASCII digits (an integer >= 0)."""
+    return not value or value in PRIORITY_NAMES or (value.isascii() and value.isdigit())
+
 
 AtLeastOne = Annotated[int, Field(ge=1)]
 PositiveSeconds = Annotated[float, Field(gt=0)]
@@ -198,8 +207,11 @@ class JobConfig:
             parts.port  # noqa: B018 -- raises on a port out of range
         except ValueError:
             raise ConfigError(f"--endpoint {self.endpoint!r} has an invalid port") from None
-        if self.priority.lstrip("-").isdigit() and int(self.priority) < 0:
-            raise ConfigError("--priority must be best-effort, an integer >= 0, or empty")
+        if not _valid_priority(self.priority):
+            raise ConfigError(
+                f"--priority {self.priority!r} is not a priority the batcher accepts; use "
+                '"best-effort", "online", an integer >= 0 (1 is the highest), or "" to send none'
+            )
         if self.min_concurrency > self.max_concurrency:
             raise ConfigError(
                 "--min-concurrency must be <= --max-concurrency "

@@ -7,6 +7,10 @@ because a trace's day must pass in minutes while workers still take real seconds
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -183,10 +187,7 @@ class UpConfig:
             raise ConfigError("--warmup-seconds must be >= 0")
         if self.max_in_flight < 1:
             raise ConfigError("--max-in-flight must be >= 1")
-        if ":" not in self.worker_model:
-            raise ConfigError(
-                f"--worker-model {self.worker_model!r} must be package.module:factory"
-            )
+        check_worker_model(self.worker_model)
         if self.sizing == "slo" and not self.prometheus:
             raise ConfigError(
                 "--sizing slo reads the batchers' measured batch cost from Prometheus; drop "
@@ -199,3 +200,45 @@ class UpConfig:
     def day_seconds(self) -> float:
         """Wall-clock seconds one day of the profile lasts."""
         return DAY_SECONDS / self.time_compression
+
+
+def check_worker_model(value: str) -> None:
+    """ConfigError unless ``value`` is ``package.module:factory`` whose module can be found.
+
+    The module is looked up without being imported (nor its packages: importing a model could
+    load torch), on the path a worker (``python -m batcher.cli`` from this directory) imports
+    from. Whether the factory exists is the worker's to find out, but a typo in the module is
+    caught here instead of as workers that exit at once."""
+    module, sep, factory = value.partition(":")
+    if not sep or not module or not factory.isidentifier():
+        raise ConfigError(
+            f"--worker-model {value!r} must be package.module:factory, "
+            f"e.g. --worker-model {DEMO_MODEL}"
+        )
+    if not _module_found(module):
+        raise ConfigError(
+            f"--worker-model {value!r}: no module {module!r} can be found on the Python path; "
+            f"give an importable package.module:factory, e.g. --worker-model {DEMO_MODEL}"
+        )
+
+
+def _module_found(dotted: str) -> bool:
+    """Whether the module ``dotted`` can be found, without running any package's code."""
+    parts = dotted.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return False
+    if dotted in sys.modules:  # already imported here (os.path is no package's submodule)
+        return True
+    try:
+        spec = importlib.util.find_spec(parts[0])  # a top-level name imports nothing
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:  # a worker runs with -m, so its working directory is on its path
+        spec = importlib.machinery.PathFinder.find_spec(parts[0], [os.getcwd(), *sys.path])
+    for depth in range(1, len(parts)):
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(
+            ".".join(parts[: depth + 1]), list(spec.submodule_search_locations)
+        )
+    return spec is not None

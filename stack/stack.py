@@ -275,6 +275,14 @@ class RoutedGroup:
     def endpoints(self) -> list[str]:
         return [f"{HOST}:{p}" for p in self.group.ports()]
 
+    def all_exited(self) -> list[int] | None:
+        """The exit statuses when every worker has exited (none is left to become ready), else
+        None. Nothing restarts them before the stack starts its autoscaler."""
+        scale = self.group.get_scale()
+        if scale.replicas == 0 or scale.status_replicas > 0:
+            return None
+        return self.group.exit_statuses()
+
 
 def open_gpus(cfg: UpConfig) -> tuple[Any, Any, str]:
     """``(source, simulated source or None, notice)``: NVML when asked and present, else
@@ -618,6 +626,15 @@ class Stack:
         while len(self._ready_workers()) < self.cfg.min_workers:
             if stop_requested.wait(0.2):
                 raise Stopped()
+            codes = self.routed.all_exited()
+            if codes is not None:
+                status = ", ".join(str(c) for c in sorted(set(codes))) or "unknown"
+                raise RuntimeError(
+                    f"every worker exited before it was ready (exit status {status}); their "
+                    f"error is in autoglm-up.log under --report-dir {self.cfg.report_dir} "
+                    "(on stderr with --no-tui); run with --log-level debug to see all their "
+                    "output"
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"workers were not ready after {WORKERS_READY_TIMEOUT_SECONDS:g} s; "

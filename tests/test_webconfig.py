@@ -396,6 +396,11 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     broken.write_text("tls_server_config: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         WebConfig.load(broken)
+    latin1 = tmp_path / "latin1.yml"
+    latin1.write_bytes(b"# caf\xe9\nheaders: {}\n")
+    with pytest.raises(ConfigError, match=r"latin1\.yml' is not UTF-8 text") as info:
+        WebConfig.load(latin1)
+    assert "\n" not in str(info.value)
 
 
 # --- reloading ---------------------------------------------------------------------------------

@@ -22,11 +22,19 @@ from typing import TextIO
 from autoglm.config import OneLineErrorParser
 from autoglm.datasets.catalog import EXCERPTS, TRACES, Trace
 from autoglm.datasets.excerpts import DERIVATIONS
-from autoglm.datasets.fetch import fetch
-from autoglm.datasets.store import DatasetError, resolve, sha256_of, trace_named, traces_dir
+from autoglm.datasets.fetch import check_cache_dir, check_mirror, fetch
+from autoglm.datasets.store import (
+    DatasetError,
+    DatasetUsageError,
+    resolve,
+    sha256_of,
+    trace_named,
+    traces_dir,
+)
 from autoglm.version import add_version_argument
 
 EXIT_MISSING = 1
+EXIT_USAGE = 2
 
 
 class ProgressLine:
@@ -75,7 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             return list_traces(directory, args.long)
         if args.command == "fetch":
-            return fetch_traces(_named(args.names), directory, args.mirror)
+            # Every name, the mirror and the folder are checked before the first download.
+            traces = _named(args.names)
+            check_mirror(args.mirror)
+            check_cache_dir(directory)
+            return fetch_traces(traces, directory, args.mirror)
         if args.command == "verify":
             return verify_traces(_named(args.names), directory, explicit=bool(args.names))
         if args.command == "path":
@@ -84,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return derive_excerpts(directory)
     except DatasetError as exc:
         print(f"autoglm datasets: error: {exc}", file=sys.stderr)
-        return EXIT_MISSING
+        return EXIT_USAGE if isinstance(exc, DatasetUsageError) else EXIT_MISSING
 
 
 def _named(names: list[str]) -> list[Trace]:

@@ -7,15 +7,17 @@ or altered download never leaves a file that later passes for the trace.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from autoglm.datasets.catalog import Trace
-from autoglm.datasets.store import DatasetError, sha256_of
+from autoglm.datasets.store import DatasetError, DatasetUsageError, sha256_of
 
 BLOCK = 1 << 16
 
@@ -29,6 +31,42 @@ def source_url(trace: Trace, mirror: str | None = None) -> str:
     return trace.url
 
 
+def check_mirror(mirror: str | None) -> None:
+    """DatasetUsageError unless ``mirror`` (when given) is an http(s):// URL with a host or a
+    file:// URL."""
+    if not mirror:
+        return
+    hint = "e.g. --mirror https://mirror.example/traces or --mirror file:///srv/traces"
+    try:
+        parts = urlsplit(mirror)
+        parts.port  # noqa: B018 -- raises on a port out of range
+    except ValueError:
+        raise DatasetUsageError(f"--mirror {mirror!r} is not a valid URL; {hint}") from None
+    if parts.scheme in ("http", "https") and parts.hostname:
+        return
+    if parts.scheme == "file" and parts.path:
+        return
+    raise DatasetUsageError(
+        f"--mirror {mirror!r} must be an http://, https:// URL with a host or a file:// URL; {hint}"
+    )
+
+
+def check_cache_dir(directory: Path) -> None:
+    """DatasetUsageError unless ``directory`` is a folder, or one that can be created."""
+    if directory.exists() and not directory.is_dir():
+        raise DatasetUsageError(
+            f"traces folder {str(directory)!r} is not a directory; give --cache-dir (or "
+            "$AUTOGLM_TRACES_DIR) a folder"
+        )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatasetUsageError(
+            f"traces folder {str(directory)!r} cannot be created ({exc.strerror}); give "
+            "--cache-dir (or $AUTOGLM_TRACES_DIR) a folder you can write"
+        ) from None
+
+
 def fetch(
     trace: Trace,
     directory: Path,
@@ -37,6 +75,7 @@ def fetch(
     timeout: float = 60.0,
 ) -> tuple[Path, bool]:
     """The trace's local path, and whether it was downloaded (False: a good copy was there)."""
+    check_mirror(mirror)
     dest = directory / trace.relative_path
     if dest.is_file() and sha256_of(dest) == trace.sha256:
         return dest, False
@@ -54,8 +93,9 @@ def fetch(
                 done += len(block)
                 if progress is not None:
                     progress(done, expected)
-    except (OSError, urllib.error.URLError) as exc:
-        part.unlink(missing_ok=True)
+    except (OSError, ValueError, urllib.error.URLError) as exc:  # ValueError: a bad URL
+        with contextlib.suppress(OSError):  # the folder may be what failed
+            part.unlink(missing_ok=True)
         raise DatasetError(
             f"trace {trace.name}: cannot download {url} into {dest.parent} ({exc}); "
             "check the network and the folder, or pass --mirror"

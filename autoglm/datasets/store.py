@@ -22,6 +22,11 @@ class DatasetError(ValueError):
     """A trace cannot be found or trusted; the message says which and the command that fixes it."""
 
 
+class DatasetUsageError(DatasetError):
+    """The request itself is wrong (an unknown trace name, a bad --mirror or --cache-dir): the
+    CLI's usage error, exit 2, found before anything is downloaded."""
+
+
 def traces_dir(override: str | Path | None = None, environ: Mapping[str, str] = os.environ) -> Path:
     """The folder that holds (or will hold) the whole traces."""
     if override:
@@ -35,7 +40,7 @@ def traces_dir(override: str | Path | None = None, environ: Mapping[str, str] = 
 def trace_named(name: str) -> Trace:
     """The catalog entry, or an error listing the names there are."""
     if name not in TRACES:
-        raise DatasetError(f"no trace named {name!r}; choose one of: {', '.join(TRACES)}")
+        raise DatasetUsageError(f"no trace named {name!r}; choose one of: {', '.join(TRACES)}")
     return TRACES[name]
 
 

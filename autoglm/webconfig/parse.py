@@ -167,6 +167,13 @@ def read_settings(p: Path) -> Settings:
             f"web config {str(p)!r}: cannot read it ({exc.strerror}); "
             "check the path given to --web-config-file"
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"web config {str(p)!r} is not UTF-8 text (YAML is UTF-8 text); "
+            "give --web-config-file a YAML web config file"
+        ) from exc
+    except ValueError as exc:  # a NUL byte in the path
+        raise ConfigError(f"web config {str(p)!r}: cannot read it ({exc})") from exc
     try:
         data = parse_settings_yaml(text)
     except yaml.YAMLError as exc:

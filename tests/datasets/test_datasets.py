@@ -220,9 +220,73 @@ def test_cli_fetch_verify_path_and_list(
 
 
 def test_cli_unknown_trace_is_one_line_naming_the_choices(capsys: pytest.CaptureFixture[str]):
-    assert main(["fetch", "no-such-trace"]) == 1
+    for command in ("fetch", "verify"):
+        assert main([command, "no-such-trace"]) == 2  # a usage error, not a missing trace
+        err = capsys.readouterr().err
+        assert "no trace named 'no-such-trace'" in err and "genai-requests" in err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("mirror", "words"),
+    [
+        ("not a url", "--mirror 'not a url' must be an http://, https:// URL with a host"),
+        ("ftp://example.org/traces", "file:// URL"),
+        ("http://", "must be an http://"),
+        ("http://[::1", "is not a valid URL"),
+        ("http://host:99999/traces", "is not a valid URL"),
+    ],
+)
+def test_cli_a_bad_mirror_is_one_line_and_exit_2_before_any_download(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    mirror: str,
+    words: str,
+) -> None:
+    monkeypatch.setitem(catalog.TRACES, "tiny", small_trace(tmp_path))
+    cache = tmp_path / "cache"
+    assert main(["fetch", "tiny", "--cache-dir", str(cache), "--mirror", mirror]) == 2
     err = capsys.readouterr().err
-    assert "no trace named 'no-such-trace'" in err and "genai-requests" in err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+    assert not cache.exists()
+
+
+def test_fetch_with_a_bad_mirror_is_a_dataset_error(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="--mirror 'not a url'"):
+        fetch(small_trace(tmp_path), tmp_path / "cache", "not a url")
+
+
+def test_cli_a_cache_dir_that_is_a_file_is_one_line_and_exit_2(
+    tmp_path: Path,
+    mirror: tuple[Mirror, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server, root = mirror
+    monkeypatch.setitem(catalog.TRACES, "tiny", small_trace(root))
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    for cache in (a_file, a_file / "below"):
+        argv = ["fetch", "tiny", "--cache-dir", str(cache), "--mirror", server.url]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert str(cache) in err and len(err.strip().splitlines()) == 1, err
+    assert server.requests == 0  # nothing was downloaded
+    assert a_file.read_text() == "not a folder"
+
+
+def test_fetch_into_a_folder_that_cannot_be_made_is_a_dataset_error(
+    tmp_path: Path, mirror: tuple[Mirror, Path]
+) -> None:
+    """The trace's own subfolder is a file: the error says so, the cleanup does not raise."""
+    server, root = mirror
+    trace = small_trace(root)
+    cache = tmp_path / "cache"
+    (cache / trace.relative_path).parent.parent.mkdir(parents=True, exist_ok=True)
+    (cache / trace.relative_path).parent.write_text("in the way")
+    with pytest.raises(DatasetError, match=r"cannot download .* into"):
+        fetch(trace, cache, server.url)
 
 
 def test_umbrella_command_reaches_datasets() -> None:

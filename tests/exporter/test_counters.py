@@ -77,6 +77,10 @@ def test_no_file_means_every_field_and_a_missing_file_is_a_config_error(tmp_path
     assert ALL_FIELDS.fields == FIELDS
     with pytest.raises(ConfigError, match="cannot read it"):
         load_counters(str(tmp_path / "missing.csv"))
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes(b"# caf\xe9\nDCGM_FI_DEV_GPU_TEMP, gauge, temperature\n")
+    with pytest.raises(ConfigError, match=r"latin1\.csv' is not UTF-8 text"):
+        load_counters(str(latin1))
 
 
 def test_only_chosen_fields_are_rendered_in_both_namings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,6 +47,11 @@ def one_line_error(capsys: pytest.CaptureFixture[str], code: int) -> str:
         ({"username": "job"}, "needs both --username and --password-file"),
         ({"metrics_listen": "nine"}, "HOST:PORT"),
         ({"order": "random"}, "invalid choice"),
+        ({"priority": "urgent"}, "--priority 'urgent' is not a priority the batcher accepts"),
+        ({"priority": "-1"}, '"best-effort", "online", an integer >= 0'),
+        ({"priority": "²"}, "--priority '²'"),
+        ({"priority": " 1"}, "--priority ' 1'"),
+        ({"priority": "Best-Effort"}, "--priority 'Best-Effort'"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(files, capsys, extra, message) -> None:
@@ -72,6 +77,11 @@ def test_results_without_a_journal_are_never_appended_to(files, capsys) -> None:
 def test_a_bad_shard_index_from_the_indexed_job_is_exit_2(files, capsys, monkeypatch) -> None:
     monkeypatch.setenv("JOB_COMPLETION_INDEX", "x")
     assert "JOB_COMPLETION_INDEX" in one_line_error(capsys, main(flags(files)))
+
+
+@pytest.mark.parametrize("priority", ["best-effort", "online", "0", "1", "12", ""])
+def test_every_priority_the_batcher_accepts_is_a_valid_setting(files, priority) -> None:
+    assert JobConfig(**files, endpoint="http://b:8000", priority=priority).priority == priority
 
 
 def test_the_shard_index_defaults_to_the_indexed_job_index(files) -> None:

@@ -3,20 +3,27 @@ PromQL, the predictor's horizons, and the same reading from the embedded window.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from autoglm.config import load_config
+from autoglm.config import ConfigError, load_config
+from autoscaler.local import LocalProcessGroup
 from batcher.config import BatcherConfig
 from batcher.metrics import BatcherMetrics
 from predictor.selection import minimum_history
-from stack.config import UpConfig
+from stack.config import UpConfig, check_worker_model
 from stack.profiles import RAMP_SHAPE
 from stack.stack import (
     BEST_EFFORT_WINDOW_SECONDS,
     DEMO_WARMUP_REPEATS,
     PREDICTOR_STEP_SECONDS,
+    RoutedGroup,
     Stack,
+    Stopped,
     batcher_slo_queries,
     build_spec,
     class_percent,
@@ -114,6 +121,72 @@ def test_every_worker_is_given_one_torch_thread() -> None:
 
 def no_view(_: list[str]) -> None:
     return None
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        ("no.such:factory", "no module 'no.such' can be found"),
+        ("batcher.models.nope:factory", "no module 'batcher.models.nope' can be found"),
+        ("stack.model", "must be package.module:factory"),
+        ("stack.model:", "must be package.module:factory"),
+        ("stack.model:not-a-name", "must be package.module:factory"),
+        (":factory", "must be package.module:factory"),
+        ("stack..model:factory", "no module 'stack..model'"),
+    ],
+)
+def test_a_worker_model_that_cannot_be_found_is_a_config_error(model: str, words: str) -> None:
+    with pytest.raises(ConfigError, match=words) as info:
+        UpConfig(worker_model=model)
+    assert "\n" not in str(info.value)
+
+
+def test_worker_models_are_looked_up_without_importing_them() -> None:
+    """A model module (or its package) could load torch: finding it must run none of it."""
+    code = (
+        "import sys; from stack.config import check_worker_model; "
+        "check_worker_model('batcher.models.demo:factory'); "
+        "check_worker_model('stack.model:factory'); check_worker_model('json:loads'); "
+        "print(sorted(m for m in sys.modules if m.startswith(('batcher', 'stack.model'))))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert run.stdout.strip() == "[]", run.stdout + run.stderr
+    check_worker_model(UpConfig().worker_model)
+
+
+def test_waiting_for_workers_stops_as_soon_as_every_worker_has_exited() -> None:
+    """A worker that cannot load its model exits at once: ``up`` says so with its status
+    instead of waiting the whole ready timeout for a worker that no longer exists."""
+    stack = Stack(UpConfig(report_dir="rep"), no_view)
+    group = LocalProcessGroup([sys.executable, "-c", "raise SystemExit(3)"], ready_url=None)
+    stack.routed = RoutedGroup(group, lambda _: None)
+    group.set_replicas(2)
+    try:
+        for worker in group._workers:
+            worker.process.wait(timeout=60)
+        with pytest.raises(RuntimeError, match="exit status 3") as info:
+            stack._wait_for_workers(threading.Event())
+    finally:
+        group.close()
+    assert "--log-level debug" in str(info.value) and "autoglm-up.log" in str(info.value)
+
+
+def test_a_live_worker_is_waited_for() -> None:
+    stack = Stack(UpConfig(), no_view)
+    group = LocalProcessGroup([sys.executable, "-c", "import time; time.sleep(60)"], ready_url=None)
+    stack.routed = RoutedGroup(group, lambda _: None)
+    group.set_replicas(1)
+    try:
+        assert stack.routed.all_exited() is None
+        stop = threading.Event()
+        stop.set()
+        with pytest.raises(Stopped):
+            stack._wait_for_workers(stop)
+    finally:
+        group.close()
+    assert group.get_scale().replicas == 0 and stack.routed.all_exited() is None
 
 
 @pytest.mark.parametrize("slo", [0.25, 1.0, 0.3333333])

@@ -397,6 +397,7 @@ def test_bad_values_get_one_line_and_exit_2(
         (["--max-workers", "1", "--min-workers", "2"], "--max-workers 1 is below"),
         (["--profile", "sawtooth"], "sawtooth"),
         (["--duration", "soon"], "--duration"),
+        (["--worker-model", "no.such:factory"], "no module 'no.such' can be found"),
     ]:
         assert main(argv) == 2
         err = capsys.readouterr().err
