@@ -36,7 +36,8 @@ class ConnectionMetrics:
         self.tls_handshake_errors = Counter(
             "autoglm_http_tls_handshake_errors",
             "TLS connections closed before a request: failed handshake, refused client "
-            "certificate or SAN not allowed.",
+            "certificate or SAN not allowed (not a client closing without a word, as a TCP "
+            "probe does).",
             registry=registry,
         )
         self.connections_refused = Counter(
@@ -124,7 +125,14 @@ class Listener:
         except asyncio.CancelledError:
             raw.abort()
             raise
-        except Exception as exc:  # any failure (alert, reset, timeout) ends the connection
+        except ConnectionResetError:
+            # Closed by the client before the handshake ended, with no TLS alert: a TCP probe's
+            # connect-and-close (a kubelet tcpSocket probe, a load balancer's health check).
+            # Nothing failed on this side; a client that rejects the certificate sends an alert.
+            log.debug("connection closed during the TLS handshake", extra={"client": _host(peer)})
+            raw.abort()
+            return
+        except Exception as exc:  # any other failure (alert, timeout) ends the connection
             self._metrics.tls_handshake_errors.inc()
             log.debug("TLS handshake failed", extra={"client": _host(peer), "error": str(exc)})
             raw.abort()

@@ -321,6 +321,13 @@ def test_basic_auth_over_tls(tmp_path: Path, pki: dict[str, object]) -> None:
             what="two handshake errors counted",
             interval=0.01,
         )
+        # A TCP probe (connect, close) is no error: a tcpSocket probe every few seconds would
+        # otherwise keep the counter rising on every healthy pod.
+        for _ in range(3):
+            socket.create_connection(("127.0.0.1", srv.port), timeout=10).close()
+        ok = requests.get(srv.url + "/healthz", verify=str(pki["ca"]), timeout=10)
+        assert ok.status_code == 401  # served after the probes
+        assert registry.get_sample_value("autoglm_http_tls_handshake_errors_total") == 2
 
 
 def test_open_paths_skip_auth(tmp_path: Path) -> None:
