@@ -50,7 +50,7 @@ import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 
 from autoglm.schema_errors import Location, first_error_line
-from autoglm.settings_yaml import parse_settings_yaml
+from autoglm.settings_yaml import parse_settings_yaml, yaml_problem
 from autoglm.version import add_version_argument
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     try:
         return parse_settings_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {str(p)!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{what} {str(p)!r} is not valid YAML: {yaml_problem(exc)}") from exc
 
 
 def read_yaml_mapping(path: str | Path, cls: type | None = None) -> dict[str, Any]:

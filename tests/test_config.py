@@ -86,13 +86,17 @@ def test_dashed_keys_in_file_and_repeatable_list_flags(tmp_path):
         ("- just a list\n", "must hold a mapping"),
         ("gpus: [\n", "is not valid YAML"),
         ("debug: maybe\n", "--debug: 'maybe' is not a valid bool"),
+        # A setting written twice would silently lose the first (PyYAML keeps the last).
+        ("gpus: 2\nsource: auto\ngpus: 4\n", "key 'gpus' is given twice at line 3, column 1"),
+        ("gpus: 2\n  source: auto\n", "mapping values are not allowed here at line 2, column 9"),
     ],
 )
 def test_bad_values_name_the_problem(tmp_path, content, message):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(content)
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")) as err:
         parse(["--config", str(cfg_file)])
+    assert "\n" not in str(err.value)  # one line, without PyYAML's drawing of the text
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from pydantic import (
 
 from autoglm.config import ConfigError, yaml_path
 from autoglm.schema_errors import annotation_at, field_names, problem
-from autoglm.settings_yaml import parse_settings_yaml
+from autoglm.settings_yaml import parse_settings_yaml, yaml_problem
 from autoglm.webconfig.tls import TLSSettings, load_tls
 
 # What Go's bcrypt and htpasswd write ($2a$, $2b$, $2y$; $2x$ from old PHP), cost 04 to 31.
@@ -177,7 +177,7 @@ def read_settings(p: Path) -> Settings:
     try:
         data = parse_settings_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"web config {str(p)!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"web config {str(p)!r} is not valid YAML: {yaml_problem(exc)}") from exc
     # Only a missing document is an empty config: `false`, `[]` or `0` are not mappings.
     data = {} if data is None else data
     return settings_from_mapping(data, base_dir=p.parent, source=str(p))
