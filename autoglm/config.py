@@ -154,6 +154,11 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
             f"{source}: unknown setting {unknown[0]!r}; "
             f"valid settings are: {', '.join(sorted(known))}"
         )
+    for name, raw in values.items():
+        # pydantic reads true as 1 for a number (bool is an int in Python): `workers: true`
+        # would start one worker without a word.
+        if isinstance(raw, bool) and _base_type(hints[name]) in (int, float):
+            raise ConfigError(f"{_flag_at((name,))}: {str(raw).lower()} is not a number")
     prepared = {
         name: [raw] if _base_type(hints[name]) is list and not isinstance(raw, list) else raw
         for name, raw in values.items()

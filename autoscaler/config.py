@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import Field
 
 from autoglm.config import ConfigError, check_fields, parse_listen
 from autoglm.prometheus_api import PrometheusAccessConfig
@@ -26,15 +26,9 @@ Seconds = Annotated[float, Field(ge=0)]
 PositiveSeconds = Annotated[float, Field(gt=0)]
 
 
-def _no_bool(value: Any) -> Any:
-    """YAML ``true`` is not a port: pydantic would read it as 1."""
-    if isinstance(value, bool):
-        raise ValueError("give a whole number, not true/false")
-    return value
-
-
-# A TCP port, as parse_listen bounds one; 0 asks the kernel for a free one.
-Port = Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=65535)]
+# A TCP port, as parse_listen bounds one; 0 asks the kernel for a free one. (YAML true is
+# refused for every number by autoglm.config.build_config.)
+Port = Annotated[int, Field(ge=0, le=65535)]
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,8 @@ def test_dashed_keys_in_file_and_repeatable_list_flags(tmp_path):
         ("- just a list\n", "must hold a mapping"),
         ("gpus: [\n", "is not valid YAML"),
         ("debug: maybe\n", "--debug: 'maybe' is not a valid bool"),
+        ("gpus: true\n", "--gpus: true is not a number"),  # pydantic would read 1
+        ("interval: false\n", "--interval: false is not a number"),
         # A setting written twice would silently lose the first (PyYAML keeps the last).
         ("gpus: 2\nsource: auto\ngpus: 4\n", "key 'gpus' is given twice at line 3, column 1"),
         ("gpus: 2\n  source: auto\n", "mapping values are not allowed here at line 2, column 9"),
