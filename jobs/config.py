@@ -224,6 +224,11 @@ class JobConfig:
             )
         if self.metrics_listen:
             parse_listen(self.metrics_listen)
+        elif self.web_config_file:
+            raise ConfigError(
+                "--web-config-file secures the job's /metrics, which it serves only with "
+                "--metrics-listen: add --metrics-listen HOST:PORT, or drop --web-config-file"
+            )
         if parts.scheme == "http" and (self.ca_file or self.cert_file):
             raise ConfigError("--ca-file and --cert-file need an https:// --endpoint")
         if self.key_file and not self.cert_file:

@@ -188,6 +188,11 @@ class UpConfig:
         if self.max_in_flight < 1:
             raise ConfigError("--max-in-flight must be >= 1")
         check_worker_model(self.worker_model)
+        if self.trace_file and self.profile != "trace":
+            raise ConfigError(
+                f"--trace-file is replayed by --profile trace only (the profile is "
+                f"{self.profile}): add --profile trace, or drop --trace-file"
+            )
         if self.sizing == "slo" and not self.prometheus:
             raise ConfigError(
                 "--sizing slo reads the batchers' measured batch cost from Prometheus; drop "

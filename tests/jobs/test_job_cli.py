@@ -46,6 +46,8 @@ def one_line_error(capsys: pytest.CaptureFixture[str], code: int) -> str:
         ({"ca_file": "/etc/hosts"}, "need an https:// --endpoint"),
         ({"username": "job"}, "needs both --username and --password-file"),
         ({"metrics_listen": "nine"}, "HOST:PORT"),
+        # It would secure nothing: the job serves /metrics only with --metrics-listen.
+        ({"web_config_file": "/etc/hosts"}, "serves only with --metrics-listen"),
         ({"order": "random"}, "invalid choice"),
         ({"priority": "urgent"}, "--priority 'urgent' is not a priority the batcher accepts"),
         ({"priority": "-1"}, '"best-effort", "online", an integer >= 0'),

@@ -68,3 +68,9 @@ def test_an_aggregate_with_a_bad_row_is_named(tmp_path: Path) -> None:
     bad.write_text("hour,requests\n2024-01-01 00:00,3\nnot a time,4\n")
     with pytest.raises(ConfigError, match="every row needs a time in 'hour'"):
         read_trace(bad)
+
+
+def test_a_trace_file_without_the_trace_profile_is_refused() -> None:
+    """The synthetic profiles ignore --trace-file: it would be a replay asked for and not run."""
+    with pytest.raises(ConfigError, match=r"--trace-file is replayed by --profile trace only"):
+        UpConfig(profile="ramp", trace_file="azure-llm-conv-10min")
