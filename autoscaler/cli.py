@@ -118,9 +118,8 @@ def _check_kubeconfig(path: str) -> None:
     """One line naming --kubeconfig when the file is missing, not text, or not a YAML mapping."""
     try:
         data = read_yaml_file(path, "--kubeconfig file")
-    except ConfigError as exc:
-        problem = " ".join(str(exc).split())  # a YAML error spans lines; one line here
-        raise ConfigError(f"{problem}; give the file kubectl uses (e.g. ~/.kube/config)") from exc
+    except ConfigError as exc:  # one line already, YAML errors included
+        raise ConfigError(f"{exc}; give the file kubectl uses (e.g. ~/.kube/config)") from exc
     if not isinstance(data, dict):
         raise ConfigError(
             f"--kubeconfig file {path!r} is not a kubeconfig (a YAML mapping with clusters, "

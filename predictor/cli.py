@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -265,8 +266,6 @@ def check_writable(path: str, flag: str) -> None:
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise ConfigError(f"{flag} {path!r}: cannot make its folder ({reason})") from None
-    import os
-
     writable = os.access(target, os.W_OK) if target.exists() else os.access(target.parent, os.W_OK)
     if not writable:
         raise ConfigError(f"{flag} {path!r}: permission denied; give a path you can write")
@@ -275,7 +274,7 @@ def check_writable(path: str, flag: str) -> None:
 def backtest_main(argv: Sequence[str]) -> int:
     args = _backtest_parser().parse_args(argv)
     try:
-        check_backtest_args(args)
+        step = check_backtest_args(args)
     except ConfigError as exc:
         print(f"{PROG} backtest: error: {exc}", file=sys.stderr)
         return 2
@@ -283,7 +282,7 @@ def backtest_main(argv: Sequence[str]) -> int:
 
     torch.set_num_threads(1)
     try:
-        report = run_backtest(args)
+        report = run_backtest(args, step)
     except (ConfigError, ValueError, KeyError, OSError) as exc:
         print(f"{PROG} backtest: error: {exc}", file=sys.stderr)
         return 2
@@ -332,12 +331,15 @@ def load_csv_series(
     return pd.Series(fill_gaps(binned.to_numpy()), index=binned.index)
 
 
-def run_backtest(args: argparse.Namespace) -> tuple[Selection, dict[str, BacktestResult]]:
+def run_backtest(
+    args: argparse.Namespace, step: float
+) -> tuple[Selection, dict[str, BacktestResult]]:
+    """The backtest the flags ask for, once :func:`check_backtest_args` has passed them (and
+    given ``step``, the bin size in seconds)."""
     from predictor.backtest import rolling_origin
     from predictor.models import candidate_factories, shortest_cycle
     from predictor.selection import select_model
 
-    step = check_backtest_args(args)
     series = load_csv_series(
         args.csv, args.time_column, args.freq, args.value_column, args.aggregate
     )

@@ -317,9 +317,6 @@ class Reconciler:
         upper = self.forecasts.upper(metric, count_error)
         if upper is None:
             return reading
-        if not (math.isfinite(upper) and upper >= 0):  # a source that let one through
-            count_error("forecast_invalid")
-            return reading
         if metric.source == "Pods":
             upper = _per_pod(upper, reading.pods)
         return MetricInput(reading.spec, reading.pods, reading.value, upper, reading.error)
