@@ -38,18 +38,27 @@ import argparse
 import dataclasses
 import functools
 import math
+import re
 import socket
 import sys
 import types
 import typing
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 
-from autoglm.schema_errors import Location, first_error_line
+from autoglm.schema_errors import (
+    Location,
+    annotation_at,
+    bool_for_number,
+    default_at,
+    first_error_line,
+    not_a_number,
+)
 from autoglm.settings_yaml import parse_settings_yaml, yaml_problem
 from autoglm.version import add_version_argument
 
@@ -136,16 +145,25 @@ def config_from_args(cls: type[T], args: argparse.Namespace) -> T:
     path = getattr(args, "config", None)
     if path:
         values.update(read_yaml_mapping(path, cls))
+    from_file = set(values)
     for f in dataclasses.fields(cls):
         given = getattr(args, f.name, None)
         if given is not None:
             values[f.name] = given
-    return build_config(cls, values, source=path or "flags")
+            from_file.discard(f.name)
+    return build_config(cls, values, source=path or "flags", from_file=from_file)
 
 
-def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+def build_config(
+    cls: type[T],
+    values: dict[str, Any],
+    source: str = "config",
+    from_file: AbstractSet[str] = frozenset(),
+) -> T:
     """Validate raw values (flag strings, YAML scalars) into ``cls`` with pydantic; a problem is
-    a :class:`ConfigError` naming the flag."""
+    a :class:`ConfigError` naming the flag, or the file ``source`` and its key for a setting in
+    ``from_file`` (a user looking for ``--workers`` on a command line that has none would not
+    find what to fix)."""
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - known)
@@ -154,28 +172,66 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
             f"{source}: unknown setting {unknown[0]!r}; "
             f"valid settings are: {', '.join(sorted(known))}"
         )
-    for name, raw in values.items():
-        # pydantic reads true as 1 for a number (bool is an int in Python): `workers: true`
-        # would start one worker without a word.
-        if isinstance(raw, bool) and _base_type(hints[name]) in (int, float):
-            raise ConfigError(f"{_flag_at((name,))}: {str(raw).lower()} is not a number")
+    name = functools.partial(_setting_at, source, from_file)
     prepared = {
-        name: [raw] if _base_type(hints[name]) is list and not isinstance(raw, list) else raw
-        for name, raw in values.items()
+        key: [raw] if _base_type(hints[key]) is list and not isinstance(raw, list) else raw
+        for key, raw in values.items()
     }
+    # pydantic reads true as 1 for a number (bool is an int in Python): `workers: true`
+    # would start one worker without a word, a target's `horizons: [true]` forecast 1 step.
+    loc = bool_for_number(cls, prepared)
+    if loc is not None:
+        raw = _value_at(prepared, loc)
+        text = not_a_number(raw, annotation_at(cls, loc), default_at(cls, loc))
+        raise ConfigError(f"{name(loc)}: {text}")
     try:
         return _adapter(cls).validate_python(prepared)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         raised = first.get("ctx", {}).get("error")
-        if not first["loc"] and isinstance(raised, ValueError) and type(raised) is ValueError:
-            raise ConfigError(f"{source}: {raised}") from exc  # from a plain __post_init__
-        line = first_error_line(exc, cls, _flag_at, sentence=True)
-        loc = first["loc"]
-        hint = _default_hint(cls, str(loc[0]), exc) if len(loc) == 1 else ""
-        raise ConfigError(line + hint) from None
+        if not first["loc"] and isinstance(raised, ValueError):
+            # From __post_init__: a check that joins fields names them as flags.
+            line = _as_file_keys(str(raised), source, from_file)
+            if type(raised) is ValueError and line == str(raised):
+                line = f"{source}: {line}"
+            raise ConfigError(line) from None
+        line = first_error_line(exc, cls, name, sentence=True)
+        loc = tuple(first["loc"])
+        if len(loc) == 1:
+            line += _default_hint(cls, str(loc[0]), exc, loc[0] in from_file)
+        raise ConfigError(line) from None
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+
+
+def _setting_at(source: str, from_file: AbstractSet[str], loc: Location) -> str:
+    """How the user wrote the setting at ``loc``: ``--workers`` on the command line,
+    ``batcher.yaml: workers`` (or ``predictor.yaml: targets[0].step``) in the file."""
+    if loc and loc[0] in from_file:
+        return f"{source}: {yaml_path(loc)}"
+    return _flag_at(loc)
+
+
+_FLAG = re.compile(r"--([a-z0-9][a-z0-9-]*)(?![\w-])")
+
+
+def _as_file_keys(message: str, source: str, from_file: AbstractSet[str]) -> str:
+    """``message`` (a check joining fields, which names them as flags) with the flags whose
+    values came from the file ``source`` written as its keys, after the file's name:
+    ``up.yaml: max_workers 2 is below min_workers 3``; unchanged when none did."""
+
+    def key(match: re.Match[str]) -> str:
+        name = match.group(1).replace("-", "_")
+        return name if name in from_file else match.group(0)
+
+    rewritten = _FLAG.sub(key, message)
+    return message if rewritten == message else f"{source}: {rewritten}"
+
+
+def _value_at(values: Any, loc: Location) -> Any:
+    for step in loc:
+        values = values[step]
+    return values
 
 
 @functools.cache
@@ -232,8 +288,9 @@ def _constrained_fields(cls: type) -> dict[str, TypeAdapter[Any]]:
 _BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
 
 
-def _default_hint(cls: type, name: str, exc: ValidationError) -> str:
-    """`` (default: --interval 15)`` after a bound's error: a value that is accepted."""
+def _default_hint(cls: type, name: str, exc: ValidationError, in_file: bool = False) -> str:
+    """`` (default: --interval 15)`` after a bound's error: a value that is accepted;
+    `` (default: 15)`` for a setting from a file, whose key the line already names."""
     error = exc.errors(include_url=False)[0]
     if error["type"] not in _BOUND_ERRORS:
         return ""
@@ -242,7 +299,7 @@ def _default_hint(cls: type, name: str, exc: ValidationError) -> str:
     if default in (None, "", [], {}, ()):
         return ""
     shown = f"{default:g}" if isinstance(default, float) else str(default)
-    return f" (default: {_flag_at((name,))} {shown})"
+    return f" (default: {shown})" if in_file else f" (default: {_flag_at((name,))} {shown})"
 
 
 def _field_flag_at(name: str, loc: Location) -> str:

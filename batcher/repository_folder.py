@@ -39,6 +39,7 @@ PROCESS_SETTINGS = frozenset(
         "expandable_segments",
         "idle_release_seconds",
         "max_body_bytes",
+        "body_timeout_seconds",
         "drain_timeout_seconds",
         "web_config_file",
         "exit_with_parent",
@@ -99,7 +100,7 @@ def model_config(folder: str, name: str, base: BatcherConfig) -> BatcherConfig:
     }
     merged.update(values, model_name=name, model_repository="", startup_models=[])
     try:
-        return build_config(BatcherConfig, merged, source=str(path))
+        return build_config(BatcherConfig, merged, source=str(path), from_file=set(values))
     except ConfigError as exc:
         message = str(exc)
         raise ModelConfigInvalid(

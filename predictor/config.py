@@ -31,8 +31,10 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 
 def parse_duration(value: Any, what: str) -> float:
     """Seconds from a number or a string like "15m"; ConfigError naming ``what`` otherwise."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{what}: {value!r} is not a duration; use seconds or e.g. 15m, 1h")
+    if isinstance(value, bool):  # as YAML spells it
+        raise ConfigError(
+            f"{what}: {str(value).lower()} is not a duration; use seconds or e.g. 15m, 1h"
+        )
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:

@@ -157,12 +157,7 @@ class UpConfig:
                 f"{MIN_PORT_BASE}..{MAX_PORT_BASE}, e.g. --port-base 19400"
             )
         if not 0 < self.target_utilization <= 1:
-            hint = (
-                f", e.g. {self.target_utilization / 100:g} for {self.target_utilization:g} %"
-                if 1 < self.target_utilization <= 100
-                else ", e.g. 0.7"
-            )
-            raise ConfigError(f"--target-utilization is a ratio in (0, 1]{hint}")
+            raise ConfigError(utilization_problem(self.target_utilization))
         if self.slo_seconds <= 0:
             raise ConfigError("--slo-seconds must be > 0, e.g. --slo-seconds 0.25")
         if self.min_workers < 1:
@@ -247,3 +242,13 @@ def _module_found(dotted: str) -> bool:
             ".".join(parts[: depth + 1]), list(spec.submodule_search_locations)
         )
     return spec is not None
+
+
+def utilization_problem(value: float) -> str:
+    """The line for a ``--target-utilization`` outside (0, 1]: the range, and the fraction meant.
+
+    70 reads as a percentage, so its fraction is offered; 1.5 or 150 do not (0.015, 1.5 % of a
+    GPU busy, is no target anyone means), so they get the range and a typical value.
+    """
+    fix = f"{value / 100:g} for {value:g} %" if 10 <= value <= 100 else "e.g. 0.7 for 70 %"
+    return f"--target-utilization must be a fraction of 1 in (0, 1], got {value:g}; give {fix}"

@@ -3,8 +3,9 @@
 Both views get the same calls: :meth:`show` once a second with the latest :class:`Sample`, and
 :meth:`event` for each scale decision as it happens. The terminal view (rich) draws load,
 forecast, replicas, utilization against target and p99 against the SLO, with the last decisions
-underneath; ``--no-tui`` logs one ``status`` line per sample and one ``scaled`` line per event,
-which is what scripts and tests read.
+underneath; ``--no-tui`` logs a ``status`` line when the workers or the readings change and
+every ten seconds otherwise, and one ``scaled`` line per event, which is what scripts and tests
+read.
 """
 
 from __future__ import annotations
@@ -35,20 +36,46 @@ def _num(value: float | None, fmt: str, unit: str = "") -> str:
     return "-" if value is None else f"{value:{fmt}}{unit}"
 
 
-class LogView:
-    """Structured log lines: ``status`` every ``every`` samples, ``scaled`` on every event."""
+# Seconds between two ``status`` lines while nothing that :func:`_phase` reads changes.
+STATUS_EVERY_SECONDS = 10.0
 
-    def __init__(self, every: int = 1) -> None:
-        self.every = max(1, every)
-        self._count = 0
+
+def _phase(sample: Sample) -> tuple[object, ...]:
+    """What a reader of the log wants a line for as soon as it changes: the worker counts (a
+    scale decision, a worker becoming ready) and whether each reading exists yet (the first
+    online work and forecast; the first best-effort line answered)."""
+    return (
+        sample.workers,
+        sample.ready_workers,
+        sample.desired_workers,
+        sample.online_work is None,
+        sample.forecast_upper is None,
+        sample.best_effort_done > 0,
+    )
+
+
+class LogView:
+    """Structured log lines: ``status`` when the phase changes (:func:`_phase`) and at least
+    every ``every_seconds`` of the run otherwise, ``scaled`` on every event.
+
+    The stack samples once a second; a line per sample buried the decisions in a run's log
+    (3600 lines an hour) and made scripts page through identical ones.
+    """
+
+    def __init__(self, every_seconds: float = STATUS_EVERY_SECONDS) -> None:
+        self.every_seconds = every_seconds
+        self._last: tuple[float, tuple[object, ...]] | None = None
 
     def start(self) -> None:
         pass
 
     def show(self, sample: Sample) -> None:
-        self._count += 1
-        if self._count % self.every:
-            return
+        phase = _phase(sample)
+        if self._last is not None:
+            elapsed, last_phase = self._last
+            if phase == last_phase and sample.elapsed - elapsed < self.every_seconds:
+                return
+        self._last = (sample.elapsed, phase)
         log.info(
             "status",
             extra={

@@ -79,15 +79,15 @@ def test_dashed_keys_in_file_and_repeatable_list_flags(tmp_path):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("gpus: many\n", "--gpus: 'many' is not a valid int"),
+        ("gpus: many\n", "c.yaml: gpus: 'many' is not a whole number; give an integer such as 2"),
         ("gpu: 3\n", "unknown setting 'gpu'"),
-        ("source: cuda\n", "--source: 'cuda' is not one of auto, nvml, simulated"),
-        ("interval: -1\n", "--interval must be > 0"),
+        ("source: cuda\n", "c.yaml: source: 'cuda' is not one of auto, nvml, simulated"),
+        ("interval: -1\n", "c.yaml: interval must be > 0"),
         ("- just a list\n", "must hold a mapping"),
         ("gpus: [\n", "is not valid YAML"),
-        ("debug: maybe\n", "--debug: 'maybe' is not a valid bool"),
-        ("gpus: true\n", "--gpus: true is not a number"),  # pydantic would read 1
-        ("interval: false\n", "--interval: false is not a number"),
+        ("debug: maybe\n", "c.yaml: debug: 'maybe' is not true or false; give true or false"),
+        ("gpus: true\n", "c.yaml: gpus: true is not a whole number"),  # pydantic would read 1
+        ("interval: false\n", "c.yaml: interval: false is not a number; give a number such as 1"),
         # A setting written twice would silently lose the first (PyYAML keeps the last).
         ("gpus: 2\nsource: auto\ngpus: 4\n", "key 'gpus' is given twice at line 3, column 1"),
         ("gpus: 2\n  source: auto\n", "mapping values are not allowed here at line 2, column 9"),
@@ -106,7 +106,14 @@ def test_bad_values_name_the_problem(tmp_path, content, message):
     [
         (["--workers", "0"], "--workers must be >= 1, got 0 (default: --workers 4)"),
         (["--workers", "65"], "--workers must be <= 64, got 65 (default: --workers 4)"),
-        (["--workers", "2.5"], "--workers: '2.5' is not a valid int"),
+        (
+            ["--workers", "2.5"],
+            "--workers: '2.5' is not a whole number; give an integer such as 4",
+        ),
+        (
+            ["--workers", "abc"],
+            "--workers: 'abc' is not a whole number; give an integer such as 4",
+        ),
     ],
 )
 def test_a_bound_names_the_flag_the_limit_and_the_default(argv, message):
@@ -168,7 +175,9 @@ def test_non_finite_numbers_are_refused_on_the_command_line(text):
 def test_non_finite_numbers_are_refused_in_the_file(tmp_path, content):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(content)
-    with pytest.raises(ConfigError, match=r"--interval: .* is not a finite number"):
+    with pytest.raises(
+        ConfigError, match=r"c.yaml: interval: .* is not a finite number; give a number such as 1"
+    ):
         parse(["--config", str(cfg_file)])
 
 
@@ -177,7 +186,9 @@ def test_non_finite_numbers_are_refused_in_lists_and_as_integers(tmp_path):
         parse(["--weights", "1", "--weights", "nan"])
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("gpus: .inf\n")
-    with pytest.raises(ConfigError, match="--gpus: inf is not a valid int"):
+    with pytest.raises(
+        ConfigError, match=r"c\.yaml: gpus: inf is not a whole number; give an integer such as 2"
+    ):
         parse(["--config", str(cfg_file)])
 
 

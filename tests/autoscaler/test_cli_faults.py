@@ -68,7 +68,7 @@ def test_worker_base_port_is_not_a_yaml_boolean(capsys, tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("worker_base_port: true\n")
     err = _one_line_exit_2(capsys, ["run", "--config", str(config), *LISTEN])
-    assert "--worker-base-port: true is not a number" in err
+    assert f"{config}: worker_base_port: true is not a whole number; give an integer" in err
 
 
 def test_worker_ports_must_fit_below_65536(capsys, monkeypatch):

@@ -50,7 +50,9 @@ def test_a_process_setting_in_a_model_config_is_refused_with_the_flag_to_use(tmp
 
 def test_bad_values_name_the_file_and_the_setting(tmp_path) -> None:
     add(tmp_path, "m", "max_batch_size: 0\n")
-    with pytest.raises(ModelConfigInvalid, match=r"m/config\.yaml: --max-batch-size"):
+    with pytest.raises(
+        ModelConfigInvalid, match=r"m/config\.yaml: max_batch_size must be >= 1, got 0 \(default: "
+    ):
         model_config(str(tmp_path), "m", BatcherConfig())
     add(tmp_path, "n", "no_such_setting: 1\n")
     with pytest.raises(

@@ -256,7 +256,8 @@ class TestConfig:
         path.write_text("refuse_past_slo: false\n")
         assert not load_config(BatcherConfig, ["--config", str(path)], "t").refuse_past_slo
         with pytest.raises(
-            ConfigError, match=r"--refuse-past-slo: .sometimes. is not a valid bool"
+            ConfigError,
+            match=r"--refuse-past-slo: .sometimes. is not true or false; give true or false",
         ):
             build_config(BatcherConfig, {"refuse_past_slo": "sometimes"})
 

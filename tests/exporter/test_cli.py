@@ -42,7 +42,7 @@ def run_main(capsys, *argv: str) -> tuple[int, list[str]]:
     [
         (["--interval", "0"], "--interval must be > 0"),
         (["--interval", "1", "--deadline", "2"], "--deadline 2 must be > 0 and no longer"),
-        (["--gpus", "x"], "--gpus: 'x' is not a valid int"),
+        (["--gpus", "x"], "--gpus: 'x' is not a whole number; give an integer such as 8"),
         (["--naming", "camel"], "invalid choice"),
         (["--listen", "nowhere"], "must be HOST:PORT"),
         (["--fault", "xid:gpu=0:code=79"], "--fault needs --source simulated"),
@@ -65,7 +65,11 @@ def test_bad_yaml_setting_exits_2(capsys, tmp_path):
     config.write_text("source: simulated\ninterval: soon\n")
     code, err = run_main(capsys, "--config", str(config))
     assert code == 2
-    assert err == ["autoglm-exporter: error: --interval: 'soon' is not a valid float"]
+    # The value came from the file: the line names the file and its key, not a flag.
+    assert err == [
+        f"autoglm-exporter: error: {config}: interval: 'soon' is not a number; "
+        "give a number such as 1"
+    ]
 
 
 @pytest.mark.parametrize("source", ["auto", "nvml"])

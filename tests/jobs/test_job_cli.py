@@ -103,7 +103,8 @@ def test_the_yaml_file_and_the_flags_are_one_config(files, tmp_path, capsys) -> 
     config_file = tmp_path / "job.yaml"
     config_file.write_text(f"input: {files['input']}\nendpoint: ftp://x\n")
     code = exit_code(["run", "--config", str(config_file), "--output", files["output"]])
-    assert "--endpoint 'ftp://x'" in one_line_error(capsys, code)
+    # The bad endpoint came from the file: the line names the file and its key.
+    assert f"{config_file}: endpoint 'ftp://x' must be" in one_line_error(capsys, code)
 
 
 def test_the_umbrella_command_reaches_the_job_runner(capsys) -> None:
