@@ -289,6 +289,7 @@ async def _serve_until_stopped(
         count=config.workers,
         web_config_file=config.web_config_file,
         max_body_bytes=config.max_body_bytes,
+        body_timeout_seconds=config.body_timeout_seconds,
         drain_timeout_seconds=config.drain_timeout_seconds,
         log_level=config.log_level,
         log_format=config.log_format,
@@ -299,6 +300,7 @@ async def _serve_until_stopped(
         listen=config.listen,
         web_config=web_config,
         max_body_bytes=config.max_body_bytes,
+        body_timeout_seconds=config.body_timeout_seconds,
         grpc_listen=config.grpc_listen,
         workers=workers,
     )

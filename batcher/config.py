@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from autoglm.config import ConfigError, check_fields, parse_listen
+from autoglm.web.body_timeout import BODY_TIMEOUT_S
 
 MAX_SUPPORTED_BATCH = 4096
 MAX_WORKERS = 64
@@ -205,6 +206,13 @@ class BatcherConfig:
     )
     max_body_bytes: Annotated[int, Field(ge=1024)] = field(
         default=16 << 20, metadata={"help": "largest request body accepted (HTTP 400 above)"}
+    )
+    body_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = field(
+        default=BODY_TIMEOUT_S,
+        metadata={
+            "help": "longest pause in a request body's arrival; after that long the body must "
+            "also average 16 KiB/s; a body that stops gets HTTP 408 and its connection closed"
+        },
     )
     drain_timeout_seconds: PositiveSeconds = field(
         default=60.0,

@@ -33,7 +33,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from autoglm.logs import setup_logging
-from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole
+from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole, refusal_status
+from autoglm.web.body_timeout import BODY_TIMEOUT, BodyTimeout
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
 from autoglm.webconfig import WebConfig
@@ -90,6 +91,7 @@ class FrontServer:
         web_config: WebConfig,
         *,
         max_body_bytes: int,
+        body_timeout_seconds: float,
         drain_timeout_seconds: float,
         registry: CollectorRegistry,
     ) -> None:
@@ -99,6 +101,7 @@ class FrontServer:
         self.max_body_bytes = max_body_bytes
         self.drain_timeout_seconds = drain_timeout_seconds
         self.connection_metrics = ConnectionMetrics(registry)
+        self.body_timeout = BodyTimeout(body_timeout_seconds, self.connection_metrics.body_timeouts)
         self.requests = Counter(
             "autoglm_batcher_worker_requests",
             "Requests answered by each front worker (--workers), by handler (infer: decoded "
@@ -125,6 +128,7 @@ class FrontServer:
             middlewares=[self._count, checked],
             client_max_size=self.max_body_bytes,
         )
+        app[BODY_TIMEOUT] = self.body_timeout
         for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
             app.router.add_post(base + "/infer", self._infer)
         # The engine's socket also answers the gRPC calls the workers pass on: not public.
@@ -209,7 +213,7 @@ class FrontServer:
                     self._signatures.pop(key, None)
                     continue
                 engine.notify({"invalid": name})
-                return closing_if_unreadable(_error(str(exc), 400), exc)
+                return closing_if_unreadable(_error(str(exc), refusal_status(exc, 400)), exc)
             header_length = request.headers.get(oip.HEADER_LENGTH)
             as_sent = sent_in_binary(body, header_length, parsed)
             forwarded = (
@@ -314,7 +318,7 @@ class FrontServer:
         try:
             body = await read_whole(request)
         except UnreadableBody as exc:
-            return closing_if_unreadable(_error(str(exc), 400), exc)
+            return closing_if_unreadable(_error(str(exc), exc.status), exc)
         headers = {k: request.headers[k] for k in _PASSED_REQUEST_HEADERS if k in request.headers}
         try:
             status, answer, answer_headers = await self._engine_http(
@@ -343,6 +347,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--channel-dir", type=Path, required=True)
     parser.add_argument("--web-config-file", default="")
     parser.add_argument("--max-body-bytes", type=int, required=True)
+    parser.add_argument("--body-timeout-seconds", type=float, required=True)
     parser.add_argument("--drain-timeout-seconds", type=float, required=True)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", default="json")
@@ -368,6 +373,7 @@ async def _serve(args: argparse.Namespace, web_config: WebConfig, parent: int) -
         args.channel_dir,
         web_config,
         max_body_bytes=args.max_body_bytes,
+        body_timeout_seconds=args.body_timeout_seconds,
         drain_timeout_seconds=args.drain_timeout_seconds,
         registry=registry,
     )

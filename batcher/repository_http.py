@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole
+from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole, refusal_status
 from batcher import oip
 from batcher.errors import (
     LoadFailed,
@@ -43,8 +43,10 @@ _STATUS: tuple[tuple[type[RepositoryError], int], ...] = (
 
 
 def repository_status(error: RepositoryError) -> int:
-    """The HTTP status of a repository request that could not be done."""
-    return next((status for kind, status in _STATUS if isinstance(error, kind)), 400)
+    """The HTTP status of a repository request that could not be done (for a body that could
+    not be read, its own: 400, or 408 when it stopped arriving)."""
+    kind_status = next((status for kind, status in _STATUS if isinstance(error, kind)), 400)
+    return refusal_status(error, kind_status)
 
 
 def _error(message: str, status: int) -> web.Response:

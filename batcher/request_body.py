@@ -14,9 +14,10 @@ from batcher.oip import ProtocolError
 
 
 async def read_body(request: web.Request, max_body_bytes: int) -> bytes:
-    """The whole body; :class:`ProtocolError` (a 400) when it is over ``max_body_bytes`` or
-    does not decode as its ``Content-Encoding`` says (then raised from the
-    :class:`~autoglm.web.body.UnreadableBody`)."""
+    """The whole body; :class:`ProtocolError` (a 400) when it is over ``max_body_bytes``, or
+    does not decode as its ``Content-Encoding`` says or stops arriving (then raised from the
+    :class:`~autoglm.web.body.UnreadableBody`, whose status, 400 or 408, is the answer's:
+    :func:`~autoglm.web.body.refusal_status`)."""
     length = request.content_length
     if length is not None and length > max_body_bytes:
         raise ProtocolError(

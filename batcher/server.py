@@ -60,7 +60,8 @@ from autoglm.config import ConfigError, parse_listen
 from autoglm.self_metrics import describe_self
 from autoglm.version import package_version
 from autoglm.web.binding import bind_socket
-from autoglm.web.body import closing_if_unreadable
+from autoglm.web.body import closing_if_unreadable, refusal_status
+from autoglm.web.body_timeout import BODY_TIMEOUT, BODY_TIMEOUT_S, BodyTimeout
 from autoglm.web.exposition import negotiated_encoder
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
@@ -199,6 +200,7 @@ class BatcherServer:
         listen: str = ":8000",
         web_config: WebConfig | None = None,
         max_body_bytes: int = 16 << 20,
+        body_timeout_seconds: float = BODY_TIMEOUT_S,
         grpc_listen: str = "",
         workers: WorkerSettings | None = None,
     ) -> None:
@@ -218,6 +220,10 @@ class BatcherServer:
             WorkerPool(workers, registry) if workers is not None and workers.count else None
         )
         self.connection_metrics = ConnectionMetrics(registry) if self.workers is None else None
+        self.body_timeout = BodyTimeout(
+            body_timeout_seconds,
+            self.connection_metrics.body_timeouts if self.connection_metrics is not None else None,
+        )
         # With workers they count the public requests: the engine's are theirs passed on.
         self.http_metrics: RequestMetrics | None = None
         self._route_labels: dict[AbstractResource | None, str] = {}
@@ -253,6 +259,7 @@ class BatcherServer:
             middlewares=[self._observe, checked] if guarded else [self._observe],
             client_max_size=self.max_body_bytes,
         )
+        app[BODY_TIMEOUT] = self.body_timeout
         model_paths = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
         # aiohttp tries the routes under /v2/models in the order they were added: infer first,
         # so the hot path matches on its first try
@@ -464,7 +471,7 @@ class BatcherServer:
             body = await read_body(request, self.max_body_bytes)
         except oip.ProtocolError as exc:
             serving.batcher.metrics.answered("invalid", serving.batcher.slo_seconds)
-            return closing_if_unreadable(_error(str(exc), 400), exc)
+            return closing_if_unreadable(_error(str(exc), refusal_status(exc, 400)), exc)
         answer = await self._run_infer(serving, body, request.headers.get(oip.HEADER_LENGTH))
         return answer.response()
 

@@ -58,6 +58,7 @@ class WorkerSettings:
     count: int
     web_config_file: str
     max_body_bytes: int
+    body_timeout_seconds: float
     drain_timeout_seconds: float
     log_level: str
     log_format: str
@@ -153,6 +154,7 @@ class WorkerPool:
             *("--socket-fd", str(listening.fileno()), "--channel-dir", str(channel_dir)),
             *("--web-config-file", settings.web_config_file),
             *("--max-body-bytes", str(settings.max_body_bytes)),
+            *("--body-timeout-seconds", str(settings.body_timeout_seconds)),
             *("--drain-timeout-seconds", str(settings.drain_timeout_seconds)),
             *("--log-level", settings.log_level, "--log-format", settings.log_format),
             *("--grpc-listen", self._grpc_listen),

@@ -30,7 +30,8 @@ BACKLOG = 128
 
 
 class ConnectionMetrics:
-    """Connections closed before any request, for the listener's owner to export."""
+    """Connections the server closed for what their client did or did not do (before any
+    request, or mid-body), for the listener's owner to export."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.tls_handshake_errors = Counter(
@@ -43,6 +44,12 @@ class ConnectionMetrics:
         self.connections_refused = Counter(
             "autoglm_http_connections_refused",
             "Connections closed on arrival because the server already had its maximum open.",
+            registry=registry,
+        )
+        self.body_timeouts = Counter(
+            "autoglm_http_request_body_timeouts",
+            "Requests answered 408 and their connection closed because the body stopped "
+            "arriving (a pause past the body timeout, or slower than 16 KiB/s after it).",
             registry=registry,
         )
 

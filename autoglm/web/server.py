@@ -8,7 +8,9 @@ connection limit) and :func:`~autoglm.web.guard.guard` (basic auth, configured h
 runs each route handler on a worker thread, so a handler may block (on a lock, a file, a bcrypt)
 without holding up other requests. ``start`` raises a clear error for a taken port; ``stop``
 closes idle keep-alive connections and joins every thread the server started. The server counts
-its own requests (:mod:`~autoglm.web.request_metrics`) and, at debug level, logs each one.
+its own requests (:mod:`~autoglm.web.request_metrics`) and, at debug level, logs each one. A
+request body that stops arriving is answered 408 after ``body_timeout_s``
+(:mod:`~autoglm.web.body_timeout`).
 
 When the web config has users, every path needs credentials (as in exporter-toolkit) unless it
 is listed in ``open_paths``; see :mod:`~autoglm.web.routes` for how routes are matched.
@@ -34,6 +36,7 @@ from autoglm.config import parse_listen
 from autoglm.self_metrics import describe_self
 from autoglm.web.binding import bind_socket, local_url
 from autoglm.web.body import UnreadableBody, closing_if_unreadable, read_whole
+from autoglm.web.body_timeout import BODY_TIMEOUT, BODY_TIMEOUT_S, BodyTimeout
 from autoglm.web.exchange import Handler, Request, Response
 from autoglm.web.guard import guard
 from autoglm.web.listener import ConnectionMetrics, Listener
@@ -69,6 +72,7 @@ class HTTPServer:
         open_paths: Collection[str] = (),
         max_body_bytes: int = MAX_BODY_BYTES,
         max_connections: int = MAX_CONNECTIONS,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.host, self._requested_port = parse_listen(listen)
         self.component = component
@@ -81,6 +85,7 @@ class HTTPServer:
         describe_self(registry, component)
         self.metrics = RequestMetrics(registry, self._routes.paths)
         self.connection_metrics = ConnectionMetrics(registry)
+        self.body_timeout = BodyTimeout(body_timeout_s, self.connection_metrics.body_timeouts)
         if self.web_config.watched:
             registry.register(self.web_config)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,6 +166,7 @@ class HTTPServer:
             ],
             client_max_size=self.max_body_bytes,
         )
+        app[BODY_TIMEOUT] = self.body_timeout
         app.router.add_route("*", "/{path:.*}", self._dispatch)
         runner = web.AppRunner(
             app,
@@ -220,7 +226,7 @@ class HTTPServer:
         try:
             body = await read_whole(request)
         except UnreadableBody as exc:
-            return closing_if_unreadable(_text_refusal(str(exc), HTTPStatus.BAD_REQUEST), exc)
+            return closing_if_unreadable(_text_refusal(str(exc), exc.status), exc)
         except web.HTTPRequestEntityTooLarge:
             return _text_refusal(
                 f"request body over {self.max_body_bytes} bytes",

@@ -87,6 +87,7 @@ class ServerThread:
                 listen=config.listen,
                 web_config=self.web_config,
                 max_body_bytes=config.max_body_bytes,
+                body_timeout_seconds=config.body_timeout_seconds,
                 grpc_listen=config.grpc_listen,
             )
             await server.start()
