@@ -190,6 +190,9 @@ class MLServer(Served):
             "metrics_port": free_port(),
             "parallel_workers": workers,
             "debug": False,
+            # its workers' shared metrics, by default .metrics/ under the working directory: the
+            # repository's root here
+            "metrics_dir": str(self.folder / "metrics"),
         }
         (self.folder / "settings.json").write_text(json.dumps(settings))
         model = self.folder / MODEL_NAME

@@ -186,7 +186,12 @@ def serve_floor(port_file: Path, hold_seconds: float, stack: str) -> None:
 
         import uvicorn
 
-        listening = socket.create_server(("127.0.0.1", 0))
+        # The protocol named: asyncio sets TCP_NODELAY only on sockets whose ``proto`` says TCP,
+        # and an accepted socket inherits it; uvicorn does not set it, so with ``proto`` 0 an
+        # answer written in two sends waits for the client's delayed ACK (about 40 ms).
+        listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1024)
         config = uvicorn.Config(
             asgi_infer, http="httptools", lifespan="off", access_log=False, log_level="warning"
         )
