@@ -502,8 +502,13 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple:
         )
     if args.burn:
         return args, ""
-    if args.from_json is not None and not args.from_json.is_file():
-        return args, f"--from-json {args.from_json}: no such file; give a report this bench wrote"
+    if args.from_json is not None:
+        if not args.from_json.is_file():
+            return (
+                args,
+                f"--from-json {args.from_json}: no such file; give a report this bench wrote",
+            )
+        return args, ""
     if not args.batches or min(args.batches) < 1 or not args.threads or min(args.threads) < 1:
         return args, "--batches and --threads need at least one value, each at least 1"
     if not args.multiples or min(args.multiples) <= 0:

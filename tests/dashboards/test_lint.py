@@ -122,7 +122,13 @@ def component_metrics() -> set[str]:
     workers = CollectorRegistry()
     WorkerPool(cast(WorkerSettings, SimpleNamespace(count=1)), workers)  # reads only the count
     FrontServer(
-        0, Path(), WebConfig(), max_body_bytes=1024, drain_timeout_seconds=1.0, registry=workers
+        0,
+        Path(),
+        WebConfig(),
+        max_body_bytes=1024,
+        body_timeout_seconds=1.0,
+        drain_timeout_seconds=1.0,
+        registry=workers,
     )
     predictor = PredictorMetrics()
     target = TargetConfig(name="requests", step=60, horizons=(1, 5), seasons=(), models=("naive",))
