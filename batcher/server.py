@@ -41,13 +41,10 @@ import json
 import logging
 import math
 import os
-import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -83,6 +80,7 @@ from batcher.forwarding import SIGNATURE_CHANGED, request_frame_limit, signature
 from batcher.grpc_face import GRPC_CODE_HEADER, GRPC_MODEL_HEADER
 from batcher.grpc_server import GrpcInferenceServer
 from batcher.model import ServedModel
+from batcher.private_folder import PrivateFolder
 from batcher.repository import LoadedModel, ModelRepository
 from batcher.repository_http import RepositoryRoutes
 from batcher.request_body import read_body
@@ -230,7 +228,7 @@ class BatcherServer:
         self._infer_labels: frozenset[str] = frozenset()
         self._first_worker_socket: socket.socket | None = None
         self._grpc_socket: socket.socket | None = None  # holds the workers' gRPC port
-        self._private_dir: Path | None = None
+        self._private: PrivateFolder | None = None
         self._channel: asyncio.Server | None = None
         self._channel_calls: set[asyncio.Task[None]] = set()
         self._signature_tags: dict[str, tuple[ServedModel, str]] = {}
@@ -356,7 +354,8 @@ class BatcherServer:
         """The private folder (mode 0700) with the channel and HTTP sockets (0600), the
         workers' metrics read from there, then the workers themselves."""
         assert self.workers is not None
-        private = self._private_dir = Path(tempfile.mkdtemp(prefix="autoglm-batcher-"))
+        self._private = PrivateFolder()
+        private = self._private.path
         metrics_dir = private / METRICS_FOLDER
         metrics_dir.mkdir(mode=0o700)
         MultiProcessCollector(self.registry, path=str(metrics_dir))
@@ -420,8 +419,8 @@ class BatcherServer:
             self._first_worker_socket.close()
         if self._grpc_socket is not None:
             self._grpc_socket.close()
-        if self._private_dir is not None:
-            shutil.rmtree(self._private_dir, ignore_errors=True)
+        if self._private is not None:
+            self._private.remove()
 
     # --- handlers --------------------------------------------------------------------------
 
