@@ -296,12 +296,12 @@ def test_the_default_profile_scales_and_forecasts(tmp_path: Path) -> None:
     assert [p for p in worker_pids(run.stderr) if alive(p)] == []
 
 
-def slo_decided_after_20_samples(records: list[dict]) -> bool:
-    """What the SLO-sizing run asserts on has happened: more than 20 samples and a decision
-    sized from the service model. Samples come one a second from about 0.7 s in, and status
-    lines only every 10 s or on a change, so a status past 22 s comes after the 21st sample."""
-    past_22_s = any(s["elapsed_s"] > 22 for s in statuses(records))
-    return past_22_s and "slo" in decision_drivers(records)
+def slo_decided_after_20_s(records: list[dict]) -> bool:
+    """What the SLO-sizing run asserts on has happened: samples past 20 s (about one a second,
+    fewer on a busy machine; status lines come every 10 s or on a change) and a decision sized
+    from the service model."""
+    past_20_s = any(s["elapsed_s"] > 20 for s in statuses(records))
+    return past_20_s and "slo" in decision_drivers(records)
 
 
 def decision_drivers(records: list[dict]) -> set[str]:
@@ -329,13 +329,13 @@ def test_slo_sizing_decides_from_the_batchers_measured_cost(tmp_path: Path) -> N
             "--no-job",
         ),
         tmp_path / "stderr.log",
-        slo_decided_after_20_samples,
+        slo_decided_after_20_s,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     drivers = decision_drivers(log_records(run.stderr))
     assert "slo" in drivers, drivers  # sized from the service model, not the fallback rule
     summary = json.loads((report_dir / "summary.json").read_text())
-    assert summary["sizing"] == "slo" and len(summary["samples"]) > 20
+    assert summary["sizing"] == "slo" and summary["samples"][-1]["elapsed"] > 20
     assert "sized for the p99 within 0.25 s" in run.stdout
 
 
