@@ -67,6 +67,7 @@ from bench.batcher_serving import (  # noqa: E402
     MLServer,
     Neighbours,
     Target,
+    interleaved,
     loadavg,
     targets_for,
     top_rate_search,
@@ -259,20 +260,19 @@ async def corun_point(
 
 
 async def mlserver_top(target: Target, start: float, args: argparse.Namespace, seed: int) -> float:
-    """MLServer's highest held rate, by the serving bench's search."""
-    search = top_rate_search(start, args.step, args.resolution, 20.0, args.ceiling)
-    rate = next(search)
-    while True:
+    """MLServer's highest held rate, by the serving bench's search and its driver."""
+
+    async def run(mode: str, rate: float) -> bool:
         point = await target.point(rate, args.seconds, args.slo_seconds, seed=seed)
         print(
             f"    mlserver {rate:7.0f}/s  p99 {point['p99_ms']:7.1f} ms  "
             f"{'held' if point['held'] else 'MISS'}",
             flush=True,
         )
-        try:
-            rate = search.send(bool(point["held"]))
-        except StopIteration as stop:
-            return float(stop.value)
+        return bool(point["held"])
+
+    search = top_rate_search(start, args.step, args.resolution, 20.0, args.ceiling)
+    return float((await interleaved({MLSERVER_MODE: search}, run))[MLSERVER_MODE])
 
 
 async def one_pass(
